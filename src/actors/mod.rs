@@ -1,0 +1,1 @@
+//! actors (to be filled in).

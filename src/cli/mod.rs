@@ -1,0 +1,197 @@
+//! The `haptor` command line: argument parsing and one handler per subcommand. Handlers are
+//! thin: they read files, call into `crate::pure` (offline commands) or start the actor
+//! tree (`run`, `local`), print results and choose the exit code.
+
+mod offline;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit code of a command that found problems in its input.
+pub const EXIT_PROBLEMS: u8 = 1;
+/// Exit code of a command that could not run (bad arguments, unreadable files, not built).
+pub const EXIT_UNUSABLE: u8 = 2;
+
+/// haptor renders HAProxy configurations from Kubernetes resources with Handlebars
+/// templates, validates them three times (its own parser, a schema check, `haproxy -c`) and
+/// deploys them to every HAProxy instance, without a reload whenever HAProxy allows.
+#[derive(Debug, Parser)]
+#[command(name = "haptor", version, propagate_version = true)]
+pub struct Cli {
+    /// Log format on standard error.
+    #[arg(long, value_enum, global = true, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log level (trace, debug, info, warn, error); a config's `logging.level` overrides it
+    /// at run time.
+    #[arg(long, global = true, default_value = "info", env = "LOG_LEVEL")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Output format of the offline commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A readable summary.
+    Summary,
+    /// JSON, for machines.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller inside a Kubernetes cluster (watches the API server, deploys to
+    /// the HAProxy pods selected by the config's podSelector).
+    Run(RunArgs),
+    /// Run the whole controller on one machine: a folder of manifests is the cluster and a
+    /// local haproxy, started and owned by haptor, is the instance.
+    Local(LocalArgs),
+    /// Run a config's embedded validationTests offline (fixtures → render → assertions).
+    Validate(ValidateArgs),
+    /// Render a config against fixture manifests and print haproxy.cfg and its files.
+    Render(RenderArgs),
+    /// Parse and schema-check plain haproxy.cfg files (optionally with `haproxy -c`).
+    Lint(LintArgs),
+    /// Print the CustomResourceDefinitions (YAML) of HAProxyTemplateConfig and HAProxyCfg.
+    Crd,
+    /// Print version and build information.
+    Version,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Name of the HAProxyTemplateConfig to read.
+    #[arg(long, env = "CRD_NAME", default_value = "haptor-config")]
+    pub config_name: String,
+    /// Namespace of the config (defaults to the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address of the Prometheus metrics endpoint.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    pub metrics_addr: String,
+    /// Address of the debug and health endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub debug_addr: String,
+    /// The haproxy binary used for `haproxy -c`.
+    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LocalArgs {
+    /// Folder of multi-document YAML manifests (the HAProxyTemplateConfig, Ingresses,
+    /// Services, EndpointSlices, Secrets, ...).
+    pub dir: PathBuf,
+    /// Where haproxy's files live (default: DIR/.haptor).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Address of the Prometheus metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub metrics_addr: String,
+    /// Address of the debug and health endpoints.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub debug_addr: String,
+    /// The haproxy binary to run.
+    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// The HAProxyTemplateConfig YAML file.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Run only the tests with these names.
+    #[arg(long = "test")]
+    pub tests: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
+    pub output: OutputFormat,
+    /// The haproxy binary used by `haproxy_valid` assertions.
+    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+    /// Print the rendered files of failing tests.
+    #[arg(long)]
+    pub dump_rendered: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RenderArgs {
+    /// The HAProxyTemplateConfig YAML file.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Folder of fixture manifests (multi-document YAML) to render against.
+    #[arg(long)]
+    pub fixtures: Option<PathBuf>,
+    /// Write the files into this folder instead of printing them.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also validate the result (parser, schema, `haproxy -c`).
+    #[arg(long)]
+    pub validate: bool,
+    /// The haproxy binary used with --validate.
+    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LintArgs {
+    /// haproxy.cfg files to check.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Also run `haproxy -c` on each file.
+    #[arg(long)]
+    pub haproxy: bool,
+    /// The haproxy binary used with --haproxy.
+    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+    /// Print the structured view of each file.
+    #[arg(long, value_enum)]
+    pub dump: Option<DumpFormat>,
+}
+
+/// Format of `lint --dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DumpFormat {
+    Json,
+}
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn execute(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Crd => offline::print_crds(),
+        Command::Version => {
+            println!("haptor {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Validate(args) => offline::validate(&args),
+        Command::Render(args) => offline::render(&args),
+        Command::Lint(args) => offline::lint(&args),
+        Command::Run(_) => not_implemented_yet(
+            "run",
+            "the in-cluster controller (actor tree, Kubernetes watchers, deployers) is not built yet",
+        ),
+        Command::Local(_) => not_implemented_yet(
+            "local",
+            "the local mode (manifest folder watcher, owned haproxy, deployers) is not built yet; \
+             `haptor render --validate` renders and validates a config offline today",
+        ),
+    }
+}
+
+/// Reports a subcommand that exists in the interface but is not built yet; never a fake success.
+pub fn not_implemented_yet(command: &str, what: &str) -> ExitCode {
+    eprintln!("haptor {command}: not implemented yet: {what}");
+    ExitCode::from(EXIT_UNUSABLE)
+}

@@ -1,0 +1,18 @@
+//! The `haptor` binary: parses the command line, installs the process-wide rustls crypto
+//! provider (ring, the only one compiled in), sets up logging and hands over to
+//! `haptor::cli`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = haptor::cli::Cli::parse();
+    // kube, reqwest and the HTTPS servers all use rustls; exactly one provider (ring) is
+    // compiled in and installed here before any TLS object is built.
+    if rustls::crypto::ring::default_provider().install_default().is_err() {
+        eprintln!("haptor: a rustls crypto provider was already installed; continuing with it");
+    }
+    haptor::telemetry::init_logging(cli.log_format, &cli.log_level);
+    haptor::cli::execute(cli)
+}

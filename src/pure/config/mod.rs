@@ -1,0 +1,534 @@
+//! The custom resources haptor reads and writes, and their structural validation.
+//!
+//! `HAProxyTemplateConfig` is the one resource a user writes: what to watch, and the
+//! Handlebars templates that turn it into `haproxy.cfg` and auxiliary files. `HAProxyCfg`
+//! is what the leader publishes back: the rendered configuration and per-instance state.
+//! Field names follow HAPTIC's so its users feel at home. [`validate_spec`] is the "basic"
+//! validator of the config-change scatter-gather: a pure function that returns every
+//! structural problem with its field path.
+
+mod duration;
+mod spec_validation;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use duration::{DurationError, parse_duration};
+pub use spec_validation::{SpecProblem, validate_spec};
+
+/// The API group of haptor's resources.
+pub const GROUP: &str = "haptor.dev";
+/// The API version of haptor's resources.
+pub const VERSION: &str = "v1alpha1";
+
+/// Schema for a field that holds arbitrary JSON: Kubernetes keeps it as written instead of
+/// pruning unknown fields.
+fn arbitrary_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// Schema for a list of arbitrary Kubernetes objects (validation test fixtures).
+fn arbitrary_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "type": "array",
+            "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+        }
+    })
+}
+
+/// The desired state of one haptor deployment: what to watch and how to render it.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "haptor.dev",
+    version = "v1alpha1",
+    kind = "HAProxyTemplateConfig",
+    namespaced,
+    shortname = "htc",
+    status = "HAProxyTemplateConfigStatus",
+    printcolumn = r#"{"name":"Validation","type":"string","jsonPath":".status.validationStatus"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyTemplateConfigSpec {
+    /// Secret holding the Data Plane API credentials (keys `dataplane_username` and
+    /// `dataplane_password`). Required for in-cluster deployment; unused by `haptor local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretReference>,
+    /// Selects the HAProxy pods to deploy to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<PodSelector>,
+    /// Where and how configurations are deployed.
+    #[serde(default)]
+    pub dataplane: DataplaneSettings,
+    /// Leader election among controller replicas.
+    #[serde(default)]
+    pub leader_election: LeaderElectionSettings,
+    /// Log settings, changeable at run time.
+    #[serde(default)]
+    pub logging: LoggingSettings,
+    /// The Kubernetes resources to watch, by the name templates use (`resources "name"`).
+    #[serde(default)]
+    pub watched_resources: BTreeMap<String, WatchedResource>,
+    /// JSONPaths stripped from every watched object before it is stored, such as
+    /// `metadata.managedFields`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watched_resources_ignore_fields: Vec<String>,
+    /// Reusable template fragments, usable as partials (`{{> name}}`) and ordered by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub template_snippets: BTreeMap<String, TemplateSnippet>,
+    /// Map files, by file name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub maps: BTreeMap<String, GeneratedFile>,
+    /// General files (error pages, ACL lists, ...), by file name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, GeneratedFile>,
+    /// Certificate bundles (PEM), by file name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ssl_certificates: BTreeMap<String, GeneratedFile>,
+    /// The template of `haproxy.cfg` itself.
+    pub haproxy_config: HaproxyConfigTemplate,
+    /// Arbitrary values merged at the top level of every template's context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "arbitrary_json")]
+    pub extra_context: Option<serde_json::Value>,
+    /// Tests that `haptor validate` and the admission webhook run: fixtures in, assertions
+    /// on the rendered output. A test named `_global` provides fixtures to every test.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub validation_tests: BTreeMap<String, ValidationTest>,
+}
+
+/// A reference to a Secret, in the config's namespace unless `namespace` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretReference {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Selects HAProxy pods by label.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSelector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// Deployment settings. Durations use Go's syntax (`2s`, `1m30s`, `500ms`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DataplaneSettings {
+    /// Data Plane API port on each HAProxy pod.
+    pub port: u16,
+    pub maps_dir: String,
+    pub ssl_certs_dir: String,
+    pub general_storage_dir: String,
+    pub config_file: String,
+    /// Minimum time between two reloading deployments to one instance.
+    pub min_deployment_interval: String,
+    /// How often each instance is compared with the desired configuration.
+    pub drift_prevention_interval: String,
+    /// How long one deployment may take before it counts as failed.
+    pub deployment_timeout: String,
+}
+
+impl Default for DataplaneSettings {
+    fn default() -> Self {
+        DataplaneSettings {
+            port: 5555,
+            maps_dir: "/etc/haproxy/maps".into(),
+            ssl_certs_dir: "/etc/haproxy/ssl".into(),
+            general_storage_dir: "/etc/haproxy/general".into(),
+            config_file: "/etc/haproxy/haproxy.cfg".into(),
+            min_deployment_interval: "2s".into(),
+            drift_prevention_interval: "60s".into(),
+            deployment_timeout: "30s".into(),
+        }
+    }
+}
+
+impl DataplaneSettings {
+    /// The path convention these directories imply for templates.
+    pub fn path_resolver(&self) -> crate::pure::rendered::PathResolver {
+        crate::pure::rendered::PathResolver::from_dirs(
+            &self.config_file,
+            &self.maps_dir,
+            &self.general_storage_dir,
+            &self.ssl_certs_dir,
+        )
+    }
+}
+
+/// Leader election among controller replicas (a coordination.k8s.io Lease).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LeaderElectionSettings {
+    pub enabled: bool,
+    pub lease_name: String,
+    pub lease_duration: String,
+    pub renew_deadline: String,
+    pub retry_period: String,
+}
+
+impl Default for LeaderElectionSettings {
+    fn default() -> Self {
+        LeaderElectionSettings {
+            enabled: true,
+            lease_name: "haptor-leader".into(),
+            lease_duration: "15s".into(),
+            renew_deadline: "10s".into(),
+            retry_period: "2s".into(),
+        }
+    }
+}
+
+/// Log settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggingSettings {
+    /// TRACE, DEBUG, INFO, WARN or ERROR. Empty: the `LOG_LEVEL` environment variable, then INFO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+}
+
+/// One kind of Kubernetes resource to watch and index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchedResource {
+    /// `group/version`, or `v1` for the core group.
+    pub api_version: String,
+    /// The plural resource name, e.g. `ingresses`.
+    pub resources: String,
+    /// The kind, e.g. `Ingress`. Derived from `resources` for well-known kinds when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// JSONPaths (kubectl style) forming the store's composite key.
+    #[serde(default)]
+    pub index_by: Vec<String>,
+    /// Server-side label selector (`app=web,tier!=cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    /// Client-side filter `path=value` applied before storing (e.g. `spec.ingressClassName=haptor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<String>,
+    /// Label selector over namespaces; objects in other namespaces are ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<String>,
+    /// Whether the admission webhook validates changes to this kind before they are stored.
+    #[serde(default)]
+    pub enable_validation_webhook: bool,
+    /// How long to wait for more changes before triggering a render. Default 100ms; `0s`
+    /// triggers at once (the default for EndpointSlices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<String>,
+}
+
+impl WatchedResource {
+    /// The kind, as written or derived from the plural for Kubernetes' built-in resources.
+    pub fn kind_name(&self) -> String {
+        if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {
+            return kind.to_string();
+        }
+        let known = [
+            ("ingresses", "Ingress"),
+            ("ingressclasses", "IngressClass"),
+            ("services", "Service"),
+            ("endpointslices", "EndpointSlice"),
+            ("endpoints", "Endpoints"),
+            ("secrets", "Secret"),
+            ("configmaps", "ConfigMap"),
+            ("pods", "Pod"),
+            ("namespaces", "Namespace"),
+            ("gateways", "Gateway"),
+            ("gatewayclasses", "GatewayClass"),
+            ("httproutes", "HTTPRoute"),
+            ("grpcroutes", "GRPCRoute"),
+        ];
+        if let Some((_, kind)) = known.iter().find(|(plural, _)| *plural == self.resources) {
+            return (*kind).to_string();
+        }
+        let singular = self.resources.strip_suffix('s').unwrap_or(&self.resources);
+        let mut chars = singular.chars();
+        match chars.next() {
+            Some(first) => first.to_uppercase().chain(chars).collect(),
+            None => String::new(),
+        }
+    }
+
+    /// The debounce as a duration: the configured one, else 0 for EndpointSlices (endpoint
+    /// changes should reach HAProxy at once) and 100 ms for everything else.
+    pub fn debounce_duration(&self) -> std::time::Duration {
+        match self.debounce.as_deref().map(parse_duration) {
+            Some(Ok(d)) => d,
+            _ if self.resources == "endpointslices" => std::time::Duration::ZERO,
+            _ => std::time::Duration::from_millis(100),
+        }
+    }
+}
+
+/// A reusable template fragment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateSnippet {
+    pub template: String,
+}
+
+/// A generated auxiliary file: its template and optional post-processing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedFile {
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_processing: Vec<PostProcessor>,
+}
+
+/// The template of `haproxy.cfg`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HaproxyConfigTemplate {
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_processing: Vec<PostProcessor>,
+}
+
+/// A transformation applied to rendered text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PostProcessor {
+    /// Replace every match of a regular expression (`$1` refers to groups).
+    RegexReplace { pattern: String, replace: String },
+}
+
+/// One validation test: fixtures in, assertions on the rendered output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationTest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Objects per watched resource name, loaded into the stores before rendering.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "arbitrary_objects")]
+    pub fixtures: BTreeMap<String, Vec<serde_json::Value>>,
+    /// Overrides `extraContext` for this test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "arbitrary_json")]
+    pub extra_context: Option<serde_json::Value>,
+    #[serde(default)]
+    pub assertions: Vec<Assertion>,
+}
+
+/// What an assertion checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AssertionKind {
+    /// `haproxy -c` accepts the rendered configuration with its auxiliary files.
+    HaproxyValid,
+    /// The target matches the regular expression `pattern`.
+    Contains,
+    /// The target does not match `pattern`.
+    NotContains,
+    /// The target equals `expected` exactly.
+    Equals,
+    /// The JSONPath `jsonpath`, evaluated over the rendered output as JSON, yields `expected`.
+    Jsonpath,
+    /// `pattern` matches exactly `expected` times.
+    MatchCount,
+    /// The regular expressions in `patterns` match in this order.
+    MatchOrder,
+    /// Rendering twice gives byte-identical output.
+    Deterministic,
+}
+
+/// One assertion of a validation test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Assertion {
+    #[serde(rename = "type")]
+    pub kind: AssertionKind,
+    /// `haproxy.cfg` (default), `map:NAME`, `file:NAME`, `cert:NAME` or `crt-list:NAME`.
+    #[serde(default = "default_assertion_target")]
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonpath: Option<String>,
+}
+
+fn default_assertion_target() -> String {
+    "haproxy.cfg".to_string()
+}
+
+/// What the controller last concluded about a config.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyTemplateConfigStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub validation_status: ValidationStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_errors: Vec<TemplateProblem>,
+    /// RFC 3339 time of the last validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_validated: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Whether a config passed validation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ValidationStatus {
+    Valid,
+    Invalid,
+    #[default]
+    Unknown,
+}
+
+/// A problem located in one template.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateProblem {
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+    pub message: String,
+}
+
+/// The rendered configuration the leader published, and where it was deployed.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "haptor.dev",
+    version = "v1alpha1",
+    kind = "HAProxyCfg",
+    namespaced,
+    shortname = "hpcfg",
+    status = "HAProxyCfgStatus",
+    printcolumn = r#"{"name":"Checksum","type":"string","jsonPath":".spec.checksum"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyCfgSpec {
+    /// Where the configuration lives on each instance.
+    #[serde(default)]
+    pub path: String,
+    /// The rendered `haproxy.cfg`.
+    pub content: String,
+    /// `sha256:` followed by the hex SHA-256 of the configuration and its auxiliary files.
+    pub checksum: String,
+    /// The auxiliary files deployed with it.
+    #[serde(default)]
+    pub auxiliary_files: AuxiliaryFileSummary,
+}
+
+/// A summary of the auxiliary files of a published configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuxiliaryFileSummary {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maps: Vec<AuxiliaryFileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<AuxiliaryFileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssl_certificates: Vec<AuxiliaryFileEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crt_lists: Vec<AuxiliaryFileEntry>,
+}
+
+/// One auxiliary file: name, path and checksum (contents of certificates are not published).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuxiliaryFileEntry {
+    pub name: String,
+    pub path: String,
+    pub checksum: String,
+    pub size: u64,
+}
+
+/// Per-instance deployment state of a published configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyCfgStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// What one HAProxy instance runs and how its last deployment went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub consecutive_errors: u32,
+}
+
+/// Errors reading a config document.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigDocumentError {
+    #[error("{source_name}: not a valid HAProxyTemplateConfig: {message}")]
+    Malformed { source_name: String, message: String },
+    #[error("{source_name}: expected kind HAProxyTemplateConfig (apiVersion {GROUP}/{VERSION}), found kind '{found}'")]
+    WrongKind { source_name: String, found: String },
+}
+
+/// Reads a `HAProxyTemplateConfig` from YAML (or JSON) text. `source_name` names the file in
+/// errors; YAML errors carry their line and column.
+pub fn config_from_yaml(source_name: &str, text: &str) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
+    let value: serde_json::Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigDocumentError::Malformed {
+        source_name: source_name.to_string(),
+        message: e.to_string(),
+    })?;
+    config_from_value(source_name, value)
+}
+
+/// Reads a `HAProxyTemplateConfig` from a JSON value already parsed from a manifest.
+pub fn config_from_value(source_name: &str, value: serde_json::Value) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
+    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    if kind != "HAProxyTemplateConfig" {
+        return Err(ConfigDocumentError::WrongKind { source_name: source_name.to_string(), found: kind.to_string() });
+    }
+    serde_json::from_value(value).map_err(|e| ConfigDocumentError::Malformed {
+        source_name: source_name.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The YAML of both CustomResourceDefinitions, as `haptor crd` prints it and `deploy/crds/`
+/// holds it.
+pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [HAProxyTemplateConfig::crd(), HAProxyCfg::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Structural validation of a `HAProxyTemplateConfig` spec: everything that can be checked
+//! without compiling templates or JSONPaths. It reports every problem with the field path
+//! that holds it, so a user fixes a config in one round.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{AssertionKind, HAProxyTemplateConfigSpec, parse_duration};
+
+/// One structural problem: the field path (`spec.watchedResources.ingresses.apiVersion`) and
+/// what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpecProblem {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for SpecProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+const LOG_LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+
+/// Checks a spec's structure and returns every problem found (empty when valid).
+pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
+    let mut problems = Problems::default();
+
+    if let Some(secret) = &spec.credentials_secret_ref {
+        problems.require_name("spec.credentialsSecretRef.name", &secret.name);
+    }
+    if let Some(selector) = &spec.pod_selector {
+        if selector.match_labels.is_empty() {
+            problems.push("spec.podSelector.matchLabels", "needs at least one label, or every pod would be an HAProxy instance");
+        }
+    }
+
+    let dp = &spec.dataplane;
+    if dp.port == 0 {
+        problems.push("spec.dataplane.port", "must be between 1 and 65535");
+    }
+    for (field, dir) in [
+        ("mapsDir", &dp.maps_dir),
+        ("sslCertsDir", &dp.ssl_certs_dir),
+        ("generalStorageDir", &dp.general_storage_dir),
+        ("configFile", &dp.config_file),
+    ] {
+        if !dir.starts_with('/') {
+            problems.push(&format!("spec.dataplane.{field}"), &format!("must be an absolute path, got '{dir}'"));
+        }
+    }
+    for (field, text) in [
+        ("minDeploymentInterval", &dp.min_deployment_interval),
+        ("driftPreventionInterval", &dp.drift_prevention_interval),
+        ("deploymentTimeout", &dp.deployment_timeout),
+    ] {
+        problems.duration(&format!("spec.dataplane.{field}"), text);
+    }
+
+    let le = &spec.leader_election;
+    problems.require_name("spec.leaderElection.leaseName", &le.lease_name);
+    let lease = problems.duration("spec.leaderElection.leaseDuration", &le.lease_duration);
+    let renew = problems.duration("spec.leaderElection.renewDeadline", &le.renew_deadline);
+    let retry = problems.duration("spec.leaderElection.retryPeriod", &le.retry_period);
+    if let (Some(lease), Some(renew), Some(retry)) = (lease, renew, retry) {
+        if !(lease > renew && renew > retry) {
+            problems.push(
+                "spec.leaderElection",
+                "leaseDuration must be longer than renewDeadline, and renewDeadline longer than retryPeriod",
+            );
+        }
+    }
+
+    if let Some(level) = &spec.logging.level {
+        if !level.is_empty() && !LOG_LEVELS.contains(&level.to_ascii_uppercase().as_str()) {
+            problems.push("spec.logging.level", &format!("'{level}' is not one of {}", LOG_LEVELS.join(", ")));
+        }
+    }
+
+    for (name, watched) in &spec.watched_resources {
+        let base = format!("spec.watchedResources.{name}");
+        if !is_template_identifier(name) {
+            problems.push(&base, "the name must be letters, digits, '_' or '-' (templates refer to it)");
+        }
+        if watched.api_version.trim().is_empty() {
+            problems.push(&format!("{base}.apiVersion"), "is required (e.g. networking.k8s.io/v1, or v1 for core resources)");
+        } else if watched.api_version.split('/').count() > 2 || watched.api_version.ends_with('/') {
+            problems.push(&format!("{base}.apiVersion"), &format!("'{}' is not group/version or version", watched.api_version));
+        }
+        if watched.resources.trim().is_empty() {
+            problems.push(&format!("{base}.resources"), "is required: the plural resource name, e.g. ingresses");
+        } else if watched.resources.chars().any(|c| c.is_ascii_uppercase() || c.is_whitespace()) {
+            problems.push(
+                &format!("{base}.resources"),
+                &format!("'{}' must be the lower-case plural resource name (e.g. ingresses), not the kind", watched.resources),
+            );
+        }
+        if watched.index_by.is_empty() {
+            problems.push(&format!("{base}.indexBy"), "needs at least one JSONPath, e.g. metadata.namespace");
+        }
+        for (i, path) in watched.index_by.iter().enumerate() {
+            if path.trim().is_empty() {
+                problems.push(&format!("{base}.indexBy[{i}]"), "is empty");
+            }
+        }
+        if let Some(selector) = &watched.field_selector {
+            if !selector.contains('=') {
+                problems.push(&format!("{base}.fieldSelector"), &format!("'{selector}' must have the form path=value"));
+            }
+        }
+        if let Some(debounce) = &watched.debounce {
+            problems.duration(&format!("{base}.debounce"), debounce);
+        }
+    }
+
+    for (i, path) in spec.watched_resources_ignore_fields.iter().enumerate() {
+        if path.trim().is_empty() {
+            problems.push(&format!("spec.watchedResourcesIgnoreFields[{i}]"), "is empty");
+        }
+    }
+
+    for (name, snippet) in &spec.template_snippets {
+        if snippet.template.trim().is_empty() {
+            problems.push(&format!("spec.templateSnippets.{name}.template"), "is empty");
+        }
+    }
+    if spec.haproxy_config.template.trim().is_empty() {
+        problems.push("spec.haproxyConfig.template", "is empty: it renders haproxy.cfg");
+    }
+    for (field, files) in [("maps", &spec.maps), ("files", &spec.files), ("sslCertificates", &spec.ssl_certificates)] {
+        for (name, file) in files {
+            let base = format!("spec.{field}.{name}");
+            if name.contains('/') || name == "." || name == ".." {
+                problems.push(&base, "the file name must not contain '/'");
+            }
+            if file.template.trim().is_empty() {
+                problems.push(&format!("{base}.template"), "is empty");
+            }
+            for (i, post) in file.post_processing.iter().enumerate() {
+                problems.post_processor(&format!("{base}.postProcessing[{i}]"), post);
+            }
+        }
+    }
+    for (i, post) in spec.haproxy_config.post_processing.iter().enumerate() {
+        problems.post_processor(&format!("spec.haproxyConfig.postProcessing[{i}]"), post);
+    }
+
+    let watched: BTreeSet<&str> = spec.watched_resources.keys().map(String::as_str).collect();
+    for (test_name, test) in &spec.validation_tests {
+        let base = format!("spec.validationTests.{test_name}");
+        for resource in test.fixtures.keys() {
+            if !watched.contains(resource.as_str()) {
+                problems.push(
+                    &format!("{base}.fixtures.{resource}"),
+                    &format!("names no watched resource (known: {})", join_or_none(&watched)),
+                );
+            }
+        }
+        if test.assertions.is_empty() && test_name != "_global" {
+            problems.push(&format!("{base}.assertions"), "a test needs at least one assertion");
+        }
+        for (i, assertion) in test.assertions.iter().enumerate() {
+            let path = format!("{base}.assertions[{i}]");
+            problems.assertion_target(&path, &assertion.target, spec);
+            match assertion.kind {
+                AssertionKind::Contains | AssertionKind::NotContains => problems.regex(&format!("{path}.pattern"), assertion.pattern.as_deref()),
+                AssertionKind::MatchCount => {
+                    problems.regex(&format!("{path}.pattern"), assertion.pattern.as_deref());
+                    match assertion.expected.as_deref().map(str::parse::<usize>) {
+                        Some(Ok(_)) => {}
+                        _ => problems.push(&format!("{path}.expected"), "match_count needs the expected count as a whole number"),
+                    }
+                }
+                AssertionKind::MatchOrder => {
+                    if assertion.patterns.len() < 2 {
+                        problems.push(&format!("{path}.patterns"), "match_order needs at least two patterns");
+                    }
+                    for (j, pattern) in assertion.patterns.iter().enumerate() {
+                        problems.regex(&format!("{path}.patterns[{j}]"), Some(pattern));
+                    }
+                }
+                AssertionKind::Equals => {
+                    if assertion.expected.is_none() {
+                        problems.push(&format!("{path}.expected"), "equals needs the expected text");
+                    }
+                }
+                AssertionKind::Jsonpath => {
+                    if assertion.jsonpath.as_deref().is_none_or(|p| p.trim().is_empty()) {
+                        problems.push(&format!("{path}.jsonpath"), "jsonpath needs a JSONPath to evaluate");
+                    }
+                    if assertion.expected.is_none() {
+                        problems.push(&format!("{path}.expected"), "jsonpath needs the expected value");
+                    }
+                }
+                AssertionKind::HaproxyValid | AssertionKind::Deterministic => {}
+            }
+        }
+    }
+
+    problems.0
+}
+
+fn join_or_none(names: &BTreeSet<&str>) -> String {
+    if names.is_empty() { "none".to_string() } else { names.iter().copied().collect::<Vec<_>>().join(", ") }
+}
+
+fn is_template_identifier(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[derive(Default)]
+struct Problems(Vec<SpecProblem>);
+
+impl Problems {
+    fn push(&mut self, path: &str, message: &str) {
+        self.0.push(SpecProblem { path: path.to_string(), message: message.to_string() });
+    }
+
+    fn require_name(&mut self, path: &str, value: &str) {
+        if value.trim().is_empty() {
+            self.push(path, "is required");
+        }
+    }
+
+    fn duration(&mut self, path: &str, text: &str) -> Option<std::time::Duration> {
+        match parse_duration(text) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.push(path, &e.to_string());
+                None
+            }
+        }
+    }
+
+    fn regex(&mut self, path: &str, pattern: Option<&str>) {
+        match pattern {
+            None => self.push(path, "is required for this assertion type"),
+            Some(p) => {
+                if let Err(e) = regex::Regex::new(p) {
+                    self.push(path, &format!("is not a valid regular expression: {e}"));
+                }
+            }
+        }
+    }
+
+    fn post_processor(&mut self, path: &str, post: &super::PostProcessor) {
+        let super::PostProcessor::RegexReplace { pattern, .. } = post;
+        self.regex(&format!("{path}.pattern"), Some(pattern));
+    }
+
+    fn assertion_target(&mut self, path: &str, target: &str, spec: &HAProxyTemplateConfigSpec) {
+        if target == "haproxy.cfg" {
+            return;
+        }
+        let known = match target.split_once(':') {
+            Some(("map", name)) => spec.maps.contains_key(name),
+            Some(("file", name)) => spec.files.contains_key(name),
+            Some(("cert", name)) => spec.ssl_certificates.contains_key(name),
+            // crt-lists are registered by templates during a render, so any name may exist.
+            Some(("crt-list", name)) => !name.is_empty(),
+            _ => {
+                self.push(&format!("{path}.target"), &format!("'{target}' is not haproxy.cfg, map:NAME, file:NAME, cert:NAME or crt-list:NAME"));
+                return;
+            }
+        };
+        if !known {
+            self.push(&format!("{path}.target"), &format!("'{target}' names no template of that kind in this config"));
+        }
+    }
+}

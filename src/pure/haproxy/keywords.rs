@@ -1,0 +1,1 @@
+//! Keyword tables of HAProxy 2.6 (to be filled in).

@@ -1,0 +1,11 @@
+//! The pure core of haptor: every library that turns Kubernetes objects plus one
+//! `HAProxyTemplateConfig` into a validated `haproxy.cfg` and its auxiliary files. Nothing in
+//! here knows about actors; the actors in `crate::actors` are thin adapters that call these
+//! modules and move their results around. Tests drive these modules directly.
+
+pub mod config;
+pub mod haproxy;
+pub mod rendered;
+pub mod store;
+pub mod template;
+pub mod validate;

@@ -1,0 +1,208 @@
+//! What one render produces: the `haproxy.cfg` text plus its auxiliary files (maps, general
+//! files, certificates, crt-lists), and the path convention that lets the same text be
+//! validated in a temporary directory and deployed to `/etc/haproxy` unchanged.
+//!
+//! Templates never write absolute paths. They ask the [`PathResolver`] for a path such as
+//! `maps/hosts.map`, which HAProxy resolves against `default-path origin <base>` in `global`.
+//! The validator rewrites that one line to point at its temporary directory; a deployer
+//! points it at the instance's configuration directory.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The kinds of auxiliary file a render can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuxKind {
+    Map,
+    File,
+    Cert,
+    CrtList,
+}
+
+impl AuxKind {
+    /// Parses the kind names templates use: `map`, `file`, `cert`, `crt-list`.
+    pub fn parse(kind: &str) -> Option<AuxKind> {
+        match kind {
+            "map" => Some(AuxKind::Map),
+            "file" => Some(AuxKind::File),
+            "cert" => Some(AuxKind::Cert),
+            "crt-list" => Some(AuxKind::CrtList),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuxKind::Map => "map",
+            AuxKind::File => "file",
+            AuxKind::Cert => "cert",
+            AuxKind::CrtList => "crt-list",
+        }
+    }
+}
+
+impl fmt::Display for AuxKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One auxiliary file: its kind, its name as the template author chose it, and its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuxFile {
+    pub kind: AuxKind,
+    pub name: String,
+    /// The path relative to the `default-path origin` base, e.g. `maps/hosts.map`.
+    pub path: String,
+    pub content: String,
+}
+
+/// The output of one render: the main configuration and every auxiliary file, keyed by
+/// relative path so iteration order is deterministic.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenderedConfig {
+    pub haproxy_cfg: String,
+    pub aux_files: BTreeMap<String, AuxFile>,
+}
+
+impl RenderedConfig {
+    /// Finds an auxiliary file by kind and template-chosen name.
+    pub fn aux(&self, kind: AuxKind, name: &str) -> Option<&AuxFile> {
+        self.aux_files.values().find(|f| f.kind == kind && f.name == name)
+    }
+
+    /// SHA-256 over the configuration and every auxiliary file (path and content), hex
+    /// encoded. Two renders with equal checksums deploy the same bytes.
+    pub fn checksum(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(b"haproxy.cfg\0");
+        hasher.update(self.haproxy_cfg.as_bytes());
+        for (path, file) in &self.aux_files {
+            hasher.update(b"\0");
+            hasher.update(path.as_bytes());
+            hasher.update(b"\0");
+            hasher.update(file.content.as_bytes());
+        }
+        hex(&hasher.finalize())
+    }
+}
+
+/// Hex-encodes bytes (sha2 0.11 digests do not implement `LowerHex`).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0x0f) as usize] as char);
+    }
+    out
+}
+
+/// Maps an auxiliary file's kind and name to its path relative to the base directory.
+///
+/// The directory for each kind is the corresponding `dataplane` directory made relative to
+/// the directory holding `haproxy.cfg` (`/etc/haproxy/maps` → `maps`); a directory outside
+/// that base keeps a default name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathResolver {
+    /// The absolute base directory deployments use (`default-path origin` target).
+    pub base_dir: String,
+    pub maps_dir: String,
+    pub files_dir: String,
+    pub certs_dir: String,
+}
+
+impl Default for PathResolver {
+    fn default() -> Self {
+        PathResolver {
+            base_dir: "/etc/haproxy".to_string(),
+            maps_dir: "maps".to_string(),
+            files_dir: "general".to_string(),
+            certs_dir: "ssl".to_string(),
+        }
+    }
+}
+
+impl PathResolver {
+    /// Builds a resolver from the dataplane directories of a config.
+    pub fn from_dirs(config_file: &str, maps_dir: &str, general_dir: &str, certs_dir: &str) -> Self {
+        let base = match config_file.rsplit_once('/') {
+            Some(("", _)) => "/".to_string(),
+            Some((dir, _)) => dir.to_string(),
+            None => ".".to_string(),
+        };
+        let relative = |dir: &str, fallback: &str| -> String {
+            let trimmed = dir.trim_end_matches('/');
+            match trimmed.strip_prefix(&base).and_then(|rest| rest.strip_prefix('/')) {
+                Some(rest) if !rest.is_empty() => rest.to_string(),
+                _ => fallback.to_string(),
+            }
+        };
+        PathResolver {
+            maps_dir: relative(maps_dir, "maps"),
+            files_dir: relative(general_dir, "general"),
+            certs_dir: relative(certs_dir, "ssl"),
+            base_dir: base,
+        }
+    }
+
+    /// The relative path for an auxiliary file. Certificate and crt-list names have every
+    /// character outside `[A-Za-z0-9._-]` replaced by `_` so a Secret name cannot escape
+    /// the directory. crt-lists live with general files, as HAProxy storage keeps them.
+    pub fn path(&self, kind: AuxKind, name: &str) -> String {
+        let clean: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+            .collect();
+        let clean = if clean.starts_with('.') { format!("_{}", &clean[1..]) } else { clean };
+        let dir = match kind {
+            AuxKind::Map => &self.maps_dir,
+            AuxKind::File | AuxKind::CrtList => &self.files_dir,
+            AuxKind::Cert => &self.certs_dir,
+        };
+        format!("{dir}/{clean}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_relative_to_the_directory_holding_haproxy_cfg() {
+        let r = PathResolver::from_dirs(
+            "/etc/haproxy/haproxy.cfg",
+            "/etc/haproxy/maps",
+            "/etc/haproxy/general/",
+            "/etc/haproxy/ssl",
+        );
+        assert_eq!(r.base_dir, "/etc/haproxy");
+        assert_eq!(r.path(AuxKind::Map, "hosts.map"), "maps/hosts.map");
+        assert_eq!(r.path(AuxKind::Cert, "default/tls-secret.pem"), "ssl/default_tls-secret.pem");
+        assert_eq!(r.path(AuxKind::CrtList, "certs.list"), "general/certs.list");
+    }
+
+    #[test]
+    fn a_name_cannot_climb_out_of_its_directory() {
+        let r = PathResolver::default();
+        let path = r.path(AuxKind::File, "../../etc/passwd");
+        assert_eq!(path, "general/_._.._etc_passwd");
+        assert_eq!(path.matches('/').count(), 1);
+    }
+
+    #[test]
+    fn checksum_changes_when_an_auxiliary_file_changes() {
+        let mut a = RenderedConfig { haproxy_cfg: "global\n".into(), ..Default::default() };
+        let before = a.checksum();
+        a.aux_files.insert(
+            "maps/a.map".into(),
+            AuxFile { kind: AuxKind::Map, name: "a.map".into(), path: "maps/a.map".into(), content: "x y\n".into() },
+        );
+        assert_ne!(before, a.checksum());
+        assert_eq!(a.checksum().len(), 64);
+    }
+}

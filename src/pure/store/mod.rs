@@ -1,0 +1,1 @@
+//! Resource stores (to be filled in).

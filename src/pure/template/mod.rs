@@ -1,0 +1,1 @@
+//! Templating (to be filled in).

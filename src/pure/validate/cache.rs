@@ -1,0 +1,1 @@
+//! Validation cache (to be filled in).

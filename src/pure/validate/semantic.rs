@@ -1,0 +1,1 @@
+//! Semantic check with `haproxy -c` (to be filled in).

@@ -1,0 +1,1 @@
+//! supervision (to be filled in).

@@ -1,0 +1,66 @@
+//! The `haptor` binary as a user runs it: subcommands, exit codes and the checked-in CRDs.
+
+use std::process::{Command, Output};
+
+fn haptor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_haptor")).args(args).output().expect("the haptor binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let output = haptor(&["--help"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    for command in ["run", "local", "validate", "render", "lint", "crd", "version"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            "--help does not list '{command}':\n{text}"
+        );
+    }
+}
+
+#[test]
+fn crd_prints_yaml_holding_both_custom_resources() {
+    let output = haptor(&["crd"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    let kinds: Vec<String> = text
+        .split("---\n")
+        .filter(|doc| !doc.trim().is_empty())
+        .map(|doc| {
+            let value: serde_json::Value = serde_yaml_ng::from_str(doc).expect("each document is YAML");
+            assert_eq!(value["kind"], "CustomResourceDefinition");
+            value["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    assert_eq!(kinds, vec!["HAProxyTemplateConfig", "HAProxyCfg"]);
+}
+
+#[test]
+fn the_checked_in_crds_match_the_generated_ones() {
+    let generated = stdout(&haptor(&["crd"]));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/crds/haptor.dev_crds.yaml");
+    let checked_in = std::fs::read_to_string(path).expect("deploy/crds/haptor.dev_crds.yaml exists");
+    assert!(
+        generated == checked_in,
+        "deploy/crds/haptor.dev_crds.yaml is stale: regenerate it with `cargo run -- crd > deploy/crds/haptor.dev_crds.yaml`"
+    );
+}
+
+#[test]
+fn a_subcommand_that_is_not_built_fails_and_says_so() {
+    let output = haptor(&["run"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not implemented yet"));
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let output = haptor(&["version"]);
+    assert!(output.status.success());
+    assert!(stdout(&output).contains(env!("CARGO_PKG_VERSION")));
+}
