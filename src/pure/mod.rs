@@ -3,8 +3,10 @@
 //! here knows about actors; the actors in `crate::actors` are thin adapters that call these
 //! modules and move their results around. Tests drive these modules directly.
 
+pub mod assertions;
 pub mod config;
 pub mod haproxy;
+pub mod manifests;
 pub mod rendered;
 pub mod store;
 pub mod template;

@@ -1,0 +1,247 @@
+//! Reading Kubernetes manifests from files: multi-document YAML (or JSON) turned into JSON
+//! objects, each remembering the file and line it came from. `haptor render --fixtures` and
+//! `haptor local` read folders of manifests through here; a malformed document is reported
+//! with its file and line and never stops the other documents from loading.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// One Kubernetes object read from a manifest file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    pub object: serde_json::Value,
+    pub file: PathBuf,
+    /// 1-based line where the document starts.
+    pub line: usize,
+}
+
+impl Manifest {
+    pub fn api_version(&self) -> &str {
+        self.object.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default()
+    }
+
+    pub fn kind(&self) -> &str {
+        self.object.get("kind").and_then(|v| v.as_str()).unwrap_or_default()
+    }
+
+    /// `namespace/name` (namespace `default` when unset), for messages.
+    pub fn display_name(&self) -> String {
+        let meta = self.object.get("metadata");
+        let name = meta.and_then(|m| m.get("name")).and_then(|v| v.as_str()).unwrap_or("<unnamed>");
+        let namespace = meta.and_then(|m| m.get("namespace")).and_then(|v| v.as_str()).unwrap_or("default");
+        format!("{} {namespace}/{name}", self.kind())
+    }
+}
+
+/// A document or file that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ManifestError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file.display(), line, self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+/// Everything read from a set of files: the objects, and a problem for each document that
+/// could not be used.
+#[derive(Debug, Default)]
+pub struct ManifestSet {
+    pub manifests: Vec<Manifest>,
+    pub problems: Vec<ManifestError>,
+}
+
+/// Parses the documents of one file's text. Empty documents are skipped; a document that is
+/// not a mapping with `apiVersion`, `kind` and `metadata.name` is a problem.
+pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
+    let mut set = ManifestSet::default();
+    for (start_line, doc_text) in split_documents(text) {
+        if doc_text.lines().all(|l| {
+            let t = l.trim();
+            t.is_empty() || t.starts_with('#')
+        }) {
+            continue;
+        }
+        let problem = |line: Option<usize>, message: String| ManifestError { file: file.to_path_buf(), line, message };
+        let value = match serde_yaml_ng::Deserializer::from_str(doc_text).next().map(serde_json::Value::deserialize) {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
+                let line = e.location().map(|l| start_line + l.line() - 1).unwrap_or(start_line);
+                let message = strip_location(&e.to_string());
+                set.problems.push(problem(Some(line), format!("malformed YAML: {message}")));
+                continue;
+            }
+            None => continue,
+        };
+        if value.is_null() {
+            continue;
+        }
+        let Some(object) = value.as_object() else {
+            set.problems.push(problem(Some(start_line), "a manifest must be a mapping with apiVersion, kind and metadata".into()));
+            continue;
+        };
+        if object.get("kind").and_then(|k| k.as_str()) == Some("List") {
+            for item in object.get("items").and_then(|i| i.as_array()).into_iter().flatten() {
+                push_object(&mut set, file, start_line, item.clone());
+            }
+            continue;
+        }
+        push_object(&mut set, file, start_line, value);
+    }
+    set
+}
+
+fn push_object(set: &mut ManifestSet, file: &Path, line: usize, object: serde_json::Value) {
+    let missing: Vec<&str> = [
+        ("apiVersion", object.get("apiVersion").and_then(|v| v.as_str()).is_some()),
+        ("kind", object.get("kind").and_then(|v| v.as_str()).is_some()),
+        ("metadata.name", object.pointer("/metadata/name").and_then(|v| v.as_str()).is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, present)| !present)
+    .map(|(field, _)| field)
+    .collect();
+    if missing.is_empty() {
+        set.manifests.push(Manifest { object, file: file.to_path_buf(), line });
+    } else {
+        set.problems.push(ManifestError {
+            file: file.to_path_buf(),
+            line: Some(line),
+            message: format!("the document has no {}", missing.join(", ")),
+        });
+    }
+}
+
+/// Reads every `*.yaml`, `*.yml` and `*.json` file directly in `dir` and in its
+/// subdirectories (hidden entries skipped), in path order.
+pub fn load_dir(dir: &Path) -> Result<ManifestSet, ManifestError> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    files.sort();
+    let mut set = ManifestSet::default();
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let parsed = parse_manifests(&file, &text);
+                set.manifests.extend(parsed.manifests);
+                set.problems.extend(parsed.problems);
+            }
+            Err(e) => set.problems.push(ManifestError { file: file.clone(), line: None, message: format!("cannot read: {e}") }),
+        }
+    }
+    Ok(set)
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| ManifestError {
+        file: dir.to_path_buf(),
+        line: None,
+        message: format!("cannot read the folder: {e}"),
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            collect_files(&path, out)?;
+        } else if is_manifest_file(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a path names a manifest file by its extension.
+pub fn is_manifest_file(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+}
+
+/// Splits YAML text at `---` document markers, returning each document with the 1-based
+/// line it starts on.
+fn split_documents(text: &str) -> Vec<(usize, &str)> {
+    let mut docs = Vec::new();
+    let mut start_byte = 0;
+    let mut start_line = 1;
+    let mut offset = 0;
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_end();
+        if trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t") {
+            docs.push((start_line, &text[start_byte..offset]));
+            start_byte = offset + line.len();
+            start_line = index + 2;
+        }
+        offset += line.len();
+    }
+    docs.push((start_line, &text[start_byte..]));
+    docs
+}
+
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_document_of_a_multi_document_file_is_read_with_its_start_line() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n---\n# comment only\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: b\n";
+        let set = parse_manifests(Path::new("m.yaml"), text);
+        assert!(set.problems.is_empty(), "{:?}", set.problems);
+        let found: Vec<(String, usize)> = set.manifests.iter().map(|m| (m.display_name(), m.line)).collect();
+        assert_eq!(found, vec![("Service default/a".to_string(), 1), ("Secret default/b".to_string(), 8)]);
+    }
+
+    #[test]
+    fn a_malformed_document_is_reported_with_file_and_line_and_the_others_still_load() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [unclosed\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n";
+        let set = parse_manifests(Path::new("dir/m.yaml"), text);
+        assert_eq!(set.manifests.len(), 2);
+        assert_eq!(set.problems.len(), 1);
+        let problem = set.problems[0].to_string();
+        assert!(problem.starts_with("dir/m.yaml:"), "{problem}");
+        let line: usize = problem.split(':').nth(1).and_then(|l| l.parse().ok()).expect("a line number");
+        assert!((9..=10).contains(&line), "line {line} should point into the second document: {problem}");
+    }
+
+    #[test]
+    fn a_document_without_kind_or_name_is_a_problem() {
+        let set = parse_manifests(Path::new("m.yaml"), "apiVersion: v1\nmetadata: {}\n");
+        assert!(set.manifests.is_empty());
+        assert_eq!(set.problems[0].to_string(), "m.yaml:1: the document has no kind, metadata.name");
+    }
+
+    #[test]
+    fn a_list_document_yields_its_items() {
+        let text = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: x}}\n- {apiVersion: v1, kind: Service, metadata: {name: y}}\n";
+        assert_eq!(parse_manifests(Path::new("l.yaml"), text).manifests.len(), 2);
+    }
+
+    #[test]
+    fn a_folder_is_read_in_path_order_skipping_hidden_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("b.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: b}\n").expect("write");
+        std::fs::write(dir.path().join("a.yml"), "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n").expect("write");
+        std::fs::write(dir.path().join("notes.txt"), "not a manifest").expect("write");
+        std::fs::create_dir(dir.path().join(".haptor")).expect("mkdir");
+        std::fs::write(dir.path().join(".haptor/x.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: hidden}\n").expect("write");
+        let set = load_dir(dir.path()).expect("reads");
+        let names: Vec<String> = set.manifests.iter().map(Manifest::display_name).collect();
+        assert_eq!(names, vec!["Service default/a", "Service default/b"]);
+    }
+}

@@ -1,0 +1,655 @@
+//! One watched resource kept in memory: objects indexed by the values of the configured
+//! `indexBy` paths, with cheap immutable snapshots for renders.
+//!
+//! # Concurrency design
+//!
+//! The live state is a `BTreeMap` behind an `RwLock`. Writers do every expensive step
+//! (stripping ignored fields, normalising numbers, evaluating index paths) *before* taking
+//! the lock, so the write critical section is an `O(log n)` map update. Readers hold the read
+//! lock only while copying pointers.
+//!
+//! Renders read a [`StoreSnapshot`]: a sorted `Vec` of `(Arc<key>, Arc<object>)`. Building
+//! one copies `2n` reference counts and no object data, and the result is cached until the
+//! next change, so repeated renders between changes share one snapshot. A render thus sees
+//! one consistent state of each store even while events keep arriving.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::{Bound, Range};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use serde_json::{Number, Value};
+
+use super::StoreError;
+use super::path::FieldPath;
+
+/// An object's identity inside one store. `uid` is not part of it: a deleted and recreated
+/// object with the same namespace and name replaces the old one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjectRef {
+        ObjectRef { namespace: namespace.into(), name: name.into() }
+    }
+
+    /// Reads `metadata.namespace` and `metadata.name`; `None` when the name is missing.
+    pub fn of(object: &Value) -> Option<ObjectRef> {
+        let metadata = object.get("metadata")?;
+        let name = metadata.get("name")?.as_str().filter(|name| !name.is_empty())?;
+        let namespace = metadata.get("namespace").and_then(Value::as_str).unwrap_or("");
+        Some(ObjectRef::new(namespace, name))
+    }
+}
+
+/// Where an object sorts in its store: by index values, then namespace, then name. This is
+/// the order of [`ResourceStore::list`], and it keeps every key prefix contiguous.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EntryKey {
+    /// One value per `indexBy` path; a missing value is the empty string.
+    pub index: Vec<String>,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl EntryKey {
+    fn object_ref(&self) -> ObjectRef {
+        ObjectRef::new(self.namespace.clone(), self.name.clone())
+    }
+
+    /// Compares the first `prefix.len()` index values with `prefix`.
+    fn cmp_prefix(&self, prefix: &[&str]) -> std::cmp::Ordering {
+        let head = &self.index[..prefix.len().min(self.index.len())];
+        head.iter().map(String::as_str).cmp(prefix.iter().copied())
+    }
+}
+
+/// What an [`ResourceStore::apply`] did, so callers can skip work for no-op resyncs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreChange {
+    Added,
+    Updated,
+    Unchanged,
+}
+
+#[derive(Default)]
+struct LiveState {
+    /// Bumped on every change; a cached snapshot is valid while its generation matches.
+    generation: u64,
+    entries: BTreeMap<Arc<EntryKey>, Arc<Value>>,
+    by_identity: HashMap<ObjectRef, Arc<EntryKey>>,
+}
+
+impl LiveState {
+    fn remove(&mut self, identity: &ObjectRef) -> Option<Arc<Value>> {
+        let key = self.by_identity.remove(identity)?;
+        self.entries.remove(&key)
+    }
+}
+
+/// The objects of one watched resource.
+pub struct ResourceStore {
+    name: Arc<str>,
+    index_sources: Arc<[String]>,
+    index_by: Vec<FieldPath>,
+    ignore_fields: Vec<FieldPath>,
+    live: RwLock<LiveState>,
+    cached: Mutex<Option<Arc<StoreSnapshot>>>,
+}
+
+impl std::fmt::Debug for ResourceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceStore")
+            .field("name", &self.name)
+            .field("index_by", &self.index_sources)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl ResourceStore {
+    /// Builds an empty store. `index_by` and `ignore_fields` are kubectl-style paths
+    /// (see [`FieldPath`]), compiled here once; the first invalid one is reported.
+    pub fn new(
+        name: impl Into<String>,
+        index_by: Vec<String>,
+        ignore_fields: Vec<String>,
+    ) -> Result<ResourceStore, StoreError> {
+        let index_paths = index_by.iter().map(|p| FieldPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
+        let ignore_paths = ignore_fields.iter().map(|p| FieldPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
+        Ok(ResourceStore {
+            name: Arc::from(name.into()),
+            index_sources: Arc::from(index_by),
+            index_by: index_paths,
+            ignore_fields: ignore_paths,
+            live: RwLock::new(LiveState::default()),
+            cached: Mutex::new(None),
+        })
+    }
+
+    /// The watched-resource name templates use, e.g. `ingresses`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The `indexBy` paths as configured.
+    pub fn index_by(&self) -> &[String] {
+        &self.index_sources
+    }
+
+    /// Inserts or replaces (by namespace/name) one object.
+    pub fn apply(&self, object: Value) -> Result<StoreChange, StoreError> {
+        let (key, object) = self.prepare(object)?;
+        let identity = key.object_ref();
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old_key) = live.by_identity.get(&identity)
+            && **old_key == *key
+            && live.entries.get(old_key).is_some_and(|old| **old == *object)
+        {
+            return Ok(StoreChange::Unchanged);
+        }
+        let change = match live.remove(&identity) {
+            Some(_) => StoreChange::Updated,
+            None => StoreChange::Added,
+        };
+        live.entries.insert(Arc::clone(&key), object);
+        live.by_identity.insert(identity, key);
+        live.generation += 1;
+        Ok(change)
+    }
+
+    /// Removes the object with the same namespace/name as `object`; `true` if one was held.
+    pub fn delete(&self, object: &Value) -> bool {
+        match ObjectRef::of(object) {
+            Some(identity) => self.delete_ref(&identity),
+            None => false,
+        }
+    }
+
+    /// Removes the object with this namespace/name; `true` if one was held.
+    pub fn delete_ref(&self, identity: &ObjectRef) -> bool {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        let removed = live.remove(identity).is_some();
+        if removed {
+            live.generation += 1;
+        }
+        removed
+    }
+
+    /// Replaces the whole content (an initial sync or a relist). Objects that cannot be
+    /// stored are skipped and returned; later duplicates of an identity win.
+    pub fn replace_all(&self, objects: impl IntoIterator<Item = Value>) -> Vec<StoreError> {
+        let mut rejected = Vec::new();
+        let mut fresh = LiveState::default();
+        for object in objects {
+            match self.prepare(object) {
+                Ok((key, object)) => {
+                    let identity = key.object_ref();
+                    fresh.remove(&identity);
+                    fresh.entries.insert(Arc::clone(&key), object);
+                    fresh.by_identity.insert(identity, key);
+                }
+                Err(err) => rejected.push(err),
+            }
+        }
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        fresh.generation = live.generation + 1;
+        *live = fresh;
+        rejected
+    }
+
+    /// The number of objects held.
+    pub fn len(&self) -> usize {
+        self.live.read().unwrap_or_else(PoisonError::into_inner).entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every object, ordered by index key, then namespace, then name.
+    pub fn list(&self) -> Vec<Arc<Value>> {
+        self.snapshot().entries.iter().map(|e| Arc::clone(&e.object)).collect()
+    }
+
+    /// The objects whose index key starts with `keys` (all of them for an empty slice).
+    pub fn fetch(&self, keys: &[&str]) -> Result<Vec<Arc<Value>>, StoreError> {
+        self.check_arity(keys.len())?;
+        let lower = EntryKey {
+            index: keys.iter().map(|k| (*k).to_string()).collect(),
+            namespace: String::new(),
+            name: String::new(),
+        };
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        Ok(live
+            .entries
+            .range::<EntryKey, _>((Bound::Included(&lower), Bound::Unbounded))
+            .take_while(|(key, _)| key.cmp_prefix(keys).is_eq())
+            .map(|(_, object)| Arc::clone(object))
+            .collect())
+    }
+
+    /// The one object whose key starts with `keys`, `None` if there is none, and an error
+    /// naming the count when there are several.
+    pub fn get_single(&self, keys: &[&str]) -> Result<Option<Arc<Value>>, StoreError> {
+        let mut found = self.fetch(keys)?;
+        match found.len() {
+            0 | 1 => Ok(found.pop()),
+            count => Err(self.not_single(keys, count)),
+        }
+    }
+
+    /// A consistent, immutable view for one render. Cached until the store changes.
+    pub fn snapshot(&self) -> Arc<StoreSnapshot> {
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(snapshot) = cached.as_ref()
+            && snapshot.generation == live.generation
+        {
+            return Arc::clone(snapshot);
+        }
+        let snapshot = Arc::new(StoreSnapshot {
+            store: Arc::clone(&self.name),
+            index_by: Arc::clone(&self.index_sources),
+            generation: live.generation,
+            entries: live
+                .entries
+                .iter()
+                .map(|(key, object)| SnapshotEntry { key: Arc::clone(key), object: Arc::clone(object) })
+                .collect(),
+        });
+        *cached = Some(Arc::clone(&snapshot));
+        snapshot
+    }
+
+    /// A snapshot of the current state with `object` applied, leaving the store untouched.
+    /// Admission checks use it to render "what if this object were accepted".
+    pub fn snapshot_with_applied(&self, object: Value) -> Result<Arc<StoreSnapshot>, StoreError> {
+        let (key, object) = self.prepare(object)?;
+        let identity = key.object_ref();
+        let base = self.snapshot();
+        let mut entries: Vec<SnapshotEntry> =
+            base.entries.iter().filter(|e| e.key.object_ref() != identity).cloned().collect();
+        let at = entries.partition_point(|e| *e.key < *key);
+        entries.insert(at, SnapshotEntry { key, object });
+        Ok(Arc::new(base.with_entries(entries)))
+    }
+
+    /// A snapshot of the current state without the object `identity`, leaving the store
+    /// untouched.
+    pub fn snapshot_with_deleted(&self, identity: &ObjectRef) -> Arc<StoreSnapshot> {
+        let base = self.snapshot();
+        let entries = base.entries.iter().filter(|e| e.key.object_ref() != *identity).cloned().collect();
+        Arc::new(base.with_entries(entries))
+    }
+
+    /// Strips ignored fields, normalises numbers and computes the key; runs outside locks.
+    fn prepare(&self, mut object: Value) -> Result<(Arc<EntryKey>, Arc<Value>), StoreError> {
+        let identity =
+            ObjectRef::of(&object).ok_or_else(|| StoreError::MissingName { store: self.name.to_string() })?;
+        for path in &self.ignore_fields {
+            path.remove_from(&mut object);
+        }
+        normalise_numbers(&mut object);
+        let index = self.index_by.iter().map(|path| path.index_value(&object)).collect();
+        let key = EntryKey { index, namespace: identity.namespace, name: identity.name };
+        Ok((Arc::new(key), Arc::new(object)))
+    }
+
+    fn check_arity(&self, given: usize) -> Result<(), StoreError> {
+        check_arity(&self.name, &self.index_sources, given)
+    }
+
+    fn not_single(&self, keys: &[&str], count: usize) -> StoreError {
+        StoreError::NotSingle { store: self.name.to_string(), keys: keys.join(", "), count }
+    }
+}
+
+fn check_arity(store: &str, index_by: &[String], given: usize) -> Result<(), StoreError> {
+    if given > index_by.len() {
+        return Err(StoreError::TooManyKeys {
+            store: store.to_string(),
+            fields: index_by.join(", "),
+            expected: index_by.len(),
+            given,
+        });
+    }
+    Ok(())
+}
+
+/// 2^63: floats in `[-2^63, 2^63)` convert to `i64` exactly when they have no fraction.
+const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
+
+/// Rewrites every float with no fractional part (`80.0`) as an integer (`80`), so templates
+/// print ports and counts the way Kubernetes users wrote them.
+pub fn normalise_numbers(value: &mut Value) {
+    match value {
+        Value::Number(number) => {
+            if let Some(float) = number.as_f64().filter(|_| number.is_f64())
+                && float.fract() == 0.0
+                && (-I64_BOUND..I64_BOUND).contains(&float)
+            {
+                // The range check above makes the cast exact.
+                *number = Number::from(float as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalise_numbers),
+        _ => {}
+    }
+}
+
+/// One stored object and its sort key.
+#[derive(Debug, Clone)]
+pub struct SnapshotEntry {
+    key: Arc<EntryKey>,
+    object: Arc<Value>,
+}
+
+impl SnapshotEntry {
+    pub fn key(&self) -> &EntryKey {
+        &self.key
+    }
+
+    pub fn object(&self) -> &Arc<Value> {
+        &self.object
+    }
+}
+
+/// An immutable view of one store, sorted like [`ResourceStore::list`].
+#[derive(Debug, Clone)]
+pub struct StoreSnapshot {
+    store: Arc<str>,
+    index_by: Arc<[String]>,
+    generation: u64,
+    entries: Vec<SnapshotEntry>,
+}
+
+impl StoreSnapshot {
+    /// A snapshot built directly from objects, for tests and tools without a live store.
+    pub fn from_objects(
+        name: impl Into<String>,
+        index_by: Vec<String>,
+        objects: impl IntoIterator<Item = Value>,
+    ) -> Result<StoreSnapshot, StoreError> {
+        let store = ResourceStore::new(name, index_by, Vec::new())?;
+        if let Some(err) = store.replace_all(objects).into_iter().next() {
+            return Err(err);
+        }
+        Ok((*store.snapshot()).clone())
+    }
+
+    /// A snapshot of the same store holding other entries (never matches the live cache).
+    fn with_entries(&self, entries: Vec<SnapshotEntry>) -> StoreSnapshot {
+        StoreSnapshot {
+            store: Arc::clone(&self.store),
+            index_by: Arc::clone(&self.index_by),
+            generation: u64::MAX,
+            entries,
+        }
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.store
+    }
+
+    pub fn index_by(&self) -> &[String] {
+        &self.index_by
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every entry in list order.
+    pub fn entries(&self) -> &[SnapshotEntry] {
+        &self.entries
+    }
+
+    /// Every object in list order.
+    pub fn objects(&self) -> impl ExactSizeIterator<Item = &Arc<Value>> {
+        self.entries.iter().map(|e| &e.object)
+    }
+
+    /// The positions (in list order) of the objects whose key starts with `keys`. Matches
+    /// are contiguous because entries sort by key first.
+    pub fn fetch_range(&self, keys: &[&str]) -> Result<Range<usize>, StoreError> {
+        check_arity(&self.store, &self.index_by, keys.len())?;
+        let start = self.entries.partition_point(|e| e.key.cmp_prefix(keys).is_lt());
+        let len = self.entries[start..].partition_point(|e| e.key.cmp_prefix(keys).is_eq());
+        Ok(start..start + len)
+    }
+
+    /// The entries whose key starts with `keys`.
+    pub fn fetch(&self, keys: &[&str]) -> Result<&[SnapshotEntry], StoreError> {
+        let range = self.fetch_range(keys)?;
+        Ok(&self.entries[range])
+    }
+
+    /// The position of the one entry whose key starts with `keys`, `None` if there is none,
+    /// an error when there are several.
+    pub fn single_position(&self, keys: &[&str]) -> Result<Option<usize>, StoreError> {
+        let range = self.fetch_range(keys)?;
+        match range.len() {
+            0 => Ok(None),
+            1 => Ok(Some(range.start)),
+            count => Err(StoreError::NotSingle { store: self.store.to_string(), keys: keys.join(", "), count }),
+        }
+    }
+
+    /// The one object whose key starts with `keys`, as [`ResourceStore::get_single`].
+    pub fn get_single(&self, keys: &[&str]) -> Result<Option<&Arc<Value>>, StoreError> {
+        Ok(self.single_position(keys)?.map(|at| &self.entries[at].object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn slice(ns: &str, name: &str, service: &str) -> Value {
+        json!({
+            "metadata": {
+                "namespace": ns,
+                "name": name,
+                "labels": {"kubernetes.io/service-name": service},
+                "managedFields": [{"manager": "kube-controller-manager"}]
+            },
+            "endpoints": [{"addresses": ["10.0.0.1"]}],
+            "ports": [{"port": 8080.0}]
+        })
+    }
+
+    fn slices_store() -> ResourceStore {
+        ResourceStore::new(
+            "endpointslices",
+            vec!["metadata.namespace".into(), r"metadata.labels.kubernetes\.io/service-name".into()],
+            vec!["metadata.managedFields".into()],
+        )
+        .unwrap()
+    }
+
+    fn names(objects: &[Arc<Value>]) -> Vec<String> {
+        objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap_or_default().to_string()).collect()
+    }
+
+    #[test]
+    fn objects_are_found_by_a_label_whose_key_contains_dots() {
+        let store = slices_store();
+        store.apply(slice("shop", "web-abc", "web")).unwrap();
+        store.apply(slice("shop", "web-def", "web")).unwrap();
+        store.apply(slice("shop", "api-xyz", "api")).unwrap();
+        assert_eq!(names(&store.fetch(&["shop", "web"]).unwrap()), ["web-abc", "web-def"]);
+        assert_eq!(names(&store.fetch(&["shop", "api"]).unwrap()), ["api-xyz"]);
+        assert!(store.fetch(&["shop", "nope"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_prefix_key_fetches_every_object_under_it() {
+        let store = slices_store();
+        store.apply(slice("a", "one", "x")).unwrap();
+        store.apply(slice("b", "two", "y")).unwrap();
+        store.apply(slice("b", "three", "z")).unwrap();
+        assert_eq!(store.fetch(&["b"]).unwrap().len(), 2);
+        assert_eq!(store.fetch(&[]).unwrap().len(), 3);
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.fetch(&["b"]).unwrap().len(), 2);
+        assert_eq!(snapshot.fetch_range(&["a"]).unwrap(), 0..1);
+    }
+
+    #[test]
+    fn more_keys_than_index_fields_is_an_error_naming_the_fields() {
+        let store = slices_store();
+        let err = store.fetch(&["a", "b", "c"]).unwrap_err();
+        assert!(err.to_string().contains("metadata.namespace"), "{err}");
+        assert!(store.snapshot().fetch(&["a", "b", "c"]).is_err());
+    }
+
+    #[test]
+    fn get_single_refuses_two_matches_and_allows_none() {
+        let store = slices_store();
+        store.apply(slice("shop", "web-abc", "web")).unwrap();
+        assert_eq!(names(&[store.get_single(&["shop", "web"]).unwrap().unwrap()]), ["web-abc"]);
+        store.apply(slice("shop", "web-def", "web")).unwrap();
+        let err = store.get_single(&["shop", "web"]).unwrap_err();
+        assert!(matches!(err, StoreError::NotSingle { count: 2, .. }), "{err}");
+        assert!(store.snapshot().get_single(&["shop", "web"]).is_err());
+        assert!(store.get_single(&["shop", "none"]).unwrap().is_none());
+    }
+
+    #[test]
+    fn ignored_fields_are_stripped_and_whole_floats_become_integers() {
+        let store = slices_store();
+        store.apply(slice("shop", "web-abc", "web")).unwrap();
+        let stored = store.list().pop().unwrap();
+        assert!(stored["metadata"].get("managedFields").is_none());
+        assert!(stored["ports"][0]["port"].is_i64(), "{}", stored["ports"][0]["port"]);
+        assert_eq!(stored["ports"][0]["port"].to_string(), "8080");
+    }
+
+    #[test]
+    fn a_fractional_float_stays_a_float() {
+        let mut value = json!({"weight": 0.5, "big": 1e300});
+        normalise_numbers(&mut value);
+        assert!(value["weight"].is_f64());
+        assert!(value["big"].is_f64());
+    }
+
+    #[test]
+    fn list_order_is_key_then_namespace_then_name_whatever_the_insert_order() {
+        let objects = vec![
+            slice("b", "z", "svc1"),
+            slice("a", "y", "svc2"),
+            slice("a", "x", "svc2"),
+            slice("a", "w", "svc1"),
+        ];
+        let forward = slices_store();
+        let backward = slices_store();
+        for o in objects.iter().cloned() {
+            forward.apply(o).unwrap();
+        }
+        for o in objects.iter().rev().cloned() {
+            backward.apply(o).unwrap();
+        }
+        let order = names(&forward.list());
+        assert_eq!(order, names(&backward.list()));
+        let keys: Vec<EntryKey> = forward.snapshot().entries().iter().map(|e| e.key().clone()).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert_eq!(order, ["w", "x", "y", "z"]);
+    }
+
+    #[test]
+    fn apply_replaces_by_identity_even_when_the_key_changes() {
+        let store = slices_store();
+        assert_eq!(store.apply(slice("shop", "s1", "web")).unwrap(), StoreChange::Added);
+        assert_eq!(store.apply(slice("shop", "s1", "web")).unwrap(), StoreChange::Unchanged);
+        assert_eq!(store.apply(slice("shop", "s1", "api")).unwrap(), StoreChange::Updated);
+        assert_eq!(store.len(), 1);
+        assert!(store.fetch(&["shop", "web"]).unwrap().is_empty());
+        assert!(store.delete(&slice("shop", "s1", "whatever")));
+        assert!(store.is_empty());
+        assert!(!store.delete_ref(&ObjectRef::new("shop", "s1")));
+    }
+
+    #[test]
+    fn replace_all_swaps_content_and_reports_nameless_objects() {
+        let store = slices_store();
+        store.apply(slice("old", "gone", "x")).unwrap();
+        let rejected = store.replace_all(vec![slice("new", "a", "x"), json!({"metadata": {}})]);
+        assert_eq!(rejected.len(), 1);
+        assert!(rejected[0].to_string().contains("endpointslices"));
+        assert_eq!(names(&store.list()), ["a"]);
+    }
+
+    #[test]
+    fn a_snapshot_is_cached_until_the_store_changes() {
+        let store = slices_store();
+        store.apply(slice("a", "one", "x")).unwrap();
+        let first = store.snapshot();
+        assert!(Arc::ptr_eq(&first, &store.snapshot()));
+        store.apply(slice("a", "two", "x")).unwrap();
+        let second = store.snapshot();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!((first.len(), second.len()), (1, 2));
+    }
+
+    #[test]
+    fn overlay_snapshots_leave_the_store_untouched() {
+        let store = slices_store();
+        store.apply(slice("a", "one", "x")).unwrap();
+        let with = store.snapshot_with_applied(slice("a", "two", "x")).unwrap();
+        let without = store.snapshot_with_deleted(&ObjectRef::new("a", "one"));
+        assert_eq!((with.len(), without.len(), store.len()), (2, 0, 1));
+        let replaced = store.snapshot_with_applied(slice("a", "one", "y")).unwrap();
+        assert_eq!(replaced.len(), 1);
+        assert!(replaced.fetch(&["a", "x"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn readers_see_consistent_snapshots_while_a_writer_applies() {
+        let store = Arc::new(slices_store());
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                let done = Arc::clone(&done);
+                std::thread::spawn(move || {
+                    let mut observed = 0usize;
+                    let mut reads = 0usize;
+                    while !done.load(Ordering::Acquire) {
+                        let snapshot = store.snapshot();
+                        let keys: Vec<&EntryKey> = snapshot.entries().iter().map(|e| e.key()).collect();
+                        assert!(keys.windows(2).all(|w| w[0] < w[1]), "snapshot out of order");
+                        // Objects only ever get added, so a later view never shrinks.
+                        assert!(snapshot.len() >= observed, "snapshot went back in time");
+                        observed = snapshot.len();
+                        let _ = store.fetch(&["ns"]).map(|found| found.len());
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        for i in 0..5_000 {
+            store.apply(slice("ns", &format!("slice-{i:05}"), &format!("svc-{}", i % 50))).unwrap();
+        }
+        done.store(true, Ordering::Release);
+        for reader in readers {
+            assert!(reader.join().unwrap() > 0);
+        }
+        assert_eq!(store.len(), 5_000);
+        assert_eq!(store.fetch(&["ns", "svc-7"]).unwrap().len(), 100);
+    }
+}

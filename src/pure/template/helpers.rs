@@ -1,0 +1,649 @@
+//! The stateless template helpers: collections (`sort_by`, `group_by`, `join`, `keys`,
+//! `first`, `last`, `dig`, `default`/`fallback`, `seq`), strings (`lower`, `upper`,
+//! `replace`, `trim`, `contains`, `starts_with`, `ends_with`, `split`, `concat`,
+//! `regex_match`, `regex_replace`, `glob_match`, `sanitize`, `indent`), encodings
+//! (`b64decode`, `b64encode`, `to_json`, `to_int`), arithmetic (`add`, `sub`, `mul`, `div`,
+//! `mod`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
+//! handlebars' own `eq`, `ne`, `lt`, `lte`, `gt`, `gte`, `and`, `or`, `not` and `len` are
+//! used as they are.
+//!
+//! Every helper returns a value (so it composes as a subexpression) and reports misuse as a
+//! [`HelperFailure`] whose message names the helper and the argument.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use base64::Engine;
+use handlebars::{
+    Context, Handlebars, Helper, HelperDef, RenderContext, RenderError, RenderErrorReason, ScopedJson,
+};
+use regex::Regex;
+use serde_json::{Map, Number, Value};
+
+/// Why a helper refused to produce a value. Carried through handlebars as a nested error
+/// and turned into a [`TemplateError`](super::TemplateError) with the template position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HelperFailure {
+    /// Misuse: wrong argument types, unknown store, bad regex, ...
+    #[error("{0}")]
+    Misuse(String),
+    /// The template called `fail`; the text is the author's, unchanged.
+    #[error("{0}")]
+    Fail(String),
+    /// The render ran past its time limit.
+    #[error("render time limit exceeded")]
+    TimeLimit,
+}
+
+impl From<HelperFailure> for RenderError {
+    fn from(failure: HelperFailure) -> RenderError {
+        RenderErrorReason::NestedError(Box::new(failure)).into()
+    }
+}
+
+pub(crate) fn misuse(message: impl Into<String>) -> HelperFailure {
+    HelperFailure::Misuse(message.into())
+}
+
+/// Typed access to one helper call's arguments.
+pub(crate) struct Args<'h, 'rc> {
+    pub name: &'static str,
+    pub helper: &'h Helper<'rc>,
+}
+
+impl<'h, 'rc> Args<'h, 'rc> {
+    pub fn count(&self) -> usize {
+        self.helper.params().len()
+    }
+
+    /// Argument `index` (0-based); an error when it was not given or names an undefined
+    /// variable.
+    pub fn value(&self, index: usize) -> Result<&'h Value, HelperFailure> {
+        let param = self
+            .helper
+            .param(index)
+            .ok_or_else(|| misuse(format!("{} needs at least {} argument(s)", self.name, index + 1)))?;
+        if param.is_value_missing() {
+            let what = param.relative_path().map(|p| format!(" (`{p}`)")).unwrap_or_default();
+            return Err(misuse(format!("argument {} of {}{what} is not defined", index + 1, self.name)));
+        }
+        Ok(param.value())
+    }
+
+    /// Argument `index` if given, defined and not null.
+    pub fn optional(&self, index: usize) -> Option<&'h Value> {
+        self.helper.param(index).filter(|p| !p.is_value_missing()).map(|p| p.value()).filter(|v| !v.is_null())
+    }
+
+    /// Argument `index` as text: strings as they are, numbers and booleans printed, null as
+    /// the empty string.
+    pub fn text(&self, index: usize) -> Result<Cow<'h, str>, HelperFailure> {
+        let value = self.value(index)?;
+        as_text(value).ok_or_else(|| {
+            misuse(format!("argument {} of {} must be text, not {}", index + 1, self.name, kind_of(value)))
+        })
+    }
+
+    pub fn int(&self, index: usize) -> Result<i64, HelperFailure> {
+        let value = self.value(index)?;
+        as_int(value).ok_or_else(|| {
+            misuse(format!("argument {} of {} must be an integer, not {}", index + 1, self.name, describe(value)))
+        })
+    }
+
+    /// Argument `index` as a list; null counts as the empty list.
+    pub fn list(&self, index: usize) -> Result<&'h [Value], HelperFailure> {
+        match self.value(index)? {
+            Value::Array(items) => Ok(items),
+            Value::Null => Ok(&[]),
+            other => Err(misuse(format!("argument {} of {} must be a list, not {}", index + 1, self.name, kind_of(other)))),
+        }
+    }
+
+    pub fn hash_bool(&self, key: &str) -> bool {
+        self.helper.hash_get(key).is_some_and(|v| v.value().as_bool().unwrap_or(false))
+    }
+}
+
+pub(crate) fn as_text(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::String(text) => Some(Cow::Borrowed(text)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        Value::Bool(b) => Some(Cow::Owned(b.to_string())),
+        Value::Null => Some(Cow::Borrowed("")),
+        Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+fn as_int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64)),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(text) => format!("'{text}'"),
+        Value::Number(n) => n.to_string(),
+        other => kind_of(other).to_string(),
+    }
+}
+
+/// A helper defined by a plain function over its arguments.
+struct FnHelper {
+    name: &'static str,
+    run: fn(&Args<'_, '_>) -> Result<Value, HelperFailure>,
+}
+
+impl HelperDef for FnHelper {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let args = Args { name: self.name, helper };
+        Ok(ScopedJson::Derived((self.run)(&args)?))
+    }
+}
+
+/// `regex_match text pattern` and `regex_replace text pattern replacement`, with compiled
+/// patterns cached across renders (patterns are almost always literals in templates).
+struct RegexHelper {
+    name: &'static str,
+    replace: bool,
+    cache: Arc<Mutex<HashMap<String, Arc<Regex>>>>,
+}
+
+/// Enough for every literal pattern of a large template set; a runaway set of dynamic
+/// patterns just resets the cache.
+const REGEX_CACHE_LIMIT: usize = 512;
+
+impl RegexHelper {
+    fn compiled(&self, pattern: &str) -> Result<Arc<Regex>, HelperFailure> {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = cache.get(pattern) {
+            return Ok(Arc::clone(found));
+        }
+        let regex = Regex::new(pattern)
+            .map_err(|err| misuse(format!("{}: pattern '{pattern}' is invalid: {err}", self.name)))?;
+        if cache.len() >= REGEX_CACHE_LIMIT {
+            cache.clear();
+        }
+        let regex = Arc::new(regex);
+        cache.insert(pattern.to_string(), Arc::clone(&regex));
+        Ok(regex)
+    }
+}
+
+impl HelperDef for RegexHelper {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let args = Args { name: self.name, helper };
+        let text = args.text(0)?;
+        let regex = self.compiled(&args.text(1)?)?;
+        let result = if self.replace {
+            Value::String(regex.replace_all(&text, args.text(2)?.as_ref()).into_owned())
+        } else {
+            Value::Bool(regex.is_match(&text))
+        };
+        Ok(ScopedJson::Derived(result))
+    }
+}
+
+/// Names of the helpers handlebars itself provides and haptor relies on.
+pub(crate) const BUILTIN_HELPERS: &[&str] = &[
+    "if", "unless", "each", "with", "lookup", "raw", "log", "eq", "ne", "gt", "gte", "lt", "lte", "and", "or",
+    "not", "len",
+];
+
+type HelperFn = fn(&Args<'_, '_>) -> Result<Value, HelperFailure>;
+
+const FN_HELPERS: &[(&str, HelperFn)] = &[
+    ("sort_by", sort_by),
+    ("group_by", group_by),
+    ("join", join),
+    ("keys", keys),
+    ("first", first),
+    ("last", last),
+    ("default", default),
+    ("fallback", default),
+    ("dig", dig),
+    ("seq", seq),
+    ("lower", |a| Ok(Value::String(a.text(0)?.to_lowercase()))),
+    ("upper", |a| Ok(Value::String(a.text(0)?.to_uppercase()))),
+    ("trim", |a| Ok(Value::String(a.text(0)?.trim().to_string()))),
+    ("replace", |a| Ok(Value::String(a.text(0)?.replace(a.text(1)?.as_ref(), a.text(2)?.as_ref())))),
+    ("contains", contains),
+    ("starts_with", |a| Ok(Value::Bool(a.text(0)?.starts_with(a.text(1)?.as_ref())))),
+    ("ends_with", |a| Ok(Value::Bool(a.text(0)?.ends_with(a.text(1)?.as_ref())))),
+    ("split", split),
+    ("concat", concat),
+    ("glob_match", |a| Ok(Value::Bool(glob_match(&a.text(1)?, &a.text(0)?)))),
+    ("sanitize", |a| Ok(Value::String(sanitize(&a.text(0)?)))),
+    ("indent", indent),
+    ("b64decode", b64decode),
+    ("b64encode", |a| Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(a.text(0)?.as_bytes())))),
+    ("to_json", to_json),
+    ("to_int", |a| Ok(Value::from(a.int(0)?))),
+    ("add", |a| arithmetic(a, i64::checked_add, |x, y| x + y)),
+    ("sub", |a| arithmetic(a, i64::checked_sub, |x, y| x - y)),
+    ("mul", |a| arithmetic(a, i64::checked_mul, |x, y| x * y)),
+    ("div", |a| arithmetic(a, i64::checked_div, |x, y| x / y)),
+    ("mod", |a| arithmetic(a, i64::checked_rem, |x, y| x % y)),
+    ("fail", |a| Err(HelperFailure::Fail(a.text(0)?.into_owned()))),
+];
+
+/// Every helper name this module registers.
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    FN_HELPERS.iter().map(|(name, _)| *name).chain(["regex_match", "regex_replace"])
+}
+
+/// Registers every stateless helper.
+pub(crate) fn register(registry: &mut Handlebars<'static>) {
+    for (name, run) in FN_HELPERS {
+        registry.register_helper(name, Box::new(FnHelper { name, run: *run }));
+    }
+    let cache = Arc::new(Mutex::new(HashMap::new()));
+    registry.register_helper(
+        "regex_match",
+        Box::new(RegexHelper { name: "regex_match", replace: false, cache: Arc::clone(&cache) }),
+    );
+    registry.register_helper("regex_replace", Box::new(RegexHelper { name: "regex_replace", replace: true, cache }));
+}
+
+/// Splits a dotted field path (`metadata.labels.app`, `spec.ports[0].port`,
+/// `metadata.labels.kubernetes\.io/name`) into its segments.
+pub(crate) fn path_segments(path: &str) -> Vec<String> {
+    let path = path.strip_prefix('$').unwrap_or(path);
+    let path = path.strip_prefix('.').unwrap_or(path);
+    let mut segments = Vec::new();
+    let mut current = String::new();
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            '.' => segments.push(std::mem::take(&mut current)),
+            '[' => {
+                if !current.is_empty() {
+                    segments.push(std::mem::take(&mut current));
+                }
+                let inner: String = chars.by_ref().take_while(|c| *c != ']').collect();
+                segments.push(inner.trim_matches(|c| c == '\'' || c == '"').to_string());
+                // A `.` right after `]` starts the next segment, not an empty one.
+                let rest = chars.as_str();
+                if let Some(after) = rest.strip_prefix('.') {
+                    chars = after.chars();
+                }
+            }
+            other => current.push(other),
+        }
+    }
+    if !current.is_empty() || segments.is_empty() {
+        segments.push(current);
+    }
+    segments.retain(|s| !s.is_empty());
+    segments
+}
+
+/// Walks `segments` down objects (by key) and arrays (by numeric index).
+pub(crate) fn walk<'v, S: AsRef<str>>(mut value: &'v Value, segments: &[S]) -> Option<&'v Value> {
+    for segment in segments {
+        let segment = segment.as_ref();
+        value = match value {
+            Value::Object(map) => map.get(segment)?,
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// A total order over JSON values: null < booleans < numbers < text < lists < objects.
+fn compare(a: &Value, b: &Value) -> Ordering {
+    fn rank(v: &Value) -> u8 {
+        match v {
+            Value::Null => 0,
+            Value::Bool(_) => 1,
+            Value::Number(_) => 2,
+            Value::String(_) => 3,
+            Value::Array(_) => 4,
+            Value::Object(_) => 5,
+        }
+    }
+    match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            _ => x.as_f64().unwrap_or(0.0).total_cmp(&y.as_f64().unwrap_or(0.0)),
+        },
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::Array(x), Value::Array(y)) => {
+            x.iter().zip(y).map(|(p, q)| compare(p, q)).find(|o| o.is_ne()).unwrap_or(x.len().cmp(&y.len()))
+        }
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+static NULL: Value = Value::Null;
+
+/// `sort_by list "field.path" ["other.field:desc" ...]`: a stable sort by one or more
+/// fields; `:desc` reverses a field. Missing fields sort first.
+fn sort_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    if args.count() < 2 {
+        return Err(misuse("sort_by needs a list and at least one field path"));
+    }
+    let mut keys = Vec::with_capacity(args.count() - 1);
+    for index in 1..args.count() {
+        let spec = args.text(index)?;
+        let (path, descending) = match spec.strip_suffix(":desc") {
+            Some(path) => (path, true),
+            None => (spec.strip_suffix(":asc").unwrap_or(&spec), false),
+        };
+        keys.push((path_segments(path), descending));
+    }
+    let mut sorted: Vec<&Value> = items.iter().collect();
+    sorted.sort_by(|a, b| {
+        keys.iter()
+            .map(|(path, descending)| {
+                let order = compare(walk(a, path).unwrap_or(&NULL), walk(b, path).unwrap_or(&NULL));
+                if *descending { order.reverse() } else { order }
+            })
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+    });
+    Ok(Value::Array(sorted.into_iter().cloned().collect()))
+}
+
+/// `group_by list "field.path"`: an object from each field value (as text) to the items
+/// holding it, in their original order. Keys come out sorted.
+fn group_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let path = path_segments(&args.text(1)?);
+    let mut groups: std::collections::BTreeMap<String, Vec<Value>> = std::collections::BTreeMap::new();
+    for item in items {
+        let key = walk(item, &path).and_then(as_text).unwrap_or_default().into_owned();
+        groups.entry(key).or_default().push(item.clone());
+    }
+    Ok(Value::Object(groups.into_iter().map(|(key, members)| (key, Value::Array(members))).collect::<Map<_, _>>()))
+}
+
+/// `join list [separator]`: items printed and joined (default separator `,`).
+fn join(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let separator = if args.count() > 1 { args.text(1)?.into_owned() } else { ",".to_string() };
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(&separator);
+        }
+        match as_text(item) {
+            Some(text) => out.push_str(&text),
+            None => out.push_str(&item.to_string()),
+        }
+    }
+    Ok(Value::String(out))
+}
+
+/// `keys object`: its keys, sorted. Null gives the empty list.
+fn keys(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    match args.value(0)? {
+        Value::Object(map) => Ok(Value::Array(map.keys().cloned().map(Value::String).collect())),
+        Value::Null => Ok(Value::Array(Vec::new())),
+        other => Err(misuse(format!("keys needs an object, not {}", kind_of(other)))),
+    }
+}
+
+fn first(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    Ok(args.list(0)?.first().cloned().unwrap_or(Value::Null))
+}
+
+fn last(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    Ok(args.list(0)?.last().cloned().unwrap_or(Value::Null))
+}
+
+/// `default value fallback...` (alias `fallback`): the first argument that is defined and
+/// not null. Undefined variables are allowed here even in strict mode.
+fn default(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    if args.count() < 2 {
+        return Err(misuse(format!("{} needs a value and a fallback", args.name)));
+    }
+    Ok((0..args.count()).find_map(|i| args.optional(i)).cloned().unwrap_or(Value::Null))
+}
+
+/// `dig object "a" "b" 0 "c"`: the nested value, or null when any step is missing.
+fn dig(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let Some(mut value) = args.optional(0) else {
+        return Ok(Value::Null);
+    };
+    for index in 1..args.count() {
+        let step = args.text(index)?;
+        match walk(value, &[step]) {
+            Some(next) => value = next,
+            None => return Ok(Value::Null),
+        }
+    }
+    Ok(value.clone())
+}
+
+/// The longest list `seq` builds; guards against a typo rendering gigabytes.
+const SEQ_LIMIT: i64 = 100_000;
+
+/// `seq n` gives `0..n`; `seq start end` gives `start..end` (end excluded).
+fn seq(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let (start, end) = if args.count() > 1 { (args.int(0)?, args.int(1)?) } else { (0, args.int(0)?) };
+    if end.saturating_sub(start) > SEQ_LIMIT {
+        return Err(misuse(format!("seq would build more than {SEQ_LIMIT} numbers")));
+    }
+    Ok(Value::Array((start..end).map(Value::from).collect()))
+}
+
+/// `contains haystack needle`: substring for text, membership for lists, key for objects.
+fn contains(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let haystack = args.value(0)?;
+    let found = match haystack {
+        Value::Array(items) => {
+            let needle = args.value(1)?;
+            items.iter().any(|item| item == needle)
+        }
+        Value::Object(map) => map.contains_key(args.text(1)?.as_ref()),
+        _ => args.text(0)?.contains(args.text(1)?.as_ref()),
+    };
+    Ok(Value::Bool(found))
+}
+
+fn split(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let text = args.text(0)?;
+    let separator = args.text(1)?;
+    if text.is_empty() {
+        return Ok(Value::Array(Vec::new()));
+    }
+    if separator.is_empty() {
+        return Err(misuse("split needs a non-empty separator"));
+    }
+    Ok(Value::Array(text.split(separator.as_ref()).map(|part| Value::String(part.to_string())).collect()))
+}
+
+fn concat(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let mut out = String::new();
+    for index in 0..args.count() {
+        out.push_str(&args.text(index)?);
+    }
+    Ok(Value::String(out))
+}
+
+/// Replaces every character HAProxy does not accept in a section or server name
+/// (anything but ASCII letters, digits, `-`, `_`, `.`, `:`) with `_`.
+pub(crate) fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':') { c } else { '_' })
+        .collect()
+}
+
+/// Shell-style matching: `*` any run of characters, `?` exactly one.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    let (mut p, mut t) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            backtrack = Some((p, t));
+            p += 1;
+        } else if let Some((star, matched)) = backtrack {
+            p = star + 1;
+            t = matched + 1;
+            backtrack = Some((star, matched + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
+/// The widest indent accepted; anything larger is a template bug.
+const INDENT_LIMIT: i64 = 256;
+
+/// `indent n text`: prefixes every non-empty line of `text` with `n` spaces.
+fn indent(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let width = args.int(0)?;
+    if !(0..=INDENT_LIMIT).contains(&width) {
+        return Err(misuse(format!("indent width must be between 0 and {INDENT_LIMIT}, not {width}")));
+    }
+    let pad = " ".repeat(width as usize);
+    let text = args.text(1)?;
+    let mut out = String::with_capacity(text.len() + pad.len() * 8);
+    for line in text.split_inclusive('\n') {
+        if line != "\n" && line != "\r\n" {
+            out.push_str(&pad);
+        }
+        out.push_str(line);
+    }
+    Ok(Value::String(out))
+}
+
+/// `b64decode text`: standard base64 (padding optional) decoded to UTF-8 text, as Secret
+/// data holds it.
+fn b64decode(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let text = args.text(0)?;
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(compact.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(compact.trim_end_matches('=')))
+        .map_err(|err| misuse(format!("b64decode: the input is not valid base64: {err}")))?;
+    String::from_utf8(bytes)
+        .map(Value::String)
+        .map_err(|_| misuse("b64decode: the decoded bytes are not UTF-8 text"))
+}
+
+/// `to_json value [pretty=true]`.
+fn to_json(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let value = args.value(0)?;
+    let text = if args.hash_bool("pretty") { serde_json::to_string_pretty(value) } else { serde_json::to_string(value) };
+    text.map(Value::String).map_err(|err| misuse(format!("to_json: {err}")))
+}
+
+/// Integer arithmetic when every operand is an integer (`div` truncates), floating point
+/// otherwise; whole results are printed without a fraction.
+fn arithmetic(
+    args: &Args<'_, '_>,
+    integer: fn(i64, i64) -> Option<i64>,
+    float: fn(f64, f64) -> f64,
+) -> Result<Value, HelperFailure> {
+    let x = number(args, 0)?;
+    let y = number(args, 1)?;
+    if let (Some(a), Some(b)) = (x.as_i64(), y.as_i64()) {
+        if b == 0 && matches!(args.name, "div" | "mod") {
+            return Err(misuse(format!("{}: division by zero", args.name)));
+        }
+        return integer(a, b)
+            .map(Value::from)
+            .ok_or_else(|| misuse(format!("{}: {a} and {b} overflow a 64-bit integer", args.name)));
+    }
+    let result = float(x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+    if !result.is_finite() {
+        return Err(misuse(format!("{}: the result is not a finite number", args.name)));
+    }
+    if result.fract() == 0.0 && result.abs() < 9.0e15 {
+        return Ok(Value::from(result as i64));
+    }
+    Number::from_f64(result).map(Value::Number).ok_or_else(|| misuse(format!("{}: no result", args.name)))
+}
+
+fn number(args: &Args<'_, '_>, index: usize) -> Result<Number, HelperFailure> {
+    match args.value(index)? {
+        Value::Number(n) => Ok(n.clone()),
+        Value::String(text) => {
+            let text = text.trim();
+            text.parse::<i64>()
+                .map(Number::from)
+                .ok()
+                .or_else(|| text.parse::<f64>().ok().and_then(Number::from_f64))
+                .ok_or_else(|| misuse(format!("argument {} of {} is not a number: '{text}'", index + 1, args.name)))
+        }
+        other => Err(misuse(format!("argument {} of {} must be a number, not {}", index + 1, args.name, kind_of(other)))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_a_shell() {
+        assert!(glob_match("backends-*", "backends-010-x"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("*-x-*", "a-x-b"));
+        assert!(!glob_match("backends-*", "frontends-1"));
+        assert!(!glob_match("a?c", "ac"));
+    }
+
+    #[test]
+    fn path_segments_understand_escapes_and_brackets() {
+        assert_eq!(path_segments("metadata.name"), ["metadata", "name"]);
+        assert_eq!(path_segments(r"labels.kubernetes\.io/name"), ["labels", "kubernetes.io/name"]);
+        assert_eq!(path_segments("$.spec.ports[0].port"), ["spec", "ports", "0", "port"]);
+        assert_eq!(path_segments("a['b.c']"), ["a", "b.c"]);
+    }
+
+    #[test]
+    fn compare_orders_numbers_numerically_not_as_text() {
+        assert!(compare(&Value::from(9), &Value::from(10)).is_lt());
+        assert!(compare(&Value::from(1.5), &Value::from(1)).is_gt());
+        assert!(compare(&Value::Null, &Value::from("a")).is_lt());
+    }
+
+    #[test]
+    fn sanitize_keeps_only_haproxy_name_characters() {
+        let out = sanitize("shop/web svc:80#x");
+        assert!(out.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)), "{out}");
+        assert_eq!(out.len(), "shop/web svc:80#x".len());
+        assert!(out.contains("svc:80"));
+    }
+}

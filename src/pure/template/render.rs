@@ -1,0 +1,459 @@
+//! One render: the context built once, the per-render state the stateful helpers use, the
+//! output guard, and the translation of handlebars errors into [`TemplateError`]s.
+//!
+//! # Per-render state
+//!
+//! Helpers that need the render's data (`resources`, `fetch`, `get_single`, `path_for`,
+//! `register_file`, `render`, `render_glob`) are registered as handlebars *local* helpers on
+//! each template's `RenderContext`, holding a reference to a [`RenderState`] that lives on
+//! the stack of [`TemplateSet::render`](super::TemplateSet::render). Two renders on two
+//! threads therefore never share state, and nothing global is swapped per render.
+//!
+//! # Store data in the context
+//!
+//! Every store's objects are copied once per render into `resources.<name>` of the context,
+//! in list order. `resources` and `get_single` then return *references* into that context
+//! (handlebars `ScopedJson::Context`), so `{{#each (resources "ingresses")}}` iterates by
+//! path without cloning objects. `fetch` returns a new list (a copy of the matched objects).
+//!
+//! # Guards
+//!
+//! handlebars cannot interrupt a template mid-way. The time limit is checked between
+//! templates, in every stateful helper, and every few dozen writes to the output; a loop
+//! that writes nothing and calls no stateful helper runs to its end. The output limit
+//! counts bytes across all templates of one render and stops at the first write past it.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use handlebars::{
+    Context, Handlebars, Helper, HelperDef, HelperResult, Output, RenderContext as HbRenderContext,
+    RenderError, RenderErrorReason, Renderable, ScopedJson,
+};
+use serde_json::{Map, Value, json};
+
+use super::helpers::{Args, HelperFailure, glob_match, misuse};
+use super::{RenderContext, TemplateError};
+use crate::pure::rendered::{AuxFile, AuxKind, PathResolver};
+use crate::pure::store::{StoresSnapshot, normalise_numbers};
+
+/// Context keys haptor fills itself; `values` and `extra_context` cannot use them.
+pub(crate) const RESERVED_KEYS: &[&str] = &["resources", "paths"];
+
+/// How deep `render`/`render_glob` may nest before a snippet is assumed to include itself.
+const RENDER_DEPTH_LIMIT: usize = 32;
+
+/// Names of the helpers registered per render.
+pub(crate) const STATEFUL_HELPERS: &[&str] =
+    &["resources", "fetch", "get_single", "path_for", "register_file", "render", "render_glob"];
+
+/// Builds the one handlebars context of a render.
+pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateError> {
+    let mut root = Map::new();
+    let mut resources = Map::new();
+    for (name, snapshot) in input.stores.iter() {
+        let objects = snapshot.objects().map(|object| (**object).clone()).collect();
+        resources.insert(name.to_string(), Value::Array(objects));
+    }
+    root.insert("resources".to_string(), Value::Object(resources));
+    let paths = &input.path_resolver;
+    root.insert(
+        "paths".to_string(),
+        json!({
+            "base_dir": paths.base_dir,
+            "maps_dir": paths.maps_dir,
+            "files_dir": paths.files_dir,
+            "certs_dir": paths.certs_dir,
+        }),
+    );
+    for (key, value) in &input.values {
+        if RESERVED_KEYS.contains(&key.as_str()) {
+            return Err(TemplateError::Context { message: format!("the context value '{key}' is reserved for haptor") });
+        }
+        let mut value = value.clone();
+        normalise_numbers(&mut value);
+        root.insert(key.clone(), value);
+    }
+    match &input.extra_context {
+        Value::Null => {}
+        Value::Object(extra) => {
+            for (key, value) in extra {
+                if RESERVED_KEYS.contains(&key.as_str()) || input.values.contains_key(key) {
+                    return Err(TemplateError::Context {
+                        message: format!("extraContext key '{key}' collides with a built-in context value; rename it"),
+                    });
+                }
+                let mut value = value.clone();
+                normalise_numbers(&mut value);
+                root.insert(key.clone(), value);
+            }
+        }
+        other => {
+            return Err(TemplateError::Context {
+                message: format!("extraContext must be an object, not {}", json_kind(other)),
+            });
+        }
+    }
+    Ok(Context::from(Value::Object(root)))
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// What one render's stateful helpers read and write.
+pub(crate) struct RenderState<'a> {
+    stores: &'a StoresSnapshot,
+    paths: &'a PathResolver,
+    snippets: &'a [String],
+    deadline: Instant,
+    pub(crate) time_limit: Duration,
+    timed_out: AtomicBool,
+    depth: AtomicUsize,
+    /// Files added with `register_file`, by relative path.
+    registered: Mutex<BTreeMap<String, AuxFile>>,
+}
+
+impl<'a> RenderState<'a> {
+    pub(crate) fn new(input: &'a RenderContext, snippets: &'a [String], time_limit: Duration) -> RenderState<'a> {
+        RenderState {
+            stores: &input.stores,
+            paths: &input.path_resolver,
+            snippets,
+            deadline: Instant::now() + time_limit,
+            time_limit,
+            timed_out: AtomicBool::new(false),
+            depth: AtomicUsize::new(0),
+            registered: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Records and reports an expired deadline.
+    pub(crate) fn expired(&self) -> bool {
+        if self.timed_out.load(Ordering::Relaxed) {
+            return true;
+        }
+        let expired = Instant::now() >= self.deadline;
+        if expired {
+            self.timed_out.store(true, Ordering::Relaxed);
+        }
+        expired
+    }
+
+    fn check_time(&self) -> Result<(), HelperFailure> {
+        if self.expired() { Err(HelperFailure::TimeLimit) } else { Ok(()) }
+    }
+
+    pub(crate) fn into_registered(self) -> BTreeMap<String, AuxFile> {
+        self.registered.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Installs the stateful helpers on one template's render context.
+    pub(crate) fn install<'reg: 'rc, 'rc>(&'rc self, rc: &mut HbRenderContext<'reg, 'rc>) {
+        rc.register_local_helper("resources", Box::new(StoreHelper { state: self, op: StoreOp::Resources }));
+        rc.register_local_helper("fetch", Box::new(StoreHelper { state: self, op: StoreOp::Fetch }));
+        rc.register_local_helper("get_single", Box::new(StoreHelper { state: self, op: StoreOp::GetSingle }));
+        rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
+        rc.register_local_helper("register_file", Box::new(RegisterFile { state: self }));
+        rc.register_local_helper("render", Box::new(RenderSnippets { state: self, glob: false }));
+        rc.register_local_helper("render_glob", Box::new(RenderSnippets { state: self, glob: true }));
+    }
+
+    fn store_names(&self) -> String {
+        let names: Vec<&str> = self.stores.names().collect();
+        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum StoreOp {
+    Resources,
+    Fetch,
+    GetSingle,
+}
+
+/// `resources "name"`, `fetch "name" key...`, `get_single "name" key...`.
+struct StoreHelper<'s> {
+    state: &'s RenderState<'s>,
+    op: StoreOp,
+}
+
+impl HelperDef for StoreHelper<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let name = match self.op {
+            StoreOp::Resources => "resources",
+            StoreOp::Fetch => "fetch",
+            StoreOp::GetSingle => "get_single",
+        };
+        self.state.check_time()?;
+        let args = Args { name, helper };
+        let store = args.text(0)?;
+        let snapshot = self.state.stores.get(&store).ok_or_else(|| {
+            misuse(format!("no watched resource named '{store}' (known: {})", self.state.store_names()))
+        })?;
+        // The list `build_context` copied this store into, in the snapshot's order.
+        let in_context_value =
+            ctx.data().get("resources").and_then(|r| r.get(store.as_ref())).filter(|list| list.is_array());
+        let in_context = in_context_value.and_then(Value::as_array);
+        let keys: Vec<String> =
+            (1..args.count()).map(|i| args.text(i).map(|k| k.into_owned())).collect::<Result<_, _>>()?;
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let store_error = |err: crate::pure::store::StoreError| misuse(err.to_string());
+        let result = match self.op {
+            StoreOp::Resources => match in_context_value {
+                Some(list) => ScopedJson::Context(list, vec!["resources".to_string(), store.into_owned()]),
+                None => ScopedJson::Derived(Value::Array(snapshot.objects().map(|o| (**o).clone()).collect())),
+            },
+            StoreOp::Fetch => {
+                let range = snapshot.fetch_range(&keys).map_err(store_error)?;
+                ScopedJson::Derived(Value::Array(
+                    snapshot.entries()[range].iter().map(|e| (**e.object()).clone()).collect(),
+                ))
+            }
+            StoreOp::GetSingle => match snapshot.single_position(&keys).map_err(store_error)? {
+                None => ScopedJson::Derived(Value::Null),
+                Some(at) => match in_context.and_then(|list| list.get(at)) {
+                    Some(object) => {
+                        ScopedJson::Context(object, vec!["resources".to_string(), store.into_owned(), at.to_string()])
+                    }
+                    None => ScopedJson::Derived((**snapshot.entries()[at].object()).clone()),
+                },
+            },
+        };
+        Ok(result)
+    }
+}
+
+/// `path_for "name" "map|file|cert|crt-list"`: the path relative to `default-path origin`.
+struct PathFor<'s> {
+    state: &'s RenderState<'s>,
+}
+
+fn parse_kind(helper: &str, kind: &str) -> Result<AuxKind, HelperFailure> {
+    AuxKind::parse(kind)
+        .ok_or_else(|| misuse(format!("{helper}: unknown file kind '{kind}' (expected map, file, cert or crt-list)")))
+}
+
+impl HelperDef for PathFor<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let args = Args { name: "path_for", helper };
+        let name = args.text(0)?;
+        let kind = parse_kind("path_for", &args.text(1)?)?;
+        Ok(ScopedJson::Derived(Value::String(self.state.paths.path(kind, &name))))
+    }
+}
+
+/// `register_file "kind" "name" content`: adds an auxiliary file to this render and
+/// returns its relative path. Registering equal content twice is fine; different content
+/// under the same path is an error.
+struct RegisterFile<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for RegisterFile<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let args = Args { name: "register_file", helper };
+        let kind = parse_kind("register_file", &args.text(0)?)?;
+        let name = args.text(1)?.into_owned();
+        let content = args.text(2)?.into_owned();
+        let path = self.state.paths.path(kind, &name);
+        let mut registered = self.state.registered.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(existing) = registered.get(&path) {
+            if existing.content != content {
+                return Err(misuse(format!(
+                    "register_file: {path} was already registered (as {} '{}') with different content",
+                    existing.kind, existing.name
+                ))
+                .into());
+            }
+        } else {
+            registered.insert(path.clone(), AuxFile { kind, name, path: path.clone(), content });
+        }
+        Ok(ScopedJson::Derived(Value::String(path)))
+    }
+}
+
+/// `render "snippet"` and `render_glob "pattern"`: render snippets chosen at render time,
+/// in the current scope, in name order.
+struct RenderSnippets<'s> {
+    state: &'s RenderState<'s>,
+    glob: bool,
+}
+
+impl HelperDef for RenderSnippets<'_> {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        registry: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut HbRenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let name = if self.glob { "render_glob" } else { "render" };
+        let args = Args { name, helper };
+        let wanted = args.text(0)?;
+        let chosen: Vec<&String> = if self.glob {
+            self.state.snippets.iter().filter(|s| glob_match(&wanted, s)).collect()
+        } else {
+            let found = self.state.snippets.iter().find(|s| **s == wanted).ok_or_else(|| {
+                misuse(format!("no template snippet named '{wanted}' (known: {})", self.state.snippets.join(", ")))
+            })?;
+            vec![found]
+        };
+        let depth = self.state.depth.fetch_add(1, Ordering::Relaxed);
+        let result = if depth >= RENDER_DEPTH_LIMIT {
+            Err(misuse(format!(
+                "{name} '{wanted}' nests deeper than {RENDER_DEPTH_LIMIT} levels; does a snippet render itself?"
+            ))
+            .into())
+        } else {
+            self.render_each(&chosen, registry, ctx, rc, out)
+        };
+        self.state.depth.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+}
+
+impl RenderSnippets<'_> {
+    fn render_each<'reg: 'rc, 'rc>(
+        &self,
+        chosen: &[&String],
+        registry: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut HbRenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let current = rc.get_current_template_name();
+        for snippet in chosen {
+            self.state.check_time()?;
+            let template = registry
+                .get_template(snippet)
+                .ok_or_else(|| RenderError::from(RenderErrorReason::PartialNotFound(snippet.to_string())))?;
+            let result = template.render(registry, ctx, rc, out);
+            rc.set_current_template_name(current);
+            result?;
+        }
+        Ok(())
+    }
+}
+
+/// Why an output stopped accepting writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trip {
+    Size,
+    Time,
+}
+
+/// Collects one template's output, enforcing the shared byte budget and the deadline.
+pub(crate) struct GuardedOutput<'s> {
+    pub(crate) text: String,
+    pub(crate) remaining: usize,
+    pub(crate) tripped: Option<Trip>,
+    writes: u32,
+    state: &'s RenderState<'s>,
+}
+
+/// Check the clock once per this many writes (a clock read costs about as much as a write).
+const WRITES_PER_CLOCK_CHECK: u32 = 64;
+
+impl<'s> GuardedOutput<'s> {
+    pub(crate) fn new(state: &'s RenderState<'s>, remaining: usize) -> GuardedOutput<'s> {
+        GuardedOutput { text: String::new(), remaining, tripped: None, writes: 0, state }
+    }
+}
+
+impl Output for GuardedOutput<'_> {
+    fn write(&mut self, segment: &str) -> Result<(), io::Error> {
+        if segment.len() > self.remaining {
+            self.tripped = Some(Trip::Size);
+            return Err(io::Error::other("output size limit exceeded"));
+        }
+        self.remaining -= segment.len();
+        self.text.push_str(segment);
+        self.writes = self.writes.wrapping_add(1);
+        if self.writes.is_multiple_of(WRITES_PER_CLOCK_CHECK) && self.state.expired() {
+            self.tripped = Some(Trip::Time);
+            return Err(io::Error::other("render time limit exceeded"));
+        }
+        Ok(())
+    }
+
+    fn write_fmt(&mut self, args: std::fmt::Arguments<'_>) -> Result<(), io::Error> {
+        match args.as_str() {
+            Some(text) => self.write(text),
+            None => self.write(&args.to_string()),
+        }
+    }
+}
+
+/// Turns a handlebars render error into a [`TemplateError`] naming where it happened.
+pub(crate) fn convert_render_error(
+    err: RenderError,
+    top_template: &str,
+    tripped: Option<Trip>,
+    state: &RenderState<'_>,
+    output_limit: usize,
+) -> TemplateError {
+    let template = err.template_name.clone().unwrap_or_else(|| top_template.to_string());
+    let (line, column) = (err.line_no, err.column_no);
+    if tripped == Some(Trip::Size) {
+        return TemplateError::OutputLimit { template, limit_bytes: output_limit };
+    }
+    let timed_out = || TemplateError::TimeLimit { template: template.clone(), line, column, limit: state.time_limit };
+    if tripped == Some(Trip::Time) {
+        return timed_out();
+    }
+    let message = match err.reason() {
+        RenderErrorReason::NestedError(inner) => match inner.downcast_ref::<HelperFailure>() {
+            Some(HelperFailure::Fail(message)) => {
+                return TemplateError::Failed { template, line, column, message: message.clone() };
+            }
+            Some(HelperFailure::TimeLimit) => return timed_out(),
+            Some(HelperFailure::Misuse(message)) => message.clone(),
+            None => inner.to_string(),
+        },
+        RenderErrorReason::MissingVariable(Some(path)) => format!(
+            "'{path}' is not defined (strict mode); guard optional fields with {{{{#if ...}}}} or (default ...)"
+        ),
+        RenderErrorReason::MissingVariable(None) => {
+            "a value used here is not defined (strict mode); guard optional fields with {{#if ...}} or (default ...)"
+                .to_string()
+        }
+        RenderErrorReason::HelperNotFound(name) => format!("unknown helper '{name}'"),
+        RenderErrorReason::PartialNotFound(name) => format!("no template snippet named '{name}'"),
+        RenderErrorReason::ParamNotFoundForIndex(helper, index) => {
+            format!("helper '{helper}' needs argument {}", index + 1)
+        }
+        other => other.to_string(),
+    };
+    TemplateError::Render { template, line, column, message }
+}
