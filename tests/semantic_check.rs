@@ -374,7 +374,7 @@ fn fake_haproxy(dir: &Path, body: &str) -> PathBuf {
 #[test]
 fn a_run_that_outlives_the_timeout_is_killed_and_reported() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let binary = fake_haproxy(dir.path(), "sleep 20");
+    let binary = fake_haproxy(dir.path(), "exec sleep 20");
     let checker = HaproxyChecker::new(CheckerSettings {
         binary,
         timeout: Duration::from_secs(1),
@@ -396,7 +396,7 @@ fn no_more_runs_than_allowed_overlap() {
     // mkdir is atomic: a second run inside the window finds the directory and fails.
     let lock = dir.path().join("running");
     let body = format!(
-        "mkdir '{0}' 2>/dev/null || {{ echo '[ALERT]    (1) : config : overlapping run' >&2; exit 1; }}\nsleep 0.3\nrmdir '{0}'",
+        "mkdir '{0}' 2>/dev/null || {{ echo '[ALERT]    (1) : config : overlapping run' >&2; exit 1; }}\nsleep 0.5\nrmdir '{0}'",
         lock.display()
     );
     let binary = fake_haproxy(dir.path(), &body);

@@ -1,9 +1,20 @@
 //! The offline subcommands: `crd`, `render`, `validate` and `lint`. They need no cluster and
-//! no running HAProxy (only the `haproxy` binary for `haproxy -c`).
+//! no running HAProxy (only the `haproxy` binary for `haproxy -c`). Problems are printed one
+//! per line as `file:line: message`; the exit code is 0 when all is well, 1 when the input
+//! has problems and 2 when the command could not run.
 
+use std::path::Path;
 use std::process::ExitCode;
 
-use super::{EXIT_UNUSABLE, LintArgs, RenderArgs, ValidateArgs, not_implemented_yet};
+use super::{DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, RenderArgs, ValidateArgs};
+use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
+use crate::pure::haproxy::{check_schema, parse_config, view};
+use crate::pure::manifests;
+use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
+use crate::pure::rendered::{AuxFile, RenderedConfig};
+use crate::pure::store::Stores;
+use crate::pure::validate::semantic::{HaproxyMessage, Severity, parse_haproxy_output};
+use crate::pure::validation_tests::run_suite;
 
 pub fn print_crds() -> ExitCode {
     match crate::pure::config::crds_yaml() {
@@ -18,14 +29,266 @@ pub fn print_crds() -> ExitCode {
     }
 }
 
-pub fn validate(_args: &ValidateArgs) -> ExitCode {
-    not_implemented_yet("validate", "the validation-test runner is not built yet")
+/// Reads and compiles a config file, printing every problem on failure.
+fn load_config(path: &Path) -> Result<(HAProxyTemplateConfig, CompiledConfig), ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("{}: cannot read: {e}", path.display());
+        ExitCode::from(EXIT_UNUSABLE)
+    })?;
+    let source = path.display().to_string();
+    let config = config_from_yaml(&source, &text).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(EXIT_PROBLEMS)
+    })?;
+    let compiled = CompiledConfig::compile(config.spec.clone()).map_err(|e| {
+        match &e {
+            crate::pure::pipeline::ConfigError::Structure(problems) => {
+                for problem in problems {
+                    eprintln!("{source}: {problem}");
+                }
+            }
+            other => eprintln!("{source}: {other}"),
+        }
+        ExitCode::from(EXIT_PROBLEMS)
+    })?;
+    Ok((config, compiled))
 }
 
-pub fn render(_args: &RenderArgs) -> ExitCode {
-    not_implemented_yet("render", "the render pipeline is not wired to the command line yet")
+pub fn validate(args: &ValidateArgs) -> ExitCode {
+    let (_, compiled) = match load_config(&args.file) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let validator = Validator::new(&args.haproxy_bin, 64);
+    let report = run_suite(&compiled, &validator, &args.tests);
+    match args.output {
+        OutputFormat::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("haptor validate: cannot serialise the report: {e}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+        },
+        OutputFormat::Summary => {
+            for test in &report.tests {
+                let verdict = if test.passed { "PASS" } else { "FAIL" };
+                println!("{verdict} {} ({:.1} ms)", test.name, test.duration.as_secs_f64() * 1000.0);
+                if let Some(error) = &test.error {
+                    println!("     {error}");
+                }
+                for (i, assertion) in test.assertions.iter().enumerate().filter(|(_, a)| !a.passed) {
+                    let kind = serde_json::to_value(assertion.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                    println!("     assertion {} ({kind} on {}): {}", i + 1, assertion.target, assertion.message);
+                }
+                if args.dump_rendered && !test.passed {
+                    if let Some(rendered) = &test.rendered {
+                        print_rendered(rendered);
+                    }
+                }
+            }
+            if report.tests.is_empty() {
+                println!("no validation tests in {}", args.file.display());
+            }
+            println!("validation tests: {} passed, {} failed", report.passed, report.failed);
+        }
+    }
+    if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) }
 }
 
-pub fn lint(_args: &LintArgs) -> ExitCode {
-    not_implemented_yet("lint", "the HAProxy parser is not wired to the command line yet")
+pub fn render(args: &RenderArgs) -> ExitCode {
+    let (_, compiled) = match load_config(&args.file) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let stores = match compiled.new_stores() {
+        Ok(stores) => stores,
+        Err(e) => {
+            eprintln!("{}: {e}", args.file.display());
+            return ExitCode::from(EXIT_PROBLEMS);
+        }
+    };
+    let mut had_problems = false;
+    if let Some(dir) = &args.fixtures {
+        match load_fixture_dir(&compiled, &stores, dir) {
+            Ok(problems) => {
+                for problem in &problems {
+                    eprintln!("{problem}");
+                }
+                had_problems |= !problems.is_empty();
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+        }
+    }
+    let rendered = match compiled.render(stores.snapshot(), None) {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            eprintln!("{}: {e}", args.file.display());
+            return ExitCode::from(EXIT_PROBLEMS);
+        }
+    };
+    match &args.out {
+        Some(out) => {
+            if let Err(e) = write_rendered(out, &rendered) {
+                eprintln!("{e}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+            eprintln!("wrote haproxy.cfg and {} auxiliary file(s) to {}", rendered.aux_files.len(), out.display());
+        }
+        None => print_rendered(&rendered),
+    }
+    if args.validate {
+        let validator = Validator::new(&args.haproxy_bin, 1);
+        match validator.validate(rendered) {
+            Ok(validated) => {
+                for warning in &validated.warnings {
+                    eprintln!("warning: {warning}");
+                }
+                eprintln!("valid: syntax, schema and haproxy -c passed (checksum {})", validated.checksum);
+            }
+            Err(PipelineError::Invalid(invalid)) => {
+                for problem in &invalid.problems {
+                    eprintln!("{problem}");
+                }
+                return ExitCode::from(EXIT_PROBLEMS);
+            }
+            Err(other) => {
+                eprintln!("{other}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+        }
+    }
+    if had_problems { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS }
+}
+
+/// Loads a folder of manifests into the stores of the watched resources they belong to.
+/// Returns the problems of documents that could not be used.
+fn load_fixture_dir(compiled: &CompiledConfig, stores: &Stores, dir: &Path) -> Result<Vec<String>, String> {
+    let set = manifests::load_dir(dir).map_err(|e| e.to_string())?;
+    let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
+    for manifest in &set.manifests {
+        let Some(resource) = compiled.watched_resource_for(manifest.api_version(), manifest.kind()) else {
+            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
+            continue;
+        };
+        if !compiled.selects(resource, &manifest.object) {
+            continue;
+        }
+        if let Some(store) = stores.get(resource) {
+            if let Err(e) = store.apply(manifest.object.clone()) {
+                problems.push(format!("{}:{}: {e}", manifest.file.display(), manifest.line));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+fn print_rendered(rendered: &RenderedConfig) {
+    println!("# ---- haproxy.cfg");
+    print!("{}", rendered.haproxy_cfg);
+    for (path, file) in &rendered.aux_files {
+        println!("# ---- {path} ({})", file.kind);
+        print!("{}", file.content);
+        if !file.content.ends_with('\n') && !file.content.is_empty() {
+            println!();
+        }
+    }
+}
+
+fn write_rendered(out: &Path, rendered: &RenderedConfig) -> Result<(), String> {
+    let write = |path: &Path, content: &str| -> Result<(), String> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: cannot create: {e}", parent.display()))?;
+        }
+        std::fs::write(path, content).map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    };
+    write(&out.join("haproxy.cfg"), &rendered.haproxy_cfg)?;
+    for AuxFile { path, content, .. } in rendered.aux_files.values() {
+        write(&out.join(path), content)?;
+    }
+    Ok(())
+}
+
+pub fn lint(args: &LintArgs) -> ExitCode {
+    let mut problems = 0usize;
+    let mut dumps = Vec::new();
+    for file in &args.files {
+        let name = file.display();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("{name}: cannot read: {e}");
+                problems += 1;
+                continue;
+            }
+        };
+        let parsed = match parse_config(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                println!("{name}:{}: {}", e.line, e.message);
+                problems += 1;
+                continue;
+            }
+        };
+        for problem in check_schema(&parsed) {
+            println!("{name}:{}: {}", problem.line, problem.message);
+            problems += 1;
+        }
+        if args.haproxy {
+            match haproxy_check_in_place(&args.haproxy_bin, file) {
+                Ok(messages) => {
+                    for message in messages.iter().filter(|m| m.severity == Severity::Alert) {
+                        match &message.location {
+                            Some((_, line)) => println!("{name}:{line}: {} (haproxy -c)", message.text),
+                            None => println!("{name}: {} (haproxy -c)", message.text),
+                        }
+                        problems += 1;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("{name}: {e}");
+                    return ExitCode::from(EXIT_UNUSABLE);
+                }
+            }
+        }
+        if args.dump == Some(DumpFormat::Json) {
+            dumps.push(serde_json::json!({ "file": name.to_string(), "view": view(&parsed) }));
+        }
+    }
+    if args.dump == Some(DumpFormat::Json) {
+        let out = if dumps.len() == 1 { dumps.remove(0) } else { serde_json::Value::Array(dumps) };
+        match serde_json::to_string_pretty(&out) {
+            Ok(json) => println!("{json}"),
+            Err(e) => eprintln!("cannot serialise the structured view: {e}"),
+        }
+    }
+    if problems == 0 {
+        eprintln!("{} file(s) checked, no problems", args.files.len());
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("{} file(s) checked, {problems} problem(s)", args.files.len());
+        ExitCode::from(EXIT_PROBLEMS)
+    }
+}
+
+/// Runs `haproxy -c` on a file where it lies (relative paths resolve as they would for the
+/// user), returning HAProxy's messages. A failure to run is an error; a rejection is a list
+/// of alerts.
+fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessage>, String> {
+    let output = std::process::Command::new(binary)
+        .args(["-c", "-dr", "-f"])
+        .arg(file)
+        .output()
+        .map_err(|e| format!("cannot run '{binary}': {e}; install haproxy (apt-get install haproxy) or pass --haproxy-bin"))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    let messages = parse_haproxy_output(&text);
+    let code = output.status.code();
+    if matches!(code, Some(0) | Some(2)) || messages.iter().any(|m| m.severity == Severity::Alert) {
+        Ok(messages)
+    } else {
+        Err(format!("haproxy -c failed ({}) without an alert: {}", output.status, text.trim()))
+    }
 }

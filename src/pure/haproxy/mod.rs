@@ -10,6 +10,10 @@
 pub mod ast;
 pub mod keywords;
 pub mod parser;
+pub mod schema;
+pub mod view;
 
 pub use ast::{Config, Directive, DirectiveKind, LayoutLine, Section, SectionKind, SpanKind, WordSpan};
 pub use parser::{ParseError, parse_config};
+pub use schema::{SchemaProblem, check_schema};
+pub use view::{ConfigView, view};

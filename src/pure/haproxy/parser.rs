@@ -937,7 +937,7 @@ mod tests {
     fn write_word_picks_the_lightest_quoting_that_reads_back() {
         let cases = [
             ("plain", "plain"),
-            ("", "\"\""),
+            ("", "''"),
             ("a b", "'a b'"),
             ("a#b", "'a#b'"),
             ("it's", "\"it's\""),

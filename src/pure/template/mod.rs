@@ -1,1 +1,373 @@
-//! Templating (to be filled in).
+//! Templating: compiles a configuration's templates (the `haproxy.cfg` template, maps,
+//! general files, SSL certificates and named snippets) into one [`TemplateSet`] with
+//! handlebars, and renders them against one snapshot of the resource stores into a
+//! [`RenderedConfig`].
+//!
+//! Handlebars runs in strict mode (an undefined variable is an error naming the template
+//! and line) and with HTML escaping switched off. Snippets are partials (`{{> name}}`); the
+//! helpers are listed in [`helpers`] (stateless) and [`render`] (per-render:
+//! `resources`, `fetch`, `get_single`, `path_for`, `register_file`, `render`,
+//! `render_glob`).
+//!
+//! The context of a render holds `resources.<store>` (every store's objects in list order),
+//! `paths` (`base_dir`, `maps_dir`, `files_dir`, `certs_dir`), the caller's extra values
+//! (e.g. `dataplane`) and the user's `extraContext`, all at the top level.
+
+mod check;
+mod helpers;
+mod render;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use handlebars::{Context, Handlebars, RenderContext as HbRenderContext, Renderable};
+use serde_json::{Map, Value};
+
+use crate::pure::rendered::{AuxFile, AuxKind, PathResolver, RenderedConfig};
+use crate::pure::store::StoresSnapshot;
+use render::{GuardedOutput, RenderState};
+
+/// The registry name of the main template.
+pub const HAPROXY_CFG: &str = "haproxy.cfg";
+
+/// Registry-name prefixes of the auxiliary templates; snippet names may not use them.
+const MAP_PREFIX: &str = "maps/";
+const FILE_PREFIX: &str = "files/";
+const CERT_PREFIX: &str = "sslCertificates/";
+
+/// Every template source of one configuration. Map keys are the names templates and
+/// errors use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateSetInput {
+    pub haproxy_config: String,
+    pub maps: BTreeMap<String, String>,
+    pub files: BTreeMap<String, String>,
+    pub ssl_certificates: BTreeMap<String, String>,
+    /// Partials, usable as `{{> name}}`, `{{render "name"}}` or `{{render_glob "prefix-*"}}`.
+    pub snippets: BTreeMap<String, String>,
+}
+
+/// Resource limits for one render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderLimits {
+    pub max_render_time: Duration,
+    /// Total bytes across `haproxy.cfg` and every auxiliary file.
+    pub max_output_bytes: usize,
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        RenderLimits { max_render_time: Duration::from_secs(30), max_output_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+/// What a render reads besides the templates.
+#[derive(Debug, Clone, Default)]
+pub struct RenderContext {
+    pub stores: StoresSnapshot,
+    pub path_resolver: PathResolver,
+    /// The user's `extraContext`: an object whose keys land at the top level (or null).
+    pub extra_context: Value,
+    /// Controller-provided top-level values, e.g. `dataplane`.
+    pub values: Map<String, Value>,
+}
+
+impl RenderContext {
+    pub fn new(stores: StoresSnapshot, path_resolver: PathResolver) -> RenderContext {
+        RenderContext { stores, path_resolver, extra_context: Value::Null, values: Map::new() }
+    }
+
+    pub fn with_extra_context(mut self, extra_context: Value) -> RenderContext {
+        self.extra_context = extra_context;
+        self
+    }
+
+    pub fn with_value(mut self, key: impl Into<String>, value: Value) -> RenderContext {
+        self.values.insert(key.into(), value);
+        self
+    }
+}
+
+/// A compile or render failure, with the template and position it happened at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// The template does not parse or fails a compile-time check.
+    #[error("{}: {message}", at(.template, .line, .column))]
+    Compile { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    /// Rendering failed: undefined variable, helper misuse, unknown store, ...
+    #[error("{}: {message}", at(.template, .line, .column))]
+    Render { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    /// The template called `fail`; `message` is the template author's text.
+    #[error("{}: {message}", at(.template, .line, .column))]
+    Failed { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    #[error("{}: the render took longer than its limit of {limit:?}", at(.template, .line, .column))]
+    TimeLimit { template: String, line: Option<usize>, column: Option<usize>, limit: Duration },
+    #[error("template '{template}': the rendered output exceeds the limit of {limit_bytes} bytes")]
+    OutputLimit { template: String, limit_bytes: usize },
+    /// The render context itself is unusable (bad `extraContext`).
+    #[error("render context: {message}")]
+    Context { message: String },
+}
+
+fn at(template: &str, line: &Option<usize>, column: &Option<usize>) -> String {
+    let mut out = format!("template '{template}'");
+    if let Some(line) = line {
+        let _ = write!(out, " line {line}");
+        if let Some(column) = column {
+            let _ = write!(out, ", column {column}");
+        }
+    }
+    out
+}
+
+impl TemplateError {
+    /// The template the error is in (registry name: `haproxy.cfg`, `maps/<name>`,
+    /// `files/<name>`, `sslCertificates/<name>` or a snippet name).
+    pub fn template(&self) -> Option<&str> {
+        match self {
+            TemplateError::Compile { template, .. }
+            | TemplateError::Render { template, .. }
+            | TemplateError::Failed { template, .. }
+            | TemplateError::TimeLimit { template, .. }
+            | TemplateError::OutputLimit { template, .. } => Some(template),
+            TemplateError::Context { .. } => None,
+        }
+    }
+
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            TemplateError::Compile { line, .. }
+            | TemplateError::Render { line, .. }
+            | TemplateError::Failed { line, .. }
+            | TemplateError::TimeLimit { line, .. } => *line,
+            _ => None,
+        }
+    }
+
+    pub fn column(&self) -> Option<usize> {
+        match self {
+            TemplateError::Compile { column, .. }
+            | TemplateError::Render { column, .. }
+            | TemplateError::Failed { column, .. }
+            | TemplateError::TimeLimit { column, .. } => *column,
+            _ => None,
+        }
+    }
+
+    /// The message without the position prefix.
+    pub fn message(&self) -> String {
+        match self {
+            TemplateError::Compile { message, .. }
+            | TemplateError::Render { message, .. }
+            | TemplateError::Failed { message, .. }
+            | TemplateError::Context { message } => message.clone(),
+            TemplateError::TimeLimit { limit, .. } => format!("the render took longer than its limit of {limit:?}"),
+            TemplateError::OutputLimit { limit_bytes, .. } => {
+                format!("the rendered output exceeds the limit of {limit_bytes} bytes")
+            }
+        }
+    }
+}
+
+/// One configuration's templates, compiled together. Cheap to share (`Send + Sync`); two
+/// renders may run at the same time on different threads.
+pub struct TemplateSet {
+    registry: Handlebars<'static>,
+    /// `(kind, name, registry name)` of every auxiliary template, in render order.
+    aux: Vec<(AuxKind, String, String)>,
+    snippets: Arc<[String]>,
+    limits: RenderLimits,
+}
+
+impl std::fmt::Debug for TemplateSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateSet")
+            .field("aux", &self.aux)
+            .field("snippets", &self.snippets)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl TemplateSet {
+    /// Compiles every template with default [`RenderLimits`]. The first error is returned
+    /// (order: `haproxy.cfg`, snippets, maps, files, certificates, each by name).
+    pub fn compile(input: TemplateSetInput) -> Result<TemplateSet, TemplateError> {
+        let mut registry = Handlebars::new();
+        registry.set_strict_mode(true);
+        registry.register_escape_fn(handlebars::no_escape);
+        helpers::register(&mut registry);
+
+        let mut sources: Vec<(String, String)> = vec![(HAPROXY_CFG.to_string(), input.haproxy_config)];
+        for name in input.snippets.keys() {
+            check_snippet_name(name)?;
+        }
+        let snippets: Arc<[String]> = input.snippets.keys().cloned().collect();
+        sources.extend(input.snippets);
+        let mut aux = Vec::new();
+        for (kind, prefix, templates) in [
+            (AuxKind::Map, MAP_PREFIX, input.maps),
+            (AuxKind::File, FILE_PREFIX, input.files),
+            (AuxKind::Cert, CERT_PREFIX, input.ssl_certificates),
+        ] {
+            for (name, source) in templates {
+                let registry_name = format!("{prefix}{name}");
+                aux.push((kind, name, registry_name.clone()));
+                sources.push((registry_name, source));
+            }
+        }
+        for (name, source) in &sources {
+            registry.register_template_string(name, source).map_err(|err| compile_error(name, &err))?;
+        }
+
+        let snippet_names: BTreeSet<String> = snippets.iter().cloned().collect();
+        let known_helpers: HashSet<&'static str> = helpers::BUILTIN_HELPERS
+            .iter()
+            .copied()
+            .chain(helpers::names())
+            .chain(render::STATEFUL_HELPERS.iter().copied())
+            .collect();
+        let checker = check::Checker { snippets: &snippet_names, helpers: &known_helpers };
+        let templates = sources
+            .iter()
+            .filter_map(|(name, _)| registry.get_template(name).map(|template| (name.as_str(), template)));
+        checker.check(templates)?;
+
+        Ok(TemplateSet { registry, aux, snippets, limits: RenderLimits::default() })
+    }
+
+    /// Replaces the render limits.
+    pub fn with_limits(mut self, limits: RenderLimits) -> TemplateSet {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> RenderLimits {
+        self.limits
+    }
+
+    /// Snippet names in render order.
+    pub fn snippet_names(&self) -> &[String] {
+        &self.snippets
+    }
+
+    /// Renders `haproxy.cfg`, then every map, file and certificate (each kind by name),
+    /// building the handlebars context once.
+    pub fn render(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
+        let context = render::build_context(input)?;
+        let state = RenderState::new(input, &self.snippets, self.limits.max_render_time);
+        let mut remaining = self.limits.max_output_bytes;
+
+        let haproxy_cfg = self.render_one(HAPROXY_CFG, &context, &state, &mut remaining)?;
+        let mut aux_files: BTreeMap<String, AuxFile> = BTreeMap::new();
+        for (kind, name, registry_name) in &self.aux {
+            let content = self.render_one(registry_name, &context, &state, &mut remaining)?;
+            let path = input.path_resolver.path(*kind, name);
+            if let Some(existing) = aux_files.get(&path) {
+                return Err(TemplateError::Render {
+                    template: registry_name.clone(),
+                    line: None,
+                    column: None,
+                    message: format!("its path {path} is also the path of {} '{}'", existing.kind, existing.name),
+                });
+            }
+            aux_files.insert(path.clone(), AuxFile { kind: *kind, name: name.clone(), path, content });
+        }
+        for (path, file) in state.into_registered() {
+            match aux_files.get(&path) {
+                Some(existing) if existing.content == file.content => {}
+                Some(existing) => {
+                    return Err(TemplateError::Render {
+                        template: HAPROXY_CFG.to_string(),
+                        line: None,
+                        column: None,
+                        message: format!(
+                            "register_file {} '{}' has the path {path} of {} '{}' but different content",
+                            file.kind, file.name, existing.kind, existing.name
+                        ),
+                    });
+                }
+                None => {
+                    aux_files.insert(path, file);
+                }
+            }
+        }
+        Ok(RenderedConfig { haproxy_cfg, aux_files })
+    }
+
+    fn render_one(
+        &self,
+        name: &str,
+        context: &Context,
+        state: &RenderState<'_>,
+        remaining: &mut usize,
+    ) -> Result<String, TemplateError> {
+        if state.expired() {
+            return Err(TemplateError::TimeLimit {
+                template: name.to_string(),
+                line: None,
+                column: None,
+                limit: state.time_limit,
+            });
+        }
+        let template = self.registry.get_template(name).ok_or_else(|| TemplateError::Render {
+            // Every name rendered here was registered by `compile`; this is defensive.
+            template: name.to_string(),
+            line: None,
+            column: None,
+            message: "the template is not compiled".to_string(),
+        })?;
+        let mut rc = HbRenderContext::new(template.name.as_ref());
+        state.install(&mut rc);
+        let mut output = GuardedOutput::new(state, *remaining);
+        let result = template.render(&self.registry, context, &mut rc, &mut output);
+        if let Err(err) = result {
+            return Err(render::convert_render_error(
+                err,
+                name,
+                output.tripped,
+                state,
+                self.limits.max_output_bytes,
+            ));
+        }
+        *remaining = output.remaining;
+        Ok(output.text)
+    }
+}
+
+fn check_snippet_name(name: &str) -> Result<(), TemplateError> {
+    let reserved = name.is_empty()
+        || name == HAPROXY_CFG
+        || name.starts_with('@')
+        || [MAP_PREFIX, FILE_PREFIX, CERT_PREFIX].iter().any(|prefix| name.starts_with(prefix));
+    if reserved {
+        return Err(TemplateError::Compile {
+            template: name.to_string(),
+            line: None,
+            column: None,
+            message: format!(
+                "'{name}' cannot name a snippet: empty, '{HAPROXY_CFG}', names starting with '@' and the \
+                 prefixes '{MAP_PREFIX}', '{FILE_PREFIX}', '{CERT_PREFIX}' are reserved"
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn compile_error(name: &str, err: &handlebars::TemplateError) -> TemplateError {
+    let (line, column) = match err.pos() {
+        Some((line, column)) => (Some(line), Some(column)),
+        None => (None, None),
+    };
+    TemplateError::Compile {
+        template: err.name().cloned().unwrap_or_else(|| name.to_string()),
+        line,
+        column,
+        message: err.reason().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

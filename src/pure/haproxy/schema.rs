@@ -1,0 +1,471 @@
+//! The schema check: compares a parsed configuration with HAProxy 2.6's keyword tables (in
+//! [`keywords`](super::keywords)) and reports what HAProxy would reject or silently
+//! misread: unknown or misplaced directives and options, unknown `bind`/`server` parameters,
+//! unknown `balance` algorithms, malformed times and sizes, sections without a name.
+//!
+//! The check is strict only where it is certain. Lines inside `.if` blocks are not checked
+//! (conditions are not evaluated, and such blocks often hold keywords of other versions),
+//! nor are words holding environment references, whose values are only known at run time.
+
+use serde::Serialize;
+
+use super::ast::{Config, Directive, DirectiveKind, Section, SectionKind};
+use super::keywords::{
+    KeywordStatus, ParamArity, SECTION_KEYWORDS, TIMEOUT_NAMES, is_balance_algorithm, is_bind_param, is_server_param,
+    parse_size_bytes, parse_time_ms, proxy_option_status, section_keyword_allowed, suggest_keyword,
+};
+
+/// One thing HAProxy 2.6 would not accept (or would ignore), with the 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchemaProblem {
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for SchemaProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+/// Checks `config` against HAProxy 2.6's keywords; an empty list means nothing was found.
+pub fn check_schema(config: &Config) -> Vec<SchemaProblem> {
+    let mut checker = Checker::default();
+    for directive in &config.preamble {
+        checker.track_block(directive);
+    }
+    for section in &config.sections {
+        if checker.depth == 0 {
+            checker.check_header(section);
+        }
+        for directive in &section.directives {
+            checker.track_block(directive);
+            if checker.depth == 0 && directive.kind() == DirectiveKind::Statement {
+                checker.check_directive(section, directive);
+            }
+        }
+    }
+    checker.problems
+}
+
+/// Server parameters whose value is a time.
+const SERVER_TIME_PARAMS: &[&str] = &["agent-inter", "downinter", "fastinter", "inter", "slowstart"];
+
+/// Server parameters whose value is a count that must be at least 1.
+const SERVER_POSITIVE_PARAMS: &[&str] = &["fall", "rise"];
+
+/// `global` directives whose value is a size.
+const GLOBAL_SIZE_KEYWORDS: &[&str] = &["tune.bufsize", "tune.maxrewrite"];
+
+#[derive(Default)]
+struct Checker {
+    problems: Vec<SchemaProblem>,
+    /// How many `.if` blocks are open at the current line.
+    depth: usize,
+}
+
+impl Checker {
+    fn report(&mut self, line: usize, message: String) {
+        self.problems.push(SchemaProblem { line, message });
+    }
+
+    fn track_block(&mut self, directive: &Directive) {
+        match directive.keyword() {
+            ".if" => self.depth += 1,
+            ".endif" => self.depth = self.depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+
+    fn check_header(&mut self, section: &Section) {
+        let keyword = section.keyword();
+        if !SECTION_KEYWORDS.contains(&keyword) {
+            self.report(
+                section.line,
+                format!("unknown keyword '{keyword}': HAProxy 2.6 has no '{keyword}' section (it came in a later version)"),
+            );
+            return;
+        }
+        if section.kind.needs_name() && section.name.is_none() {
+            self.report(
+                section.line,
+                format!("'{}' section needs a name", section.keyword()),
+            );
+        }
+    }
+
+    fn check_directive(&mut self, section: &Section, directive: &Directive) {
+        let (_, words) = directive.unprefixed();
+        let offset = directive.words.len() - words.len();
+        let keyword = words.first().map_or("", String::as_str);
+        if keyword.is_empty() || directive.word_has_env_ref(offset) {
+            return;
+        }
+        let section_keyword = section.keyword();
+        match section_keyword_allowed(section_keyword, keyword) {
+            KeywordStatus::Allowed => {}
+            KeywordStatus::Unknown => {
+                let hint = suggest_keyword(section_keyword, keyword)
+                    .map(|suggestion| format!("; did you mean '{suggestion}'?"))
+                    .unwrap_or_default();
+                self.report(
+                    directive.line,
+                    format!("unknown keyword '{keyword}' in '{section_keyword}' section{hint}"),
+                );
+                return;
+            }
+            KeywordStatus::NotInSection => {
+                self.report(
+                    directive.line,
+                    format!("'{keyword}' is not allowed in a '{section_keyword}' section"),
+                );
+                return;
+            }
+        }
+        let value = |index: usize| -> Option<&str> {
+            let word = words.get(index)?;
+            (!directive.word_has_env_ref(offset + index)).then_some(word.as_str())
+        };
+        let is_proxy = section.kind.is_proxy();
+        match keyword {
+            "option" if is_proxy => {
+                if let Some(option) = value(1) {
+                    self.check_option(directive.line, section_keyword, option);
+                }
+            }
+            "timeout" => self.check_timeout(directive.line, is_proxy, words, value(1), value(2)),
+            "balance" if is_proxy => {
+                if let Some(algorithm) = value(1)
+                    && !is_balance_algorithm(algorithm)
+                {
+                    self.report(
+                        directive.line,
+                        format!("'balance' does not allow algorithm '{algorithm}'"),
+                    );
+                }
+            }
+            "server" | "default-server" | "server-template" => {
+                self.check_server_line(section.kind, directive, offset, words);
+            }
+            "bind" if matches!(section.kind, SectionKind::Frontend | SectionKind::Listen) => {
+                self.check_bind_line(directive, offset, words);
+            }
+            size_keyword if section.kind == SectionKind::Global && GLOBAL_SIZE_KEYWORDS.contains(&size_keyword) => {
+                if let Some(size) = value(1)
+                    && parse_size_bytes(size).is_none()
+                {
+                    self.report(
+                        directive.line,
+                        format!("'{size_keyword}' needs a size such as 16384 or 16k, got '{size}'"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_option(&mut self, line: usize, section_keyword: &str, option: &str) {
+        match proxy_option_status(section_keyword, option) {
+            KeywordStatus::Allowed => {}
+            KeywordStatus::Unknown => {
+                self.report(
+                    line,
+                    format!("unknown option '{option}' in '{section_keyword}' section"),
+                );
+            }
+            KeywordStatus::NotInSection => self.report(
+                line,
+                format!("'option {option}' is not allowed in a '{section_keyword}' section"),
+            ),
+        }
+    }
+
+    fn check_timeout(
+        &mut self,
+        line: usize,
+        is_proxy: bool,
+        words: &[String],
+        name: Option<&str>,
+        time: Option<&str>,
+    ) {
+        let Some(name) = name else {
+            return;
+        };
+        if is_proxy && !TIMEOUT_NAMES.contains(&name) {
+            self.report(
+                line,
+                format!(
+                    "unknown timeout '{name}'; known timeouts are {}",
+                    TIMEOUT_NAMES.join(", ")
+                ),
+            );
+            return;
+        }
+        match (words.get(2), time) {
+            (None, _) => self.report(line, format!("'timeout {name}' needs a time such as 5s")),
+            (Some(_), Some(time)) if parse_time_ms(time).is_none() => self.report(
+                line,
+                format!("'timeout {name}' needs a time such as 5s, got '{time}'"),
+            ),
+            _ => {}
+        }
+    }
+
+    /// Checks `server`, `default-server` and `server-template` lines: the required words and
+    /// every parameter.
+    fn check_server_line(&mut self, section: SectionKind, directive: &Directive, offset: usize, words: &[String]) {
+        let keyword = words[0].as_str();
+        let fixed_words = match keyword {
+            "server" => 3,
+            "server-template" => 4,
+            _ => 1,
+        };
+        let server = match keyword {
+            "default-server" => "default-server".to_owned(),
+            _ => format!("server '{}'", words.get(1).map_or("", String::as_str)),
+        };
+        if words.len() < fixed_words {
+            // A peers section names its local peer without an address.
+            if !(section == SectionKind::Peers && keyword == "server" && words.len() == 2) {
+                let needs = if keyword == "server-template" {
+                    "a prefix, a count and an address"
+                } else {
+                    "a name and an address"
+                };
+                self.report(directive.line, format!("'{keyword}' needs {needs}"));
+            }
+            return;
+        }
+        let mut index = fixed_words;
+        while let Some(param) = words.get(index) {
+            let at = offset + index;
+            if directive.word_has_env_ref(at) {
+                index += 1;
+                continue;
+            }
+            let count = match is_server_param(param) {
+                None => {
+                    // HAProxy stops at the first unknown parameter; so does the check, as
+                    // the words after it may be its values.
+                    self.report(
+                        directive.line,
+                        format!("unknown server parameter '{param}' on {server}"),
+                    );
+                    return;
+                }
+                Some(ParamArity::Flag) => 0,
+                Some(ParamArity::Value) => 1,
+                Some(ParamArity::Values(count)) => usize::from(count),
+            };
+            if index + count >= words.len() {
+                self.report(
+                    directive.line,
+                    format!("server parameter '{param}' on {server} needs a value"),
+                );
+                return;
+            }
+            if count == 1 && !directive.word_has_env_ref(at + 1) {
+                self.check_server_value(directive.line, &server, param, &words[index + 1]);
+            }
+            index += 1 + count;
+        }
+    }
+
+    fn check_server_value(&mut self, line: usize, server: &str, param: &str, value: &str) {
+        let problem = if SERVER_TIME_PARAMS.contains(&param) {
+            parse_time_ms(value)
+                .is_none()
+                .then(|| format!("'{param}' on {server} needs a time such as 2s, got '{value}'"))
+        } else if SERVER_POSITIVE_PARAMS.contains(&param) {
+            (!value.parse::<u32>().is_ok_and(|count| count > 0))
+                .then(|| format!("'{param}' on {server} needs a number of at least 1, got '{value}'"))
+        } else if param == "weight" {
+            (!value.parse::<u32>().is_ok_and(|weight| weight <= 256))
+                .then(|| format!("'weight' on {server} must be a number from 0 to 256, got '{value}'"))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            self.report(line, message);
+        }
+    }
+
+    fn check_bind_line(&mut self, directive: &Directive, offset: usize, words: &[String]) {
+        let Some(address) = words.get(1) else {
+            self.report(directive.line, "'bind' needs an address such as :80".to_owned());
+            return;
+        };
+        let mut index = 2;
+        while let Some(param) = words.get(index) {
+            if directive.word_has_env_ref(offset + index) {
+                index += 1;
+                continue;
+            }
+            let count = match is_bind_param(param) {
+                None => {
+                    self.report(
+                        directive.line,
+                        format!("unknown bind parameter '{param}' on 'bind {address}'"),
+                    );
+                    return;
+                }
+                Some(ParamArity::Flag) => 0,
+                Some(ParamArity::Value) => 1,
+                Some(ParamArity::Values(count)) => usize::from(count),
+            };
+            if index + count >= words.len() {
+                self.report(
+                    directive.line,
+                    format!("bind parameter '{param}' on 'bind {address}' needs a value"),
+                );
+                return;
+            }
+            index += 1 + count;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pure::haproxy::parse_config;
+
+    fn problems(text: &str) -> Vec<SchemaProblem> {
+        check_schema(&parse_config(text).expect("test config parses"))
+    }
+
+    fn assert_one_problem(text: &str, line: usize, message: &str) {
+        let found = problems(text);
+        assert_eq!(found.len(), 1, "{text:?}: {found:?}");
+        assert_eq!(found[0].line, line, "{found:?}");
+        assert!(found[0].message.contains(message), "{found:?} should contain {message:?}");
+    }
+
+    const VALID: &str = r#"
+global
+    maxconn 1000
+    tune.bufsize 32k
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server "${SERVER_TIMEOUT-30s}"
+    no option httplog
+    option forwardfor
+frontend fe
+    bind :80
+    bind :443 ssl crt /etc/site.pem alpn h2,http/1.1
+    default_backend be
+backend be
+    balance roundrobin
+    default-server inter 2s fall 3 rise 2
+    server web1 10.0.0.1:80 weight 10 check maxconn 100
+    server web2 10.0.0.2:80 disabled
+    server-template srv 3 app.local:80 check
+"#;
+
+    #[test]
+    fn a_valid_configuration_has_no_problems() {
+        assert_eq!(problems(VALID), []);
+    }
+
+    #[test]
+    fn a_misspelled_directive_is_reported_with_a_suggestion() {
+        assert_one_problem(
+            "frontend fe\n    bnd :80\n",
+            2,
+            "unknown keyword 'bnd' in 'frontend' section; did you mean 'bind'?",
+        );
+        assert_one_problem(
+            "backend be\n    sever web1 1.2.3.4:80\n",
+            2,
+            "unknown keyword 'sever' in 'backend' section",
+        );
+    }
+
+    #[test]
+    fn a_directive_in_the_wrong_section_is_reported() {
+        assert_one_problem("defaults\n    bind :80\n", 2, "'bind' is not allowed in a 'defaults' section");
+    }
+
+    #[test]
+    fn an_unknown_balance_algorithm_is_reported() {
+        assert_one_problem(
+            "backend be\n    balance fastest\n",
+            2,
+            "'balance' does not allow algorithm 'fastest'",
+        );
+        assert_eq!(problems("backend be\n    balance hdr(host)\n"), []);
+    }
+
+    #[test]
+    fn timeouts_need_a_known_name_and_a_time() {
+        assert_one_problem(
+            "defaults\n    timeout connect 5x\n",
+            2,
+            "'timeout connect' needs a time such as 5s, got '5x'",
+        );
+        assert_one_problem("defaults\n    timeout connect\n", 2, "needs a time");
+        assert_one_problem("defaults\n    timeout connec 5s\n", 2, "unknown timeout 'connec'");
+        assert_eq!(problems("resolvers dns\n    timeout resolve 1s\n"), []);
+    }
+
+    #[test]
+    fn server_parameters_are_checked() {
+        assert_one_problem(
+            "backend be\n    server web1 1.2.3.4:80 wieght 10\n",
+            2,
+            "unknown server parameter 'wieght' on server 'web1'",
+        );
+        assert_one_problem("backend be\n    server web1 1.2.3.4:80 inter 2x\n", 2, "'inter' on server 'web1' needs a time");
+        assert_one_problem("backend be\n    server web1 1.2.3.4:80 weight 300\n", 2, "from 0 to 256");
+        assert_one_problem("backend be\n    server web1 1.2.3.4:80 rise 0\n", 2, "at least 1");
+        assert_one_problem("backend be\n    server web1 1.2.3.4:80 check inter\n", 2, "'inter' on server 'web1' needs a value");
+        assert_one_problem("backend be\n    server web1\n", 2, "needs a name and an address");
+    }
+
+    #[test]
+    fn bind_parameters_are_checked() {
+        assert_one_problem("frontend fe\n    bind :80 foo\n", 2, "unknown bind parameter 'foo' on 'bind :80'");
+        assert_one_problem("frontend fe\n    bind :443 ssl crt\n", 2, "'crt' on 'bind :443' needs a value");
+        assert_one_problem("frontend fe\n    bind\n", 2, "needs an address");
+    }
+
+    #[test]
+    fn options_are_checked() {
+        assert_one_problem("frontend fe\n    option httplogg\n", 2, "unknown option 'httplogg'");
+        assert_one_problem("frontend fe\n    no option httplogg\n", 2, "unknown option 'httplogg'");
+    }
+
+    #[test]
+    fn global_sizes_are_checked() {
+        assert_one_problem("global\n    tune.bufsize 16x\n", 2, "'tune.bufsize' needs a size");
+    }
+
+    #[test]
+    fn sections_haproxy_2_6_does_not_know_are_reported() {
+        assert_one_problem(
+            "crt-store web\n    load crt a.pem\n",
+            1,
+            "HAProxy 2.6 has no 'crt-store' section",
+        );
+    }
+
+    #[test]
+    fn sections_that_need_a_name_are_reported() {
+        assert_one_problem("frontend\n", 1, "'frontend' section needs a name");
+        assert_eq!(problems("defaults\n"), []);
+    }
+
+    #[test]
+    fn lines_inside_conditional_blocks_and_env_values_are_not_judged() {
+        assert_eq!(problems("frontend fe\n.if version_atleast(3.0)\n    bnd :80\n.endif\n"), []);
+        assert_eq!(problems(".if feature(QUIC)\nfrontend fe\n    bnd :80\n.endif\n"), []);
+        assert_eq!(problems("defaults\n    timeout connect \"${T}\"\n"), []);
+        assert_one_problem(
+            "frontend fe\n.if 1\n.endif\n    bnd :80\n",
+            4,
+            "unknown keyword 'bnd'",
+        );
+    }
+}

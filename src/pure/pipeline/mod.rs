@@ -1,0 +1,312 @@
+//! The render-and-validate pipeline: everything between "a set of Kubernetes objects plus one
+//! `HAProxyTemplateConfig`" and "a validated `haproxy.cfg` with its auxiliary files".
+//!
+//! [`CompiledConfig`] is built once per config (structural check, templates compiled, index
+//! paths and selectors compiled, post-processors compiled) and renders any number of store
+//! snapshots. [`Validator`] runs the three phases — haptor's parser (syntax), the schema
+//! check, `haproxy -c` (semantic) — with a cache in front, so identical renders skip every
+//! phase. The Coordinator actor, `haptor render` and `haptor validate` all go through here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::pure::config::{HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validate_spec};
+use crate::pure::haproxy::{self, check_schema, parse_config};
+use crate::pure::rendered::{PathResolver, RenderedConfig};
+use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
+use crate::pure::template::{RenderContext, TemplateError, TemplateSet, TemplateSetInput};
+use crate::pure::validate::cache::ValidationCache;
+use crate::pure::validate::semantic::{CheckReport, CheckerSettings, HaproxyChecker, SemanticCheckError};
+use crate::pure::validate::{ConfigProblem, ValidationError, ValidationPhase};
+
+/// Why a config cannot be used at all (before any render).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the config has {} structural problem(s): {}", .0.len(), join_problems(.0))]
+    Structure(Vec<SpecProblem>),
+    #[error("{0}")]
+    Template(#[from] TemplateError),
+    #[error("spec.watchedResources.{resource}: {error}")]
+    Store { resource: String, error: StoreError },
+    #[error("{path}: {message}")]
+    PostProcessor { path: String, message: String },
+    #[error("spec.watchedResources.{resource}.fieldSelector: {message}")]
+    FieldSelector { resource: String, message: String },
+}
+
+fn join_problems(problems: &[SpecProblem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Why one render+validate did not produce a deployable configuration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PipelineError {
+    #[error("render failed: {0}")]
+    Render(#[from] TemplateError),
+    #[error("{0}")]
+    Invalid(#[from] ValidationError),
+    /// `haproxy -c` could not run (missing binary, timeout, I/O); says nothing about the config.
+    #[error("the semantic check could not run: {0}")]
+    CheckUnavailable(String),
+}
+
+/// A client-side field selector, `path=value`, `path==value` or `path!=value`.
+#[derive(Debug, Clone)]
+struct FieldSelector {
+    path: FieldPath,
+    value: String,
+    negated: bool,
+}
+
+impl FieldSelector {
+    fn parse(text: &str) -> Result<FieldSelector, String> {
+        let (path, value, negated) = if let Some((p, v)) = text.split_once("!=") {
+            (p, v, true)
+        } else if let Some((p, v)) = text.split_once("==") {
+            (p, v, false)
+        } else if let Some((p, v)) = text.split_once('=') {
+            (p, v, false)
+        } else {
+            return Err(format!("'{text}' must have the form path=value or path!=value"));
+        };
+        let path = FieldPath::parse(path.trim()).map_err(|e| e.to_string())?;
+        Ok(FieldSelector { path, value: value.trim().to_string(), negated })
+    }
+
+    fn matches(&self, object: &Value) -> bool {
+        let actual = match self.path.first(object) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        (actual == self.value) != self.negated
+    }
+}
+
+/// A compiled regex post-processor for one template target.
+#[derive(Debug, Clone)]
+struct CompiledPostProcessor {
+    regex: regex::Regex,
+    replace: String,
+}
+
+/// A config ready to render: validated structure, compiled templates, compiled index paths.
+#[derive(Debug)]
+pub struct CompiledConfig {
+    pub spec: Arc<HAProxyTemplateConfigSpec>,
+    pub templates: TemplateSet,
+    pub path_resolver: PathResolver,
+    field_selectors: BTreeMap<String, FieldSelector>,
+    /// Post-processors by target: `haproxy.cfg` or the relative path of an auxiliary file's
+    /// template (`maps/NAME`, `files/NAME`, `sslCertificates/NAME`).
+    post_processors: BTreeMap<String, Vec<CompiledPostProcessor>>,
+}
+
+impl CompiledConfig {
+    /// Checks and compiles a config. Fails with every structural problem, or the first
+    /// template that does not compile.
+    pub fn compile(spec: HAProxyTemplateConfigSpec) -> Result<CompiledConfig, ConfigError> {
+        let problems = validate_spec(&spec);
+        if !problems.is_empty() {
+            return Err(ConfigError::Structure(problems));
+        }
+        let templates = TemplateSet::compile(template_input(&spec))?;
+        // Index paths compile here so a bad path is a config error, not a watcher failure.
+        build_stores(&spec)?;
+        let mut field_selectors = BTreeMap::new();
+        for (name, watched) in &spec.watched_resources {
+            if let Some(text) = watched.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+                let selector =
+                    FieldSelector::parse(text).map_err(|message| ConfigError::FieldSelector { resource: name.clone(), message })?;
+                field_selectors.insert(name.clone(), selector);
+            }
+        }
+        let mut post_processors = BTreeMap::new();
+        let targets = std::iter::once(("haproxy.cfg".to_string(), "spec.haproxyConfig".to_string(), &spec.haproxy_config.post_processing))
+            .chain(spec.maps.iter().map(|(n, f)| (format!("maps/{n}"), format!("spec.maps.{n}"), &f.post_processing)))
+            .chain(spec.files.iter().map(|(n, f)| (format!("files/{n}"), format!("spec.files.{n}"), &f.post_processing)))
+            .chain(
+                spec.ssl_certificates
+                    .iter()
+                    .map(|(n, f)| (format!("sslCertificates/{n}"), format!("spec.sslCertificates.{n}"), &f.post_processing)),
+            );
+        for (target, field, list) in targets {
+            let mut compiled = Vec::new();
+            for (i, post) in list.iter().enumerate() {
+                let PostProcessor::RegexReplace { pattern, replace } = post;
+                let regex = regex::RegexBuilder::new(pattern).multi_line(true).build().map_err(|e| ConfigError::PostProcessor {
+                    path: format!("{field}.postProcessing[{i}].pattern"),
+                    message: e.to_string(),
+                })?;
+                compiled.push(CompiledPostProcessor { regex, replace: replace.clone() });
+            }
+            if !compiled.is_empty() {
+                post_processors.insert(target, compiled);
+            }
+        }
+        let path_resolver = spec.dataplane.path_resolver();
+        Ok(CompiledConfig { spec: Arc::new(spec), templates, path_resolver, field_selectors, post_processors })
+    }
+
+    /// Empty stores for every watched resource.
+    pub fn new_stores(&self) -> Result<Stores, ConfigError> {
+        build_stores(&self.spec)
+    }
+
+    /// The watched resource (by name) that holds objects of this apiVersion and kind.
+    pub fn watched_resource_for(&self, api_version: &str, kind: &str) -> Option<&str> {
+        self.spec
+            .watched_resources
+            .iter()
+            .find(|(_, w)| w.api_version == api_version && w.kind_name() == kind)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Whether an object passes the watched resource's client-side field selector.
+    pub fn selects(&self, resource: &str, object: &Value) -> bool {
+        self.field_selectors.get(resource).is_none_or(|s| s.matches(object))
+    }
+
+    /// Renders one snapshot of the stores. `extra_context` replaces the config's own
+    /// `extraContext` when given (validation tests).
+    pub fn render(&self, stores: StoresSnapshot, extra_context: Option<&Value>) -> Result<RenderedConfig, TemplateError> {
+        let extra = extra_context.or(self.spec.extra_context.as_ref()).cloned().unwrap_or(Value::Null);
+        let dataplane = serde_json::to_value(&self.spec.dataplane).unwrap_or(Value::Null);
+        let context = RenderContext::new(stores, self.path_resolver.clone()).with_extra_context(extra).with_value("dataplane", dataplane);
+        let mut rendered = self.templates.render(&context)?;
+        if let Some(list) = self.post_processors.get("haproxy.cfg") {
+            rendered.haproxy_cfg = apply_post_processors(list, &rendered.haproxy_cfg);
+        }
+        for file in rendered.aux_files.values_mut() {
+            let target = match file.kind {
+                crate::pure::rendered::AuxKind::Map => format!("maps/{}", file.name),
+                crate::pure::rendered::AuxKind::File => format!("files/{}", file.name),
+                crate::pure::rendered::AuxKind::Cert => format!("sslCertificates/{}", file.name),
+                crate::pure::rendered::AuxKind::CrtList => continue,
+            };
+            if let Some(list) = self.post_processors.get(&target) {
+                file.content = apply_post_processors(list, &file.content);
+            }
+        }
+        Ok(rendered)
+    }
+}
+
+fn apply_post_processors(list: &[CompiledPostProcessor], text: &str) -> String {
+    let mut out = text.to_string();
+    for post in list {
+        out = post.regex.replace_all(&out, post.replace.as_str()).into_owned();
+    }
+    out
+}
+
+fn build_stores(spec: &HAProxyTemplateConfigSpec) -> Result<Stores, ConfigError> {
+    let mut stores = Stores::new();
+    for (name, watched) in &spec.watched_resources {
+        let store = ResourceStore::new(name.clone(), watched.index_by.clone(), spec.watched_resources_ignore_fields.clone())
+            .map_err(|error| ConfigError::Store { resource: name.clone(), error })?;
+        stores.insert(store);
+    }
+    Ok(stores)
+}
+
+/// The template sources of a spec, as the template engine takes them.
+pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
+    TemplateSetInput {
+        haproxy_config: spec.haproxy_config.template.clone(),
+        maps: spec.maps.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
+        files: spec.files.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
+        ssl_certificates: spec.ssl_certificates.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
+        snippets: spec.template_snippets.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
+    }
+}
+
+/// The syntax and schema phases: parse `haproxy.cfg` with haptor's parser and check every
+/// directive against HAProxy 2.6's keyword tables.
+pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, ValidationError> {
+    let parsed = parse_config(&rendered.haproxy_cfg)
+        .map_err(|e| ValidationError::single(ValidationPhase::Syntax, "haproxy.cfg", Some(e.line), e.message))?;
+    let problems = check_schema(&parsed);
+    if !problems.is_empty() {
+        return Err(ValidationError {
+            phase: ValidationPhase::Schema,
+            problems: problems
+                .into_iter()
+                .map(|p| ConfigProblem { phase: ValidationPhase::Schema, file: "haproxy.cfg".into(), line: Some(p.line), message: p.message })
+                .collect(),
+        });
+    }
+    Ok(parsed)
+}
+
+/// A rendered configuration that passed all three phases.
+#[derive(Debug, Clone)]
+pub struct ValidatedConfig {
+    pub rendered: Arc<RenderedConfig>,
+    /// The hex SHA-256 of the configuration and its auxiliary files.
+    pub checksum: String,
+    /// HAProxy's warnings (they do not make the configuration invalid).
+    pub warnings: Vec<ConfigProblem>,
+    /// Every phase was skipped because an identical render was validated before.
+    pub from_cache: bool,
+    pub duration: Duration,
+}
+
+/// Runs the three validation phases with a cache in front.
+#[derive(Debug, Clone)]
+pub struct Validator {
+    checker: HaproxyChecker,
+    cache: Arc<ValidationCache>,
+}
+
+impl Validator {
+    /// A validator using `binary` for `haproxy -c`, with a cache of `cache_entries` successes.
+    pub fn new(binary: impl Into<std::path::PathBuf>, cache_entries: usize) -> Validator {
+        let settings = CheckerSettings { binary: binary.into(), ..CheckerSettings::default() };
+        Validator { checker: HaproxyChecker::new(settings), cache: Arc::new(ValidationCache::new(cache_entries)) }
+    }
+
+    pub fn cache(&self) -> &ValidationCache {
+        &self.cache
+    }
+
+    pub fn checker(&self) -> &HaproxyChecker {
+        &self.checker
+    }
+
+    /// Validates a render. A cache hit (same haproxy version, same bytes) skips every phase;
+    /// failures are never cached.
+    pub fn validate(&self, rendered: RenderedConfig) -> Result<ValidatedConfig, PipelineError> {
+        let started = Instant::now();
+        let version = self.checker.version().map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
+        let key = ValidationCache::key(&version, &rendered);
+        if let Some(report) = self.cache.get(&key) {
+            return Ok(ValidatedConfig {
+                checksum: rendered.checksum(),
+                rendered: Arc::new(rendered),
+                warnings: report.warnings,
+                from_cache: true,
+                duration: started.elapsed(),
+            });
+        }
+        check_offline(&rendered)?;
+        let report: CheckReport = self.checker.check_blocking(&rendered).map_err(|e| match e {
+            SemanticCheckError::Rejected(invalid) => PipelineError::Invalid(invalid),
+            other => PipelineError::CheckUnavailable(other.to_string()),
+        })?;
+        self.cache.insert_success(key, &report);
+        Ok(ValidatedConfig {
+            checksum: rendered.checksum(),
+            rendered: Arc::new(rendered),
+            warnings: report.warnings,
+            from_cache: false,
+            duration: started.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+use serde_json::json;
+
+use super::*;
+use crate::pure::config::{GeneratedFile, HaproxyConfigTemplate, TemplateSnippet, WatchedResource};
+
+const VALID_CFG: &str = "global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n{{#each (resources \"services\")}}  server {{metadata.name}} 127.0.0.1:{{spec.port}}\n{{/each}}";
+
+fn spec_with(template: &str) -> HAProxyTemplateConfigSpec {
+    let mut spec = HAProxyTemplateConfigSpec {
+        haproxy_config: HaproxyConfigTemplate { template: template.into(), post_processing: vec![] },
+        ..Default::default()
+    };
+    spec.watched_resources.insert(
+        "services".into(),
+        WatchedResource {
+            api_version: "v1".into(),
+            resources: "services".into(),
+            index_by: vec!["metadata.namespace".into(), "metadata.name".into()],
+            ..Default::default()
+        },
+    );
+    spec
+}
+
+fn compiled(template: &str) -> CompiledConfig {
+    match CompiledConfig::compile(spec_with(template)) {
+        Ok(c) => c,
+        Err(e) => panic!("compiles: {e}"),
+    }
+}
+
+fn with_service(config: &CompiledConfig, name: &str, port: u16) -> Stores {
+    let stores = config.new_stores().expect("stores");
+    stores
+        .get("services")
+        .expect("store")
+        .apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"}, "spec": {"port": port}}))
+        .expect("applies");
+    stores
+}
+
+fn validator() -> Validator {
+    Validator::new("haproxy", 8)
+}
+
+#[test]
+fn a_valid_render_passes_all_three_phases() {
+    let config = compiled(VALID_CFG);
+    let rendered = config.render(with_service(&config, "web", 8080).snapshot(), None).expect("renders");
+    assert!(rendered.haproxy_cfg.contains("server web 127.0.0.1:8080"));
+    let validated = validator().validate(rendered).expect("valid");
+    assert!(!validated.from_cache);
+    assert_eq!(validated.checksum.len(), 64);
+}
+
+#[test]
+fn an_identical_render_is_served_from_the_cache_without_any_phase() {
+    let config = compiled(VALID_CFG);
+    let validator = validator();
+    let stores = with_service(&config, "web", 8080);
+    let first = validator.validate(config.render(stores.snapshot(), None).expect("renders")).expect("valid");
+    let second = validator.validate(config.render(stores.snapshot(), None).expect("renders")).expect("valid");
+    assert!(!first.from_cache);
+    assert!(second.from_cache);
+    assert_eq!(validator.cache().hits(), 1);
+    // A different render misses.
+    let other = config.render(with_service(&config, "api", 9090).snapshot(), None).expect("renders");
+    assert!(!validator.validate(other).expect("valid").from_cache);
+}
+
+#[test]
+fn a_template_syntax_error_names_the_template_and_line() {
+    let err = CompiledConfig::compile(spec_with("global\n  maxconn 1\n{{#each x}}\n")).expect_err("does not compile");
+    let text = err.to_string();
+    assert!(text.contains("haproxy.cfg"), "{text}");
+    assert!(text.contains("line"), "{text}");
+}
+
+#[test]
+fn a_fail_call_aborts_the_render_with_its_message_and_line() {
+    let config = compiled("global\n{{#if true}}\n{{fail \"no default certificate configured\"}}\n{{/if}}\n");
+    let err = config.render(config.new_stores().expect("stores").snapshot(), None).expect_err("fails");
+    let text = err.to_string();
+    assert!(text.contains("no default certificate configured"), "{text}");
+    assert!(text.contains("line 3"), "{text}");
+}
+
+#[test]
+fn reading_a_store_that_does_not_exist_names_it() {
+    let config = compiled("global\n{{#each (resources \"gateways\")}}x{{/each}}\n");
+    let err = config.render(config.new_stores().expect("stores").snapshot(), None).expect_err("fails");
+    let text = err.to_string();
+    assert!(text.contains("gateways"), "{text}");
+    assert!(text.contains("haproxy.cfg"), "{text}");
+}
+
+#[test]
+fn an_unknown_directive_is_a_schema_error_on_its_line() {
+    let config = compiled("global\n  maxconn 10\n\nfrontend fe\n  bnd 127.0.0.1:18999\n");
+    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    let err = validator().validate(rendered).expect_err("invalid");
+    let PipelineError::Invalid(invalid) = err else { panic!("expected a validation error, got {err}") };
+    assert_eq!(invalid.phase, ValidationPhase::Schema);
+    assert_eq!(invalid.problems[0].line, Some(5));
+    assert!(invalid.problems[0].message.contains("bnd"), "{}", invalid.problems[0].message);
+}
+
+#[test]
+fn a_config_haproxy_rejects_is_a_semantic_error_with_its_line() {
+    // Parses and passes the schema, but the backend does not exist.
+    let config = compiled("global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n");
+    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    let err = validator().validate(rendered).expect_err("invalid");
+    let PipelineError::Invalid(invalid) = err else { panic!("expected a validation error, got {err}") };
+    assert_eq!(invalid.phase, ValidationPhase::Semantic);
+    assert!(invalid.to_string().contains("missing"), "{invalid}");
+}
+
+#[test]
+fn failures_are_not_cached() {
+    let config = compiled("global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n");
+    let validator = validator();
+    for _ in 0..2 {
+        let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+        assert!(validator.validate(rendered).is_err());
+    }
+    assert_eq!(validator.cache().hits(), 0);
+}
+
+#[test]
+fn a_structurally_broken_config_lists_every_problem() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.watched_resources.get_mut("services").expect("present").api_version.clear();
+    spec.template_snippets.insert("empty".into(), TemplateSnippet { template: String::new() });
+    let Err(ConfigError::Structure(problems)) = CompiledConfig::compile(spec) else { panic!("expected structural problems") };
+    assert_eq!(problems.len(), 2, "{problems:?}");
+}
+
+#[test]
+fn a_field_selector_keeps_only_matching_objects() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.watched_resources.get_mut("services").expect("present").field_selector = Some("spec.type=ClusterIP".into());
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    assert!(config.selects("services", &json!({"spec": {"type": "ClusterIP"}})));
+    assert!(!config.selects("services", &json!({"spec": {"type": "NodePort"}})));
+    assert!(config.selects("other", &json!({})), "resources without a selector take everything");
+}
+
+#[test]
+fn post_processors_rewrite_the_rendered_text() {
+    let mut spec = spec_with("global\n  maxconn 100\n");
+    spec.haproxy_config.post_processing =
+        vec![PostProcessor::RegexReplace { pattern: r"maxconn (\d+)".into(), replace: "maxconn ${1}0".into() }];
+    spec.maps.insert(
+        "a.map".into(),
+        GeneratedFile {
+            template: "KEY value\n".into(),
+            post_processing: vec![PostProcessor::RegexReplace { pattern: "KEY".into(), replace: "key".into() }],
+        },
+    );
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    assert_eq!(rendered.haproxy_cfg, "global\n  maxconn 1000\n");
+    assert_eq!(rendered.aux(crate::pure::rendered::AuxKind::Map, "a.map").map(|f| f.content.as_str()), Some("key value\n"));
+}
+
+#[test]
+fn a_manifest_maps_to_the_watched_resource_of_its_kind() {
+    let config = compiled(VALID_CFG);
+    assert_eq!(config.watched_resource_for("v1", "Service"), Some("services"));
+    assert_eq!(config.watched_resource_for("v1", "Secret"), None);
+}

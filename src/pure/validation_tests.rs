@@ -1,0 +1,178 @@
+//! The runner of a config's embedded `validationTests`: for each test, load the fixtures
+//! (the `_global` test's first, then the test's own) into fresh stores, render, and evaluate
+//! every assertion. `haptor validate` prints its report; the admission webhook will run it
+//! against proposed objects.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::pure::assertions::{self, AssertionEnvironment, AssertionOutcome};
+use crate::pure::config::ValidationTest;
+use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator, check_offline};
+use crate::pure::rendered::RenderedConfig;
+use crate::pure::store::Stores;
+
+/// The name of the test whose fixtures every test shares.
+pub const GLOBAL_TEST: &str = "_global";
+
+/// The outcome of one validation test.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestReport {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub passed: bool,
+    /// Set when the test could not reach its assertions (bad fixture, failed render).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub assertions: Vec<AssertionOutcome>,
+    #[serde(serialize_with = "serialize_millis")]
+    pub duration: Duration,
+    #[serde(skip)]
+    pub rendered: Option<RenderedConfig>,
+}
+
+/// The outcome of a whole suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    pub passed: usize,
+    pub failed: usize,
+    pub tests: Vec<TestReport>,
+}
+
+impl SuiteReport {
+    pub fn all_passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+fn serialize_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// Runs the tests of a compiled config. `only` limits the run to the named tests (empty: all,
+/// except `_global`). Tests run in name order.
+pub fn run_suite(config: &CompiledConfig, validator: &Validator, only: &[String]) -> SuiteReport {
+    let tests = &config.spec.validation_tests;
+    let global = tests.get(GLOBAL_TEST);
+    let mut reports = Vec::new();
+    for (name, test) in tests {
+        if name == GLOBAL_TEST && only.is_empty() {
+            continue;
+        }
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        reports.push(run_test(config, validator, name, test, global));
+    }
+    for missing in only.iter().filter(|o| !tests.contains_key(o.as_str())) {
+        reports.push(TestReport {
+            name: missing.clone(),
+            description: None,
+            passed: false,
+            error: Some(format!("no validation test named '{missing}' in this config")),
+            assertions: vec![],
+            duration: Duration::ZERO,
+            rendered: None,
+        });
+    }
+    let passed = reports.iter().filter(|r| r.passed).count();
+    SuiteReport { passed, failed: reports.len() - passed, tests: reports }
+}
+
+/// Loads fixtures into fresh stores: the shared ones first, then the test's own (an object
+/// with the same namespace/name replaces the shared one).
+pub fn fixture_stores(
+    config: &CompiledConfig,
+    global: Option<&ValidationTest>,
+    test: &ValidationTest,
+) -> Result<Stores, String> {
+    let stores = config.new_stores().map_err(|e| e.to_string())?;
+    let sources = global.into_iter().chain(std::iter::once(test));
+    for source in sources {
+        for (resource, objects) in &source.fixtures {
+            let store = stores.get(resource).ok_or_else(|| format!("fixtures name '{resource}', which is not a watched resource"))?;
+            for (i, object) in objects.iter().enumerate() {
+                if !config.selects(resource, object) {
+                    continue;
+                }
+                store.apply(object.clone()).map_err(|e| format!("fixture {resource}[{i}]: {e}"))?;
+            }
+        }
+    }
+    Ok(stores)
+}
+
+fn run_test(
+    config: &CompiledConfig,
+    validator: &Validator,
+    name: &str,
+    test: &ValidationTest,
+    global: Option<&ValidationTest>,
+) -> TestReport {
+    let started = Instant::now();
+    let mut report = TestReport {
+        name: name.to_string(),
+        description: test.description.clone(),
+        passed: false,
+        error: None,
+        assertions: vec![],
+        duration: Duration::ZERO,
+        rendered: None,
+    };
+    let global = global.filter(|_| name != GLOBAL_TEST);
+    let stores = match fixture_stores(config, global, test) {
+        Ok(stores) => stores,
+        Err(e) => {
+            report.error = Some(e);
+            report.duration = started.elapsed();
+            return report;
+        }
+    };
+    let snapshot = stores.snapshot();
+    let extra = test.extra_context.as_ref();
+    let rendered = match config.render(snapshot.clone(), extra) {
+        Ok(r) => r,
+        Err(e) => {
+            report.error = Some(format!("render failed: {e}"));
+            report.duration = started.elapsed();
+            return report;
+        }
+    };
+    let mut env = RunnerEnvironment { config, validator, stores: &stores, extra };
+    report.assertions = test.assertions.iter().map(|a| assertions::evaluate(a, &rendered, &mut env)).collect();
+    report.passed = report.assertions.iter().all(|a| a.passed);
+    report.rendered = Some(rendered);
+    report.duration = started.elapsed();
+    report
+}
+
+struct RunnerEnvironment<'a> {
+    config: &'a CompiledConfig,
+    validator: &'a Validator,
+    stores: &'a Stores,
+    extra: Option<&'a Value>,
+}
+
+impl AssertionEnvironment for RunnerEnvironment<'_> {
+    fn haproxy_valid(&mut self, rendered: &RenderedConfig) -> Result<(), String> {
+        match self.validator.validate(rendered.clone()) {
+            Ok(_) => Ok(()),
+            Err(PipelineError::Invalid(e)) => Err(e.to_string()),
+            Err(other) => Err(other.to_string()),
+        }
+    }
+
+    fn render_again(&mut self) -> Result<RenderedConfig, String> {
+        self.config.render(self.stores.snapshot(), self.extra).map_err(|e| e.to_string())
+    }
+
+    fn structured_view(&mut self, haproxy_cfg: &str) -> Result<Value, String> {
+        let rendered = RenderedConfig { haproxy_cfg: haproxy_cfg.to_string(), aux_files: BTreeMap::new() };
+        let parsed = check_offline(&rendered).map_err(|e| e.to_string())?;
+        serde_json::to_value(crate::pure::haproxy::view(&parsed)).map_err(|e| e.to_string())
+    }
+}

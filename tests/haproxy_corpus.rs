@@ -1,0 +1,247 @@
+//! Runs haptor's HAProxy configuration parser, serializer and schema check over the shared
+//! corpus of real HAProxy configurations (`../shared/corpus/haproxy`, see its README): every
+//! configuration HAProxy 2.6 accepts must parse, round-trip through the serializer, and pass
+//! the schema check; rejected ones must not break the parser, and where HAProxy names an
+//! unknown keyword the check must name the same line.
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use haptor::pure::haproxy::{Config, check_schema, parse_config, view};
+
+/// One row of `MANIFEST.tsv`.
+struct CorpusEntry {
+    file: String,
+    exit_code: i32,
+    first_alert: String,
+    text: String,
+}
+
+impl CorpusEntry {
+    /// HAProxy 2.6 accepted it: exit code 0 (valid) or 2 (valid, no listener).
+    fn accepted(&self) -> bool {
+        self.exit_code == 0 || self.exit_code == 2
+    }
+}
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/haproxy")
+}
+
+static CORPUS: LazyLock<Vec<CorpusEntry>> = LazyLock::new(load_corpus);
+
+fn load_corpus() -> Vec<CorpusEntry> {
+    let dir = corpus_dir();
+    let manifest_path = dir.join("MANIFEST.tsv");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap_or_else(|error| {
+        panic!(
+            "the HAProxy corpus manifest {} cannot be read ({error}); the corpus must be checked \
+             out at ../shared/corpus/haproxy next to the repository",
+            manifest_path.display()
+        )
+    });
+    let mut entries = Vec::new();
+    for (index, row) in manifest.lines().enumerate().skip(1) {
+        let columns: Vec<&str> = row.split('\t').collect();
+        assert!(
+            columns.len() >= 4,
+            "MANIFEST.tsv line {} has {} columns, expected at least 4",
+            index + 1,
+            columns.len()
+        );
+        let exit_code = columns[3].parse().unwrap_or_else(|_| {
+            panic!("MANIFEST.tsv line {}: bad exit code {:?}", index + 1, columns[3])
+        });
+        let path = dir.join(columns[0]);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()));
+        entries.push(CorpusEntry {
+            file: columns[0].to_owned(),
+            exit_code,
+            first_alert: columns.get(4).copied().unwrap_or("").to_owned(),
+            text: String::from_utf8(bytes)
+                .unwrap_or_else(|_| panic!("{} is not UTF-8", path.display())),
+        });
+    }
+    assert!(
+        entries.len() > 300,
+        "MANIFEST.tsv lists only {} configurations",
+        entries.len()
+    );
+    entries
+}
+
+/// Serializes and re-parses `config`; describes the first difference, if any.
+fn round_trip_failure(config: &Config) -> Option<String> {
+    let written = config.to_string();
+    match parse_config(&written) {
+        Err(error) => Some(format!("the serialized text does not parse: {error}")),
+        Ok(reparsed) if reparsed != *config => {
+            let original_lines = config.to_string();
+            let difference = original_lines
+                .lines()
+                .zip(reparsed.to_string().lines())
+                .enumerate()
+                .find(|(_, (a, b))| a != b)
+                .map(|(line, (a, b))| format!("first difference at line {}: {a:?} vs {b:?}", line + 1))
+                .unwrap_or_else(|| "the trees differ".to_owned());
+            Some(format!("re-parsing the serialized text gives another tree; {difference}"))
+        }
+        Ok(_) => None,
+    }
+}
+
+#[test]
+fn every_config_haproxy_2_6_accepts_parses_round_trips_and_passes_the_schema_check() {
+    let mut failures = Vec::new();
+    let mut accepted = 0;
+    for entry in CORPUS.iter().filter(|entry| entry.accepted()) {
+        accepted += 1;
+        let config = match parse_config(&entry.text) {
+            Ok(config) => config,
+            Err(error) => {
+                failures.push(format!("{}: does not parse: {error}", entry.file));
+                continue;
+            }
+        };
+        if let Some(failure) = round_trip_failure(&config) {
+            failures.push(format!("{}: {failure}", entry.file));
+        }
+        for problem in check_schema(&config) {
+            failures.push(format!("{}: schema false positive: {problem}", entry.file));
+        }
+        // The view must not choke on real configurations either.
+        let _ = view(&config);
+    }
+    assert!(accepted > 200, "only {accepted} accepted configurations in the manifest");
+    assert!(
+        failures.is_empty(),
+        "{} problem(s) in {accepted} accepted configurations:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_config_haproxy_rejects_either_fails_to_parse_or_round_trips() {
+    let mut failures = Vec::new();
+    for entry in CORPUS.iter().filter(|entry| !entry.accepted()) {
+        if let Ok(config) = parse_config(&entry.text)
+            && let Some(failure) = round_trip_failure(&config)
+        {
+            failures.push(format!("{}: {failure}", entry.file));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The line number and keyword of HAProxy 2.6 alerts about a keyword it does not know:
+/// `parsing [file:LINE] : unknown keyword 'X' in 'S' section`, `unknown option 'X'`, and
+/// `'server be/s' : unknown keyword 'X'` or `'bind …' in section 'S': unknown keyword 'X'`.
+fn unknown_keyword_alert(alert: &str) -> Option<(usize, String)> {
+    let pattern = regex::Regex::new(
+        r"\[[^\]:]+:(\d+)\]\s*:.*?unknown (?:keyword|option) '([^']+)'(?: in '[a-z-]+' section| on |\.|;|$)",
+    )
+    .ok()?;
+    let captures = pattern.captures(alert)?;
+    Some((captures[1].parse().ok()?, captures[2].to_owned()))
+}
+
+#[test]
+fn the_schema_check_reports_the_unknown_keywords_haproxy_2_6_rejects_at_the_same_line() {
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for entry in CORPUS.iter().filter(|entry| !entry.accepted()) {
+        let Some((line, keyword)) = unknown_keyword_alert(&entry.first_alert) else {
+            continue;
+        };
+        // Global ssl-default-*-options values are not judged by the schema check.
+        if entry.first_alert.contains("global statement") {
+            continue;
+        }
+        let config = match parse_config(&entry.text) {
+            Ok(config) => config,
+            Err(error) => {
+                failures.push(format!("{}: does not parse: {error}", entry.file));
+                continue;
+            }
+        };
+        checked += 1;
+        let problems = check_schema(&config);
+        if !problems
+            .iter()
+            .any(|problem| problem.line == line && problem.message.contains(&keyword))
+        {
+            failures.push(format!(
+                "{}: HAProxy says {:?}; the schema check found {problems:?}",
+                entry.file, entry.first_alert
+            ));
+        }
+    }
+    assert!(checked > 20, "only {checked} unknown-keyword alerts were found in the manifest");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} missed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn a_bad_corpus_config_with_a_broken_quote_reports_the_right_line() {
+    let entry = CORPUS
+        .iter()
+        .find(|entry| entry.file.ends_with("-bad.cfg"))
+        .expect("the corpus has -bad configs");
+    let lines: Vec<&str> = entry.text.lines().collect();
+    // Break one line in the middle of a real bad config with an unterminated quote.
+    let broken_line = lines.len() / 2 + 1;
+    let mut broken: Vec<String> = lines.iter().map(|line| (*line).to_owned()).collect();
+    broken[broken_line - 1].push_str(" \"unterminated");
+    let error = parse_config(&broken.join("\n")).expect_err("an unterminated quote is rejected");
+    assert_eq!(error.line, broken_line, "{}: {error}", entry.file);
+    assert!(error.message.contains("unterminated"), "{error}");
+}
+
+#[test]
+fn hand_made_broken_inputs_report_the_right_line() {
+    let cases = [
+        ("global\n    maxconn 10\n.endif\n", 3),
+        ("global\n.if defined(X)\n    maxconn 10\n", 2),
+        ("# header\n\nmaxconn 10\nglobal\n", 3),
+        ("global\n    description \"a\\x4\"\n", 2),
+        ("frontend fe\n    bind \"${PORT\"\n", 2),
+    ];
+    for (text, line) in cases {
+        let error = parse_config(text).expect_err("broken input is rejected");
+        assert_eq!(error.line, line, "{text:?}: {error}");
+    }
+}
+
+#[test]
+fn a_thousand_backend_config_parses_quickly() {
+    let mut text = String::from("global\n    maxconn 100000\ndefaults\n    mode http\n    timeout connect 5s\n");
+    text.push_str("frontend fe\n    bind :80\n");
+    for backend in 0..1000 {
+        text.push_str(&format!(
+            "    use_backend be{backend} if {{ hdr(host) -i host{backend}.example.com }}\n"
+        ));
+    }
+    for backend in 0..1000 {
+        text.push_str(&format!("backend be{backend}\n    balance roundrobin\n"));
+        for server in 0..27 {
+            text.push_str(&format!(
+                "    server s{server} 10.{}.{}.{server}:8080 check weight 10 \"${{OPTS-inter 2s}}\"\n",
+                backend / 256,
+                backend % 256
+            ));
+        }
+    }
+    assert!(text.lines().count() > 30_000);
+    let started = std::time::Instant::now();
+    let config = parse_config(&text).expect("generated config parses");
+    let elapsed = started.elapsed();
+    assert_eq!(config.sections.len(), 1003);
+    // Generous bound: unoptimised test builds on a loaded CI machine.
+    assert!(elapsed.as_millis() < 500, "parsing took {elapsed:?}");
+}
