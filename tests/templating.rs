@@ -32,46 +32,46 @@ backend default_404
   http-request return status 404
 "#;
 
-const HOST_PATHS_MAP: &str = r#"{{#each (resources "ingresses") as |ing|~}}
-{{#each ing.spec.rules as |rule|~}}
-{{#each rule.http.paths as |p|~}}
+const HOST_PATHS_MAP: &str = r#"{{#each (resources "ingresses") as |ing|}}
+{{#each ing.spec.rules as |rule|}}
+{{#each rule.http.paths as |p|}}
 {{rule.host}}{{p.path}} {{> backend-name}}
-{{/each~}}
-{{/each~}}
-{{/each~}}
+{{/each}}
+{{/each}}
+{{/each}}
 "#;
 
 const BACKEND_NAME: &str = r#"{{sanitize (concat "ing_" ing.metadata.namespace "_" ing.metadata.name "_" p.backend.service.name "_" p.backend.service.port.number)}}"#;
 
 /// One backend per Ingress path. The Ingress names a Service port by number; the Service
 /// maps it to a port name; EndpointSlice ports carry that name with the target port.
-const BACKENDS: &str = r#"{{#each (resources "ingresses") as |ing|~}}
-{{#each ing.spec.rules as |rule|~}}
-{{#each rule.http.paths as |p|~}}
+const BACKENDS: &str = r#"{{#each (resources "ingresses") as |ing|}}
+{{#each ing.spec.rules as |rule|}}
+{{#each rule.http.paths as |p|}}
 backend {{> backend-name}}
   balance roundrobin
-{{#with (get_single "services" ing.metadata.namespace p.backend.service.name) as |svc|~}}
-{{#each svc.spec.ports as |sp|~}}
-{{#if (eq sp.port p.backend.service.port.number)~}}
-{{#each (fetch "endpointslices" ing.metadata.namespace svc.metadata.name) as |slice|~}}
-{{#each slice.ports as |ep|~}}
-{{#if (eq (default ep.name "") (default sp.name ""))~}}
-{{#each slice.endpoints as |e|~}}
-{{#unless (eq (dig e "conditions" "ready") false)~}}
+{{#with (get_single "services" ing.metadata.namespace p.backend.service.name) as |svc|}}
+{{#each svc.spec.ports as |sp|}}
+{{#if (eq sp.port p.backend.service.port.number)}}
+{{#each (fetch "endpointslices" ing.metadata.namespace svc.metadata.name) as |slice|}}
+{{#each slice.ports as |ep|}}
+{{#if (eq (default ep.name "") (default sp.name ""))}}
+{{#each slice.endpoints as |e|}}
+{{#unless (eq (dig e "conditions" "ready") false)}}
   server {{sanitize (concat slice.metadata.name "-" @index)}} {{first e.addresses}}:{{ep.port}} check
-{{/unless~}}
-{{/each~}}
-{{/if~}}
-{{/each~}}
-{{/each~}}
-{{/if~}}
-{{/each~}}
-{{else~}}
+{{/unless}}
+{{/each}}
+{{/if}}
+{{/each}}
+{{/each}}
+{{/if}}
+{{/each}}
+{{else}}
   http-request return status 503
 {{/with}}
-{{/each~}}
-{{/each~}}
-{{/each~}}
+{{/each}}
+{{/each}}
+{{/each}}
 "#;
 
 fn ingress(namespace: &str, name: &str, host: &str, path: &str, service: &str, port: u16) -> Value {
@@ -189,9 +189,7 @@ fn template_set() -> TemplateSet {
 fn render(stores: &Stores) -> RenderedConfig {
     let context = RenderContext::new(stores.snapshot(), PathResolver::default())
         .with_value("dataplane", json!({"maxconn": 2000}));
-    let out = template_set().render(&context).unwrap_or_else(|err| panic!("{err}"));
-    eprintln!("{}\n-----\n{}", out.haproxy_cfg, out.aux_files.values().map(|f| f.content.clone()).collect::<String>());
-    out
+    template_set().render(&context).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// `backend name` → its lines, from the rendered text.

@@ -76,6 +76,8 @@ struct ConfigBuilder {
     config: Config,
     current: Option<Section>,
     open_blocks: Vec<OpenBlock>,
+    /// The tokenizer's scratch buffer, kept across lines to save allocations.
+    word: WordBuffer,
 }
 
 impl ConfigBuilder {
@@ -90,7 +92,7 @@ impl ConfigBuilder {
             self.push_directive(directive);
             return Ok(());
         }
-        let tokens = tokenize(content, line, column_offset)?;
+        let tokens = tokenize(content, line, column_offset, &mut self.word)?;
         if tokens.words.is_empty() {
             self.push_layout(line, tokens.comment);
             return Ok(());
@@ -293,22 +295,32 @@ fn parse_scope_line(line: usize, content: &str) -> Result<Directive, ParseError>
 }
 
 /// The word being built: its bytes and the markers found so far (offsets into `bytes`).
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct WordBuffer {
     bytes: Vec<u8>,
     env_spans: Vec<(usize, usize, SpanKind)>,
 }
 
 impl WordBuffer {
-    /// Turns the bytes into a `String`; bytes that are not UTF-8 (only `\xHH` escapes can
-    /// produce them) are written as `\xHH` and marked.
+    /// Appends the word to `tokens` and empties the buffer for the next word (keeping its
+    /// allocation). Bytes that are not UTF-8 (only `\xHH` escapes can produce them) are
+    /// written as `\xHH` and marked.
     fn finish(&mut self, word_index: usize, tokens: &mut Tokens) {
-        let bytes = std::mem::take(&mut self.bytes);
-        let env_spans = std::mem::take(&mut self.env_spans);
-        let (text, raw_bytes) = match String::from_utf8(bytes) {
-            Ok(text) => (text, Vec::new()),
-            Err(error) => decode_with_raw_bytes(error.as_bytes()),
+        let raw_bytes = match std::str::from_utf8(&self.bytes) {
+            Ok(text) => {
+                tokens.words.push(text.to_owned());
+                Vec::new()
+            }
+            Err(_) => {
+                let (text, raw_bytes) = decode_with_raw_bytes(&self.bytes);
+                tokens.words.push(text);
+                raw_bytes
+            }
         };
+        self.bytes.clear();
+        if self.env_spans.is_empty() && raw_bytes.is_empty() {
+            return;
+        }
         // Raw bytes grow from one byte to four characters: shift the spans behind them.
         let shifted = |offset: usize| {
             offset
@@ -317,16 +329,16 @@ impl WordBuffer {
                     .filter(|(original, _)| *original < offset)
                     .count()
         };
-        let mut spans: Vec<WordSpan> = env_spans
-            .into_iter()
-            .map(|(start, end, kind)| WordSpan {
+        let first_new = tokens.spans.len();
+        tokens
+            .spans
+            .extend(self.env_spans.drain(..).map(|(start, end, kind)| WordSpan {
                 word: word_index,
                 start: shifted(start),
                 end: shifted(end),
                 kind,
-            })
-            .collect();
-        spans.extend(raw_bytes.iter().map(|&(original, byte)| {
+            }));
+        tokens.spans.extend(raw_bytes.iter().map(|&(original, byte)| {
             let start = shifted(original);
             WordSpan {
                 word: word_index,
@@ -335,9 +347,7 @@ impl WordBuffer {
                 kind: SpanKind::RawByte(byte),
             }
         }));
-        spans.sort_by_key(|span| span.start);
-        tokens.spans.extend(spans);
-        tokens.words.push(text);
+        tokens.spans[first_new..].sort_by_key(|span| span.start);
     }
 }
 
@@ -361,11 +371,20 @@ fn decode_with_raw_bytes(bytes: &[u8]) -> (String, Vec<(usize, u8)>) {
 
 /// Splits one line (leading spaces already removed) into decoded words. `column_offset` is
 /// the number of characters removed, for error columns.
-fn tokenize(content: &str, line: usize, column_offset: usize) -> Result<Tokens, ParseError> {
+fn tokenize(
+    content: &str,
+    line: usize,
+    column_offset: usize,
+    word: &mut WordBuffer,
+) -> Result<Tokens, ParseError> {
     let bytes = content.as_bytes();
     let column = |at: usize| column_offset + content[..at].chars().count() + 1;
-    let mut tokens = Tokens::default();
-    let mut word = WordBuffer::default();
+    let mut tokens = Tokens {
+        words: Vec::with_capacity(8),
+        ..Tokens::default()
+    };
+    word.bytes.clear();
+    word.env_spans.clear();
     let mut in_double = false;
     let mut in_single = false;
     let mut quote_at = 0;

@@ -425,20 +425,29 @@ fn collect_file_references(section: &Section, result: &mut ConfigView) {
                 reference(path, FileKind::Patterns, directive.line, true);
             }
         }
-        if let Some((words, arity_of)) = line_params(directive) {
-            for param in parse_params(words, arity_of) {
-                let kind = match param.name.as_str() {
-                    "crt" => FileKind::Certificate,
-                    "crt-list" => FileKind::CertificateList,
-                    "ca-file" | "ca-verify-file" => FileKind::CaFile,
-                    "crl-file" => FileKind::CrlFile,
-                    _ => continue,
-                };
-                if let Some(path) = param.value() {
-                    reference(path, kind, directive.line, false);
-                }
+        let Some((words, arity_of)) = line_params(directive) else {
+            continue;
+        };
+        // Most lines name no file: skip splitting their parameters.
+        if !words.iter().any(|word| certificate_kind(word).is_some()) {
+            continue;
+        }
+        for param in parse_params(words, arity_of) {
+            if let (Some(kind), Some(path)) = (certificate_kind(&param.name), param.value()) {
+                reference(path, kind, directive.line, false);
             }
         }
+    }
+}
+
+/// The kind of file the `bind`/`server` parameter `name` refers to, if it is one.
+fn certificate_kind(name: &str) -> Option<FileKind> {
+    match name {
+        "crt" => Some(FileKind::Certificate),
+        "crt-list" => Some(FileKind::CertificateList),
+        "ca-file" | "ca-verify-file" => Some(FileKind::CaFile),
+        "crl-file" => Some(FileKind::CrlFile),
+        _ => None,
     }
 }
 
