@@ -50,7 +50,11 @@ fn load_corpus() -> Vec<CorpusEntry> {
             columns.len()
         );
         let exit_code = columns[3].parse().unwrap_or_else(|_| {
-            panic!("MANIFEST.tsv line {}: bad exit code {:?}", index + 1, columns[3])
+            panic!(
+                "MANIFEST.tsv line {}: bad exit code {:?}",
+                index + 1,
+                columns[3]
+            )
         });
         let path = dir.join(columns[0]);
         let bytes = std::fs::read(&path)
@@ -83,9 +87,13 @@ fn round_trip_failure(config: &Config) -> Option<String> {
                 .zip(reparsed.to_string().lines())
                 .enumerate()
                 .find(|(_, (a, b))| a != b)
-                .map(|(line, (a, b))| format!("first difference at line {}: {a:?} vs {b:?}", line + 1))
+                .map(|(line, (a, b))| {
+                    format!("first difference at line {}: {a:?} vs {b:?}", line + 1)
+                })
                 .unwrap_or_else(|| "the trees differ".to_owned());
-            Some(format!("re-parsing the serialized text gives another tree; {difference}"))
+            Some(format!(
+                "re-parsing the serialized text gives another tree; {difference}"
+            ))
         }
         Ok(_) => None,
     }
@@ -113,7 +121,10 @@ fn every_config_haproxy_2_6_accepts_parses_round_trips_and_passes_the_schema_che
         // The view must not choke on real configurations either.
         let _ = view(&config);
     }
-    assert!(accepted > 200, "only {accepted} accepted configurations in the manifest");
+    assert!(
+        accepted > 200,
+        "only {accepted} accepted configurations in the manifest"
+    );
     assert!(
         failures.is_empty(),
         "{} problem(s) in {accepted} accepted configurations:\n{}",
@@ -178,7 +189,10 @@ fn the_schema_check_reports_the_unknown_keywords_haproxy_2_6_rejects_at_the_same
             ));
         }
     }
-    assert!(checked > 20, "only {checked} unknown-keyword alerts were found in the manifest");
+    assert!(
+        checked > 20,
+        "only {checked} unknown-keyword alerts were found in the manifest"
+    );
     assert!(
         failures.is_empty(),
         "{} of {checked} missed:\n{}",
@@ -220,7 +234,9 @@ fn hand_made_broken_inputs_report_the_right_line() {
 
 #[test]
 fn a_thousand_backend_config_parses_quickly() {
-    let mut text = String::from("global\n    maxconn 100000\ndefaults\n    mode http\n    timeout connect 5s\n");
+    let mut text = String::from(
+        "global\n    maxconn 100000\ndefaults\n    mode http\n    timeout connect 5s\n",
+    );
     text.push_str("frontend fe\n    bind :80\n");
     for backend in 0..1000 {
         text.push_str(&format!(

@@ -53,7 +53,7 @@ backend {{> backend-name}}
 {{#with (get_single "services" ing.metadata.namespace p.backend.service.name) as |svc|}}
 {{#each svc.spec.ports as |sp|}}
 {{#if (eq sp.port p.backend.service.port.number)}}
-{{#each (fetch "endpointslices" ing.metadata.namespace svc.metadata.name) as |slice|}}
+{{#fetch "endpointslices" ing.metadata.namespace svc.metadata.name as |slice|}}
 {{#each slice.ports as |ep|}}
 {{#if (eq (default ep.name "") (default sp.name ""))}}
 {{#each slice.endpoints as |e|}}
@@ -63,7 +63,7 @@ backend {{> backend-name}}
 {{/each}}
 {{/if}}
 {{/each}}
-{{/each}}
+{{/fetch}}
 {{/if}}
 {{/each}}
 {{else}}
@@ -108,7 +108,14 @@ fn service(namespace: &str, name: &str, port: u16, port_name: &str, target: u16)
 
 /// `endpoints` are `(address, ready)`; ports come as floats, as a YAML decoder might hand
 /// them over.
-fn slice(namespace: &str, name: &str, service: &str, port_name: &str, port: f64, endpoints: &[(&str, bool)]) -> Value {
+fn slice(
+    namespace: &str,
+    name: &str,
+    service: &str,
+    port_name: &str,
+    port: f64,
+    endpoints: &[(&str, bool)],
+) -> Value {
     json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -140,24 +147,60 @@ fn fixtures() -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         service("other", "web", 80, "http", 8000),
     ];
     let slices = vec![
-        slice("shop", "web-a1b2c", "web", "http", 8000.0, &[("10.0.1.1", true), ("10.0.1.2", false)]),
-        slice("shop", "web-d3e4f", "web", "http", 8000.0, &[("10.0.1.3", true)]),
-        slice("shop", "api-x9y8z", "api", "grpc-web", 9000.0, &[("10.0.2.1", true)]),
-        slice("other", "web-zzzzz", "web", "http", 8000.0, &[("10.9.9.9", true)]),
+        slice(
+            "shop",
+            "web-a1b2c",
+            "web",
+            "http",
+            8000.0,
+            &[("10.0.1.1", true), ("10.0.1.2", false)],
+        ),
+        slice(
+            "shop",
+            "web-d3e4f",
+            "web",
+            "http",
+            8000.0,
+            &[("10.0.1.3", true)],
+        ),
+        slice(
+            "shop",
+            "api-x9y8z",
+            "api",
+            "grpc-web",
+            9000.0,
+            &[("10.0.2.1", true)],
+        ),
+        slice(
+            "other",
+            "web-zzzzz",
+            "web",
+            "http",
+            8000.0,
+            &[("10.9.9.9", true)],
+        ),
     ];
     (ingresses, services, slices)
 }
 
 fn stores() -> Stores {
     let mut stores = Stores::new();
-    let namespaced = || vec!["metadata.namespace".to_string(), "metadata.name".to_string()];
+    let namespaced = || {
+        vec![
+            "metadata.namespace".to_string(),
+            "metadata.name".to_string(),
+        ]
+    };
     let ignore = vec!["metadata.managedFields".to_string()];
     stores.insert(ResourceStore::new("ingresses", namespaced(), ignore.clone()).unwrap());
     stores.insert(ResourceStore::new("services", namespaced(), ignore.clone()).unwrap());
     stores.insert(
         ResourceStore::new(
             "endpointslices",
-            vec!["metadata.namespace".to_string(), r"metadata.labels.kubernetes\.io/service-name".to_string()],
+            vec![
+                "metadata.namespace".to_string(),
+                r"metadata.labels.kubernetes\.io/service-name".to_string(),
+            ],
             ignore,
         )
         .unwrap(),
@@ -167,7 +210,11 @@ fn stores() -> Stores {
 
 fn load(stores: &Stores, reverse: bool) {
     let (ingresses, services, slices) = fixtures();
-    for (name, mut objects) in [("ingresses", ingresses), ("services", services), ("endpointslices", slices)] {
+    for (name, mut objects) in [
+        ("ingresses", ingresses),
+        ("services", services),
+        ("endpointslices", slices),
+    ] {
         if reverse {
             objects.reverse();
         }
@@ -179,17 +226,28 @@ fn load(stores: &Stores, reverse: bool) {
 }
 
 fn template_set() -> TemplateSet {
-    let mut input = TemplateSetInput { haproxy_config: HAPROXY_CFG.to_string(), ..Default::default() };
-    input.maps.insert("host-paths.map".into(), HOST_PATHS_MAP.into());
-    input.snippets.insert("backend-name".into(), BACKEND_NAME.into());
-    input.snippets.insert("backends-100-ingress".into(), BACKENDS.into());
+    let mut input = TemplateSetInput {
+        haproxy_config: HAPROXY_CFG.to_string(),
+        ..Default::default()
+    };
+    input
+        .maps
+        .insert("host-paths.map".into(), HOST_PATHS_MAP.into());
+    input
+        .snippets
+        .insert("backend-name".into(), BACKEND_NAME.into());
+    input
+        .snippets
+        .insert("backends-100-ingress".into(), BACKENDS.into());
     TemplateSet::compile(input).unwrap_or_else(|err| panic!("{err}"))
 }
 
 fn render(stores: &Stores) -> RenderedConfig {
     let context = RenderContext::new(stores.snapshot(), PathResolver::default())
         .with_value("dataplane", json!({"maxconn": 2000}));
-    template_set().render(&context).unwrap_or_else(|err| panic!("{err}"))
+    template_set()
+        .render(&context)
+        .unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// `backend name` → its lines, from the rendered text.
@@ -198,9 +256,14 @@ fn backends(cfg: &str) -> BTreeMap<String, Vec<String>> {
     let mut current: Option<String> = None;
     for line in cfg.lines() {
         if !line.starts_with(' ') && !line.trim().is_empty() {
-            current = line.strip_prefix("backend ").map(|name| name.trim().to_string());
+            current = line
+                .strip_prefix("backend ")
+                .map(|name| name.trim().to_string());
             if let Some(name) = &current {
-                assert!(sections.insert(name.clone(), Vec::new()).is_none(), "backend {name} appears twice");
+                assert!(
+                    sections.insert(name.clone(), Vec::new()).is_none(),
+                    "backend {name} appears twice"
+                );
             }
         } else if let Some(lines) = current.as_ref().and_then(|name| sections.get_mut(name))
             && !line.trim().is_empty()
@@ -212,7 +275,9 @@ fn backends(cfg: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 fn map_entries(rendered: &RenderedConfig) -> BTreeMap<String, String> {
-    let map = rendered.aux(AuxKind::Map, "host-paths.map").expect("the map is rendered");
+    let map = rendered
+        .aux(AuxKind::Map, "host-paths.map")
+        .expect("the map is rendered");
     map.content
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -232,7 +297,8 @@ fn ready_endpoints(namespace: &str, service: &str) -> BTreeSet<String> {
     slices
         .iter()
         .filter(|s| {
-            s["metadata"]["namespace"] == namespace && s["metadata"]["labels"]["kubernetes.io/service-name"] == service
+            s["metadata"]["namespace"] == namespace
+                && s["metadata"]["labels"]["kubernetes.io/service-name"] == service
         })
         .flat_map(|s| {
             let port = s["ports"][0]["port"].as_f64().unwrap() as u64;
@@ -264,14 +330,30 @@ fn the_map_sends_each_ingress_host_to_a_backend_named_after_the_ingress() {
     let sections = backends(&rendered.haproxy_cfg);
 
     let (ingresses, _, _) = fixtures();
-    assert_eq!(entries.len(), ingresses.len(), "one map entry per ingress path: {entries:?}");
+    assert_eq!(
+        entries.len(),
+        ingresses.len(),
+        "one map entry per ingress path: {entries:?}"
+    );
     for ing in &ingresses {
         let rule = &ing["spec"]["rules"][0];
-        let key = format!("{}{}", rule["host"].as_str().unwrap(), rule["http"]["paths"][0]["path"].as_str().unwrap());
-        let backend = entries.get(&key).unwrap_or_else(|| panic!("no map entry for {key}: {entries:?}"));
-        assert!(sections.contains_key(backend), "map points at missing backend {backend}");
+        let key = format!(
+            "{}{}",
+            rule["host"].as_str().unwrap(),
+            rule["http"]["paths"][0]["path"].as_str().unwrap()
+        );
+        let backend = entries
+            .get(&key)
+            .unwrap_or_else(|| panic!("no map entry for {key}: {entries:?}"));
+        assert!(
+            sections.contains_key(backend),
+            "map points at missing backend {backend}"
+        );
         for part in [&ing["metadata"]["namespace"], &ing["metadata"]["name"]] {
-            assert!(backend.contains(part.as_str().unwrap()), "{backend} does not name {part}");
+            assert!(
+                backend.contains(part.as_str().unwrap()),
+                "{backend} does not name {part}"
+            );
         }
     }
     assert!(entries.keys().any(|k| k.starts_with("example.com")));
@@ -291,20 +373,40 @@ fn backends_list_the_ready_endpoints_at_the_services_target_port() {
         ("blog.example.org/", "blog", "ghost"),
     ] {
         let lines = &sections[&entries[key]];
-        assert_eq!(servers(lines), ready_endpoints(namespace, service), "backend for {key}: {lines:?}");
+        assert_eq!(
+            servers(lines),
+            ready_endpoints(namespace, service),
+            "backend for {key}: {lines:?}"
+        );
     }
     let web = &sections[&entries["example.com/"]];
-    assert!(!web.iter().any(|l| l.contains("10.0.1.2")), "a not-ready endpoint was rendered");
-    assert!(!web.iter().any(|l| l.contains("10.9.9.9")), "another namespace's endpoints leaked in");
-    let names: Vec<&str> = web.iter().filter_map(|l| l.strip_prefix("server ")?.split_whitespace().next()).collect();
-    assert_eq!(names.len(), names.iter().collect::<BTreeSet<_>>().len(), "server names repeat: {names:?}");
+    assert!(
+        !web.iter().any(|l| l.contains("10.0.1.2")),
+        "a not-ready endpoint was rendered"
+    );
+    assert!(
+        !web.iter().any(|l| l.contains("10.9.9.9")),
+        "another namespace's endpoints leaked in"
+    );
+    let names: Vec<&str> = web
+        .iter()
+        .filter_map(|l| l.strip_prefix("server ")?.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names.len(),
+        names.iter().collect::<BTreeSet<_>>().len(),
+        "server names repeat: {names:?}"
+    );
 }
 
 #[test]
 fn a_service_without_endpoints_gets_a_backend_without_servers() {
     let stores = stores();
     load(&stores, false);
-    stores.get("endpointslices").unwrap().replace_all(Vec::new());
+    stores
+        .get("endpointslices")
+        .unwrap()
+        .replace_all(Vec::new());
     let rendered = render(&stores);
     let sections = backends(&rendered.haproxy_cfg);
     let entries = map_entries(&rendered);
@@ -320,8 +422,16 @@ fn the_config_points_haproxy_at_the_base_directory_and_the_map_path() {
     let resolver = PathResolver::default();
     let map = rendered.aux(AuxKind::Map, "host-paths.map").unwrap();
     assert_eq!(map.path, resolver.path(AuxKind::Map, "host-paths.map"));
-    assert!(rendered.haproxy_cfg.contains(&format!("default-path origin {}", resolver.base_dir)));
-    assert!(rendered.haproxy_cfg.contains(&format!("map_beg({})", map.path)));
+    assert!(
+        rendered
+            .haproxy_cfg
+            .contains(&format!("default-path origin {}", resolver.base_dir))
+    );
+    assert!(
+        rendered
+            .haproxy_cfg
+            .contains(&format!("map_beg({})", map.path))
+    );
     assert!(rendered.haproxy_cfg.contains("maxconn 2000"));
 }
 
@@ -342,11 +452,19 @@ fn a_new_endpoint_appears_in_the_next_render_but_not_in_an_older_snapshot() {
     stores
         .get("endpointslices")
         .unwrap()
-        .apply(slice("shop", "web-new", "web", "http", 8000.0, &[("10.0.1.9", true)]))
+        .apply(slice(
+            "shop",
+            "web-new",
+            "web",
+            "http",
+            8000.0,
+            &[("10.0.1.9", true)],
+        ))
         .unwrap();
     let set = template_set();
     let context = |snapshot| {
-        RenderContext::new(snapshot, PathResolver::default()).with_value("dataplane", json!({"maxconn": 1}))
+        RenderContext::new(snapshot, PathResolver::default())
+            .with_value("dataplane", json!({"maxconn": 1}))
     };
     let old = set.render(&context(before)).unwrap();
     let new = set.render(&context(stores.snapshot())).unwrap();
@@ -364,14 +482,44 @@ fn many_ingresses_render_one_backend_each() {
     for i in 0..count {
         let ns = format!("ns{}", i % 7);
         let svc = format!("svc{i}");
-        ingresses.apply(ingress(&ns, &format!("ing{i}"), &format!("h{i}.example.com"), "/", &svc, 80)).unwrap();
-        services.apply(service(&ns, &svc, 80, "http", 8080)).unwrap();
-        slices.apply(slice(&ns, &format!("{svc}-abc"), &svc, "http", 8080.0, &[("10.1.0.1", true), ("10.1.0.2", true)])).unwrap();
+        ingresses
+            .apply(ingress(
+                &ns,
+                &format!("ing{i}"),
+                &format!("h{i}.example.com"),
+                "/",
+                &svc,
+                80,
+            ))
+            .unwrap();
+        services
+            .apply(service(&ns, &svc, 80, "http", 8080))
+            .unwrap();
+        slices
+            .apply(slice(
+                &ns,
+                &format!("{svc}-abc"),
+                &svc,
+                "http",
+                8080.0,
+                &[("10.1.0.1", true), ("10.1.0.2", true)],
+            ))
+            .unwrap();
     }
     let rendered = render(&stores);
     let sections = backends(&rendered.haproxy_cfg);
-    assert_eq!(sections.len(), count + 1, "one backend per ingress plus default_404");
-    assert_eq!(sections.values().filter(|lines| servers(lines).len() == 2).count(), count);
+    assert_eq!(
+        sections.len(),
+        count + 1,
+        "one backend per ingress plus default_404"
+    );
+    assert_eq!(
+        sections
+            .values()
+            .filter(|lines| servers(lines).len() == 2)
+            .count(),
+        count
+    );
     let shared = Arc::new(template_set());
     assert_eq!(shared.snippet_names().len(), 2);
 }

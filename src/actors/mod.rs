@@ -1,1 +1,14 @@
-//! actors (to be filled in).
+//! The actors of haptor's tree: thin adapters that hold the state of one concern, call into
+//! `crate::pure` to do the work, and exchange the typed messages of `crate::messages`.
+//! [`introspection`] is the shared, read-mostly record the debug endpoints serve.
+
+pub mod context;
+pub mod coordinator;
+pub mod deployment;
+pub mod introspection;
+pub mod reconciler;
+pub mod validators;
+pub mod watcher;
+pub mod commentator;
+pub mod metrics;
+pub mod http;

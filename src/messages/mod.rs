@@ -4,4 +4,14 @@
 //! ([`events::ObservedEvent`]) are the one exception: they fan out to the Commentator and
 //! Metrics through a lossy, counted channel ([`events::EventFanout`]).
 
+pub mod config;
+pub mod deploy;
 pub mod events;
+pub mod resources;
+
+pub use config::{ConfigLoaderMsg, IterationManagerMsg, LeaderElectorMsg, Leadership, ValidatorMsg, ValidatorVerdict};
+pub use deploy::{
+    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, DeployerMsg, DiscoveryMsg, DriftMonitorMsg, Instance, ValidatedRender,
+};
+pub use events::{CorrelationId, EventFanout, EventKind, ObservedEvent};
+pub use resources::{IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};

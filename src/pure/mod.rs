@@ -5,6 +5,7 @@
 
 pub mod assertions;
 pub mod config;
+pub mod deploy;
 pub mod haproxy;
 pub mod manifests;
 pub mod pipeline;

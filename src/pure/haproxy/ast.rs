@@ -89,10 +89,30 @@ impl SectionKind {
 
     /// The section kind whose header keyword is `word`, if `word` starts a section.
     pub fn from_keyword(word: &str) -> Option<SectionKind> {
-        SectionKind::ALL
-            .iter()
-            .copied()
-            .find(|kind| kind.keyword() == word)
+        let kind = match word {
+            "global" => SectionKind::Global,
+            "defaults" => SectionKind::Defaults,
+            "frontend" => SectionKind::Frontend,
+            "backend" => SectionKind::Backend,
+            "listen" => SectionKind::Listen,
+            "userlist" => SectionKind::Userlist,
+            "peers" => SectionKind::Peers,
+            "resolvers" => SectionKind::Resolvers,
+            "mailers" => SectionKind::Mailers,
+            "program" => SectionKind::Program,
+            "http-errors" => SectionKind::HttpErrors,
+            "ring" => SectionKind::Ring,
+            "cache" => SectionKind::Cache,
+            "log-forward" => SectionKind::LogForward,
+            "fcgi-app" => SectionKind::FcgiApp,
+            "crt-store" => SectionKind::CrtStore,
+            "traces" => SectionKind::Traces,
+            "acme" => SectionKind::Acme,
+            "log-profile" => SectionKind::LogProfile,
+            "namespace_list" => SectionKind::NamespaceList,
+            _ => return None,
+        };
+        Some(kind)
     }
 
     /// The header keyword, e.g. `"http-errors"`.
@@ -125,16 +145,23 @@ impl SectionKind {
     pub fn is_proxy(self) -> bool {
         matches!(
             self,
-            SectionKind::Defaults | SectionKind::Frontend | SectionKind::Backend | SectionKind::Listen
+            SectionKind::Defaults
+                | SectionKind::Frontend
+                | SectionKind::Backend
+                | SectionKind::Listen
         )
     }
 
-    /// Whether HAProxy requires a name after the keyword (all but `global`, `defaults` and
-    /// the later singleton sections).
+    /// Whether HAProxy requires a name after the keyword (all but `global`, `defaults`,
+    /// `crt-store` and the singleton sections).
     pub fn needs_name(self) -> bool {
         !matches!(
             self,
-            SectionKind::Global | SectionKind::Defaults | SectionKind::Traces | SectionKind::NamespaceList
+            SectionKind::Global
+                | SectionKind::Defaults
+                | SectionKind::CrtStore
+                | SectionKind::Traces
+                | SectionKind::NamespaceList
         )
     }
 }
@@ -224,6 +251,7 @@ pub struct WordSpan {
     pub word: usize,
     pub start: usize,
     pub end: usize,
+    #[serde(flatten)]
     pub kind: SpanKind,
 }
 
@@ -241,7 +269,7 @@ pub enum SpanKind {
     },
     /// A byte from a `\xHH` escape that is not valid UTF-8 on its own; the span covers the
     /// four characters `\xHH` standing in for it.
-    RawByte(u8),
+    RawByte { byte: u8 },
 }
 
 /// The kinds of line a [`Directive`] can be.
@@ -342,7 +370,7 @@ impl Directive {
         let mut bytes = Vec::with_capacity(text.len());
         let mut at = 0;
         for span in self.spans_of(word) {
-            if let SpanKind::RawByte(byte) = span.kind {
+            if let SpanKind::RawByte { byte } = span.kind {
                 bytes.extend_from_slice(text.get(at..span.start).unwrap_or("").as_bytes());
                 bytes.push(byte);
                 at = span.end;
@@ -376,7 +404,8 @@ impl Directive {
 
     /// The words with environment references replaced the way HAProxy does it: the value from
     /// `lookup`, else the default, else nothing; a `[*]` reference splits its value into
-    /// several words on spaces. Raw-byte markers stay written as `\xHH`.
+    /// several words at each run of spaces; an empty last word is dropped. Raw-byte markers
+    /// stay written as `\xHH`.
     pub fn expand_env(&self, lookup: impl Fn(&str) -> Option<String>) -> Vec<String> {
         let mut expanded = Vec::with_capacity(self.words.len());
         for (index, text) in self.words.iter().enumerate() {
@@ -395,12 +424,14 @@ impl Directive {
                 at = span.end;
                 let value = lookup(name).or_else(|| default.clone()).unwrap_or_default();
                 if *split_words {
-                    let mut parts = value.split([' ', '\t']).filter(|part| !part.is_empty());
-                    if let Some(first) = parts.next() {
-                        current.push_str(first);
-                        for part in parts {
+                    // As HAProxy does: each run of spaces ends the current word.
+                    let mut chars = value.chars().peekable();
+                    while let Some(c) = chars.next() {
+                        if c.is_ascii_whitespace() {
+                            while chars.next_if(char::is_ascii_whitespace).is_some() {}
                             expanded.push(std::mem::take(&mut current));
-                            current.push_str(part);
+                        } else {
+                            current.push(c);
                         }
                     }
                 } else {
@@ -410,6 +441,10 @@ impl Directive {
             current.push_str(text.get(at..).unwrap_or(""));
             expanded.push(current);
         }
+        // HAProxy drops an empty last word, also when a reference expanded to nothing.
+        if expanded.last().is_some_and(String::is_empty) {
+            expanded.pop();
+        }
         expanded
     }
 }
@@ -417,7 +452,9 @@ impl Directive {
 impl Config {
     /// All sections of one kind, in order.
     pub fn sections_of(&self, kind: SectionKind) -> impl Iterator<Item = &Section> {
-        self.sections.iter().filter(move |section| section.kind == kind)
+        self.sections
+            .iter()
+            .filter(move |section| section.kind == kind)
     }
 
     /// The first section of `kind` named `name`.
@@ -463,7 +500,9 @@ fn write_container(
 ) -> fmt::Result {
     let mut layout_lines = layout.iter().peekable();
     for (index, directive) in directives.iter().enumerate() {
-        while let Some(layout_line) = layout_lines.next_if(|layout_line| layout_line.before <= index) {
+        while let Some(layout_line) =
+            layout_lines.next_if(|layout_line| layout_line.before <= index)
+        {
             write_layout_line(out, layout_line, indent)?;
         }
         out.write_str(indent)?;
@@ -476,7 +515,11 @@ fn write_container(
     Ok(())
 }
 
-fn write_layout_line(out: &mut fmt::Formatter<'_>, layout_line: &LayoutLine, indent: &str) -> fmt::Result {
+fn write_layout_line(
+    out: &mut fmt::Formatter<'_>,
+    layout_line: &LayoutLine,
+    indent: &str,
+) -> fmt::Result {
     if let Some(comment) = &layout_line.comment {
         out.write_str(indent)?;
         write_comment(out, comment)?;
@@ -505,5 +548,137 @@ impl fmt::Display for Config {
             write_container(out, &section.directives, &section.layout, "    ")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pure::haproxy::parse_config;
+
+    const SAMPLE: &str = r#"# managed by haptor
+.if feature(THREAD)
+.notice "threads"
+.endif
+
+global
+    log "${LOG_HOST-127.0.0.1}:514" local0   # where logs go
+    description 'a "quoted" #text'
+    [scope.one]
+defaults named from base
+    timeout connect 5s
+frontend fe
+    bind "fd@${fe_1}" ssl crt /etc/a\ b.pem
+    http-request set-header X "str(\xE0)"
+    http-request set-header Y "tab\there" if { hdr(x) -m str "" }
+    http-request set-var(txn.v) str('it''s')
+backend be
+    server s1 10.0.0.1:80 check
+"#;
+
+    #[test]
+    fn serializing_and_reparsing_gives_an_equal_config() {
+        let config = parse_config(SAMPLE).expect("sample parses");
+        let written = config.to_string();
+        let reparsed = parse_config(&written).expect("serialized sample parses");
+        assert_eq!(config, reparsed, "serialized as:\n{written}");
+        assert_eq!(written.lines().count(), SAMPLE.lines().count());
+    }
+
+    #[test]
+    fn the_serializer_quotes_only_words_that_need_it() {
+        let config = parse_config(SAMPLE).expect("sample parses");
+        let written = config.to_string();
+        assert!(
+            written.contains("\n    server s1 10.0.0.1:80 check\n"),
+            "{written}"
+        );
+        assert!(
+            written.contains("bind \"fd@${fe_1}\" ssl crt '/etc/a b.pem'"),
+            "{written}"
+        );
+        assert!(written.contains("\"str(\\xE0)\""), "{written}");
+    }
+
+    #[test]
+    fn layout_equality_ignores_comments_blank_lines_and_line_numbers() {
+        let compact =
+            parse_config("global\n maxconn 1\nbackend be\n server s 1.2.3.4:80\n").unwrap();
+        let spaced = parse_config(
+            "# c\n\nglobal # g\n\n  maxconn 1 # m\nbackend be\n\n  server s 1.2.3.4:80\n",
+        )
+        .unwrap();
+        assert!(compact.eq_ignoring_layout(&spaced));
+        assert_ne!(compact, spaced);
+        let other = parse_config("global\n maxconn 2\nbackend be\n server s 1.2.3.4:80\n").unwrap();
+        assert!(!compact.eq_ignoring_layout(&other));
+    }
+
+    #[test]
+    fn a_config_built_in_code_serializes_to_valid_syntax() {
+        let mut backend = Section::new(SectionKind::Backend, Some("web"));
+        backend.directives.push(Directive::new([
+            "server",
+            "s1",
+            "10.0.0.1:80",
+            "weight",
+            "10",
+        ]));
+        backend.directives.push(Directive::new([
+            "http-request",
+            "set-header",
+            "X-Note",
+            "two words",
+        ]));
+        let config = Config {
+            sections: vec![backend],
+            ..Config::default()
+        };
+        let written = config.to_config_string();
+        assert_eq!(
+            written,
+            "backend web\n    server s1 10.0.0.1:80 weight 10\n    http-request set-header X-Note 'two words'\n"
+        );
+        let reparsed = parse_config(&written).expect("written config parses");
+        assert!(reparsed.eq_ignoring_layout(&config));
+    }
+
+    #[test]
+    fn every_section_kind_is_found_by_its_keyword() {
+        for kind in SectionKind::ALL {
+            assert_eq!(SectionKind::from_keyword(kind.keyword()), Some(*kind));
+        }
+        assert_eq!(SectionKind::from_keyword("server"), None);
+    }
+
+    #[test]
+    fn unprefixed_strips_no_and_default() {
+        let directive = Directive::new(["no", "option", "httplog"]);
+        assert_eq!(directive.unprefixed(), (Some("no"), &directive.words[1..]));
+        let plain = Directive::new(["option", "httplog"]);
+        assert_eq!(plain.unprefixed(), (None, &plain.words[..]));
+    }
+
+    #[test]
+    fn to_line_writes_one_directive_with_its_comment() {
+        let config = parse_config("global\n  log \"${H}:514\" local0 # logs\n").unwrap();
+        assert_eq!(
+            config.sections[0].directives[0].to_line(),
+            "log \"${H}:514\" local0 # logs"
+        );
+    }
+
+    #[test]
+    fn the_tree_serializes_to_json() {
+        let config = parse_config(SAMPLE).expect("sample parses");
+        let json = serde_json::to_value(&config).expect("config serializes to JSON");
+        assert_eq!(json["sections"][2]["kind"], "frontend");
+        let spans = &json["sections"][2]["directives"][1]["spans"];
+        assert_eq!(spans[0]["type"], "raw_byte");
+        assert_eq!(spans[0]["byte"], 0xE0);
+        assert_eq!(
+            json["sections"][2]["directives"][0]["spans"][0]["type"],
+            "env_ref"
+        );
     }
 }

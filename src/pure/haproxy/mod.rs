@@ -13,7 +13,9 @@ pub mod parser;
 pub mod schema;
 pub mod view;
 
-pub use ast::{Config, Directive, DirectiveKind, LayoutLine, Section, SectionKind, SpanKind, WordSpan};
+pub use ast::{
+    Config, Directive, DirectiveKind, LayoutLine, Section, SectionKind, SpanKind, WordSpan,
+};
 pub use parser::{ParseError, parse_config};
 pub use schema::{SchemaProblem, check_schema};
 pub use view::{ConfigView, view};

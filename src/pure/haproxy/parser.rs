@@ -76,7 +76,14 @@ struct ConfigBuilder {
     config: Config,
     current: Option<Section>,
     open_blocks: Vec<OpenBlock>,
-    /// The tokenizer's scratch buffer, kept across lines to save allocations.
+    /// The tokenizer's buffers, kept across lines to save allocations.
+    scratch: Scratch,
+}
+
+/// The tokenizer's working buffers: the words of the current line and the word being built.
+#[derive(Debug, Default)]
+struct Scratch {
+    tokens: Tokens,
     word: WordBuffer,
 }
 
@@ -92,22 +99,26 @@ impl ConfigBuilder {
             self.push_directive(directive);
             return Ok(());
         }
-        let tokens = tokenize(content, line, column_offset, &mut self.word)?;
-        if tokens.words.is_empty() {
-            self.push_layout(line, tokens.comment);
+        tokenize(content, line, column_offset, &mut self.scratch)?;
+        let comment = self.scratch.tokens.comment.take();
+        if self.scratch.tokens.words.is_empty() {
+            self.push_layout(line, comment);
             return Ok(());
         }
+        // Exact-size vectors: the scratch ones keep their capacity for the next line.
         let directive = Directive {
             line,
-            words: tokens.words,
-            spans: tokens.spans,
-            comment: tokens.comment,
+            words: self.scratch.tokens.words.drain(..).collect(),
+            spans: self.scratch.tokens.spans.drain(..).collect(),
+            comment,
         };
         let keyword = directive.keyword();
         if keyword.starts_with('[') {
             return Err(ParseError::new(
                 line,
-                format!("'{keyword}' cannot be a keyword: only a scope line '[name]' may start with '['"),
+                format!(
+                    "'{keyword}' cannot be a keyword: only a scope line '[name]' may start with '['"
+                ),
             ));
         }
         if keyword.starts_with('.') {
@@ -122,7 +133,9 @@ impl ConfigBuilder {
         if self.current.is_none() && self.open_blocks.is_empty() && !keyword.is_empty() {
             return Err(ParseError::new(
                 line,
-                format!("unknown keyword '{keyword}' out of section: directives must follow a section header such as 'global' or 'frontend NAME'"),
+                format!(
+                    "unknown keyword '{keyword}' out of section: directives must follow a section header such as 'global' or 'frontend NAME'"
+                ),
             ));
         }
         self.push_directive(directive);
@@ -176,14 +189,18 @@ impl ConfigBuilder {
                 if let Some(extra) = directive.args().get(1) {
                     return Err(ParseError::new(
                         line,
-                        format!("unexpected argument '{extra}' for '{keyword}'; put the message in quotes if it contains spaces"),
+                        format!(
+                            "unexpected argument '{extra}' for '{keyword}'; put the message in quotes if it contains spaces"
+                        ),
                     ));
                 }
             }
             _ => {
                 return Err(ParseError::new(
                     line,
-                    format!("unknown directive '{keyword}': lines starting with '.' must be .if, .elif, .else, .endif, .diag, .notice, .warning or .alert"),
+                    format!(
+                        "unknown directive '{keyword}': lines starting with '.' must be .if, .elif, .else, .endif, .diag, .notice, .warning or .alert"
+                    ),
                 ));
             }
         }
@@ -338,15 +355,17 @@ impl WordBuffer {
                 end: shifted(end),
                 kind,
             }));
-        tokens.spans.extend(raw_bytes.iter().map(|&(original, byte)| {
-            let start = shifted(original);
-            WordSpan {
-                word: word_index,
-                start,
-                end: start + 4,
-                kind: SpanKind::RawByte(byte),
-            }
-        }));
+        tokens
+            .spans
+            .extend(raw_bytes.iter().map(|&(original, byte)| {
+                let start = shifted(original);
+                WordSpan {
+                    word: word_index,
+                    start,
+                    end: start + 4,
+                    kind: SpanKind::RawByte { byte },
+                }
+            }));
         tokens.spans[first_new..].sort_by_key(|span| span.start);
     }
 }
@@ -369,20 +388,20 @@ fn decode_with_raw_bytes(bytes: &[u8]) -> (String, Vec<(usize, u8)>) {
     (text, raw_bytes)
 }
 
-/// Splits one line (leading spaces already removed) into decoded words. `column_offset` is
-/// the number of characters removed, for error columns.
+/// Splits one line (leading spaces already removed) into decoded words, left in
+/// `scratch.tokens`. `column_offset` is the number of characters removed, for error columns.
 fn tokenize(
     content: &str,
     line: usize,
     column_offset: usize,
-    word: &mut WordBuffer,
-) -> Result<Tokens, ParseError> {
+    scratch: &mut Scratch,
+) -> Result<(), ParseError> {
     let bytes = content.as_bytes();
     let column = |at: usize| column_offset + content[..at].chars().count() + 1;
-    let mut tokens = Tokens {
-        words: Vec::with_capacity(8),
-        ..Tokens::default()
-    };
+    let Scratch { tokens, word } = scratch;
+    tokens.words.clear();
+    tokens.spans.clear();
+    tokens.comment = None;
     word.bytes.clear();
     word.env_spans.clear();
     let mut in_double = false;
@@ -409,19 +428,21 @@ fn tokenize(
                 at += 1;
             }
             b'\\' if !in_single => {
-                at = decode_escape(content, at, in_double, &mut word.bytes)
-                    .map_err(|message| ParseError::new(line, format!("{message} at column {}", column(at))))?;
+                at = decode_escape(content, at, in_double, &mut word.bytes).map_err(|message| {
+                    ParseError::new(line, format!("{message} at column {}", column(at)))
+                })?;
             }
             _ if is_separator(byte) && !in_single && !in_double => {
                 while at < bytes.len() && is_separator(bytes[at]) {
                     at += 1;
                 }
                 let index = tokens.words.len();
-                word.finish(index, &mut tokens);
+                word.finish(index, tokens);
             }
             b'$' if in_double => {
-                let (end, kind) = parse_env_ref(content, at)
-                    .map_err(|message| ParseError::new(line, format!("{message} at column {}", column(at))))?;
+                let (end, kind) = parse_env_ref(content, at).map_err(|message| {
+                    ParseError::new(line, format!("{message} at column {}", column(at)))
+                })?;
                 let start = word.bytes.len();
                 word.bytes.extend_from_slice(&bytes[at..end]);
                 word.env_spans.push((start, word.bytes.len(), kind));
@@ -436,7 +457,10 @@ fn tokenize(
                 word.bytes.extend_from_slice(&bytes[start..at]);
             }
         }
-        if tokens.words.len() >= MAX_WORDS_PER_LINE && at < bytes.len() && !is_comment_or_end(&bytes[at..]) {
+        if tokens.words.len() >= MAX_WORDS_PER_LINE
+            && at < bytes.len()
+            && !is_comment_or_end(&bytes[at..])
+        {
             return Err(ParseError::new(
                 line,
                 format!("too many words: HAProxy reads at most {MAX_WORDS_PER_LINE} on one line"),
@@ -447,15 +471,18 @@ fn tokenize(
         let kind = if in_double { "double" } else { "single" };
         return Err(ParseError::new(
             line,
-            format!("unterminated {kind} quote opened at column {}", column(quote_at)),
+            format!(
+                "unterminated {kind} quote opened at column {}",
+                column(quote_at)
+            ),
         ));
     }
     // As in HAProxy, an empty last word (after trailing spaces, or a final `""`) is dropped.
     if !word.bytes.is_empty() {
         let index = tokens.words.len();
-        word.finish(index, &mut tokens);
+        word.finish(index, tokens);
     }
-    Ok(tokens)
+    Ok(())
 }
 
 /// Whether only a comment or the end of the line follows.
@@ -464,7 +491,12 @@ fn is_comment_or_end(rest: &[u8]) -> bool {
 }
 
 /// Decodes the backslash sequence at `at` into `out`, returning the offset after it.
-fn decode_escape(content: &str, at: usize, in_double: bool, out: &mut Vec<u8>) -> Result<usize, String> {
+fn decode_escape(
+    content: &str,
+    at: usize,
+    in_double: bool,
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
     let bytes = content.as_bytes();
     let decoded = match bytes.get(at + 1) {
         Some(&next @ (b' ' | b'\\' | b'#' | b'\'' | b'"')) => next,
@@ -508,9 +540,11 @@ fn parse_env_ref(content: &str, at: usize) -> Result<(usize, SpanKind), String> 
         Some(b) if b.is_ascii_alphabetic() || *b == b'_' => {}
         Some(b'.') => cursor += 1,
         _ => {
-            return Err("invalid environment reference: '$' must be followed by a name \
+            return Err(
+                "invalid environment reference: '$' must be followed by a name \
                         (a letter or '_'); write '\\$' for a literal dollar sign"
-                .to_owned());
+                    .to_owned(),
+            );
         }
     }
     while bytes
@@ -535,14 +569,18 @@ fn parse_env_ref(content: &str, at: usize) -> Result<(usize, SpanKind), String> 
         match bytes.get(cursor) {
             Some(b'-') => {
                 let Some(length) = content[cursor + 1..].find('}') else {
-                    return Err(format!("unterminated environment reference '${{{name}-': missing '}}'"));
+                    return Err(format!(
+                        "unterminated environment reference '${{{name}-': missing '}}'"
+                    ));
                 };
                 default = Some(content[cursor + 1..cursor + 1 + length].to_owned());
                 cursor += length + 2;
             }
             Some(b'}') => cursor += 1,
             _ => {
-                return Err(format!("unterminated environment reference '${{{name}': missing '}}'"));
+                return Err(format!(
+                    "unterminated environment reference '${{{name}': missing '}}'"
+                ));
             }
         }
     }
@@ -566,12 +604,15 @@ enum Quoting {
 fn quoting_for(word: &str, is_keyword: bool) -> Quoting {
     let needs_quotes = word.is_empty()
         || (is_keyword && word.starts_with('['))
-        || word
-            .bytes()
-            .any(|b| is_separator(b) || matches!(b, b'#' | b'"' | b'\'' | b'\\') || b.is_ascii_control());
+        || word.bytes().any(|b| {
+            is_separator(b) || matches!(b, b'#' | b'"' | b'\'' | b'\\') || b.is_ascii_control()
+        });
     if !needs_quotes {
         Quoting::Bare
-    } else if !word.bytes().any(|b| b == b'\'' || (b.is_ascii_control() && b != b'\t')) {
+    } else if !word
+        .bytes()
+        .any(|b| b == b'\'' || (b.is_ascii_control() && b != b'\t'))
+    {
         Quoting::Single
     } else {
         Quoting::Double
@@ -602,14 +643,16 @@ pub(crate) fn write_word<W: fmt::Write + ?Sized>(
     out.write_char('"')?;
     let mut at = 0;
     for span in spans {
-        let (Some(before), Some(marked)) = (word.get(at..span.start), word.get(span.start..span.end)) else {
+        let (Some(before), Some(marked)) =
+            (word.get(at..span.start), word.get(span.start..span.end))
+        else {
             // A marker that does not fit the word (built in code): ignore it.
             continue;
         };
         write_double_quoted_text(out, before)?;
         match span.kind {
             SpanKind::EnvRef { .. } => out.write_str(marked)?,
-            SpanKind::RawByte(byte) => write!(out, "\\x{byte:02X}")?,
+            SpanKind::RawByte { byte } => write!(out, "\\x{byte:02X}")?,
         }
         at = span.end;
     }
@@ -692,7 +735,10 @@ mod tests {
 
     #[test]
     fn a_quoted_word_keeps_its_spaces() {
-        assert_eq!(words_of(r#"description "a b"  'c  d'"#), ["description", "a b", "c  d"]);
+        assert_eq!(
+            words_of(r#"description "a b"  'c  d'"#),
+            ["description", "a b", "c  d"]
+        );
     }
 
     #[test]
@@ -710,7 +756,10 @@ mod tests {
 
     #[test]
     fn a_hash_inside_quotes_is_text() {
-        assert_eq!(words_of(r#"x "a#b" 'c#d' e\#f"#), ["x", "a#b", "c#d", "e#f"]);
+        assert_eq!(
+            words_of(r#"x "a#b" 'c#d' e\#f"#),
+            ["x", "a#b", "c#d", "e#f"]
+        );
     }
 
     #[test]
@@ -734,7 +783,10 @@ mod tests {
 
     #[test]
     fn single_quotes_keep_backslashes_and_dollars() {
-        assert_eq!(words_of(r"x 'a\x41' '${HOME}' '\\'"), ["x", "a\\x41", "${HOME}", "\\\\"]);
+        assert_eq!(
+            words_of(r"x 'a\x41' '${HOME}' '\\'"),
+            ["x", "a\\x41", "${HOME}", "\\\\"]
+        );
         let config = parse_config("global\n x '${HOME}'\n").unwrap();
         assert!(config.sections[0].directives[0].spans.is_empty());
     }
@@ -749,33 +801,59 @@ mod tests {
 
     #[test]
     fn env_references_in_double_quotes_stay_unexpanded_and_marked() {
-        let config = parse_config("global\n x \"fd@${fe}\" \"${T-5s}\" \"$HOME.x\" \"${L[*]}\"\n").unwrap();
+        let config =
+            parse_config("global\n x \"fd@${fe}\" \"${T-5s}\" \"$HOME.x\" \"${L[*]}\"\n").unwrap();
         let directive = &config.sections[0].directives[0];
-        assert_eq!(directive.args(), ["fd@${fe}", "${T-5s}", "$HOME.x", "${L[*]}"]);
+        assert_eq!(
+            directive.args(),
+            ["fd@${fe}", "${T-5s}", "$HOME.x", "${L[*]}"]
+        );
         let kinds: Vec<&SpanKind> = directive.spans.iter().map(|span| &span.kind).collect();
         assert_eq!(
             kinds,
             [
-                &SpanKind::EnvRef { name: "fe".into(), default: None, split_words: false },
-                &SpanKind::EnvRef { name: "T".into(), default: Some("5s".into()), split_words: false },
-                &SpanKind::EnvRef { name: "HOME".into(), default: None, split_words: false },
-                &SpanKind::EnvRef { name: "L".into(), default: None, split_words: true },
+                &SpanKind::EnvRef {
+                    name: "fe".into(),
+                    default: None,
+                    split_words: false
+                },
+                &SpanKind::EnvRef {
+                    name: "T".into(),
+                    default: Some("5s".into()),
+                    split_words: false
+                },
+                &SpanKind::EnvRef {
+                    name: "HOME".into(),
+                    default: None,
+                    split_words: false
+                },
+                &SpanKind::EnvRef {
+                    name: "L".into(),
+                    default: None,
+                    split_words: true
+                },
             ]
         );
         let first = &directive.spans[0];
-        assert_eq!(&directive.words[first.word][first.start..first.end], "${fe}");
+        assert_eq!(
+            &directive.words[first.word][first.start..first.end],
+            "${fe}"
+        );
     }
 
     #[test]
     fn expand_env_uses_values_then_defaults_and_splits_star_references() {
-        let config = parse_config("global\n x \"fd@${fe}\" \"${T-5s}\" \"${L[*]}\" \"${NONE}\"\n").unwrap();
+        let config = parse_config(
+            "global\n x \"fd@${fe}\" \"${T-5s}\" \"${L[*]}\" \"${NONE}\" y \"${NONE}\"\n",
+        )
+        .unwrap();
         let directive = &config.sections[0].directives[0];
         let expanded = directive.expand_env(|name| match name {
             "fe" => Some("3".to_owned()),
             "L" => Some("a  b".to_owned()),
             _ => None,
         });
-        assert_eq!(expanded, ["x", "fd@3", "5s", "a", "b", ""]);
+        assert_eq!(expanded, ["x", "fd@3", "5s", "a", "b", "", "y"]);
     }
 
     #[test]
@@ -785,10 +863,19 @@ mod tests {
 
     #[test]
     fn bad_env_references_are_errors_with_the_line() {
-        for bad in [r#""$""#, r#""$1""#, r#""${X""#, r#""${X[}""#, r#""${X-abc""#] {
+        for bad in [
+            r#""$""#,
+            r#""$1""#,
+            r#""${X""#,
+            r#""${X[}""#,
+            r#""${X-abc""#,
+        ] {
             let error = error_of(&format!("global\n\n  x {bad}\n"));
             assert_eq!(error.line, 3, "{bad}: {error}");
-            assert!(error.message.contains("environment reference"), "{bad}: {error}");
+            assert!(
+                error.message.contains("environment reference"),
+                "{bad}: {error}"
+            );
         }
     }
 
@@ -796,7 +883,10 @@ mod tests {
     fn an_unterminated_quote_is_an_error_with_its_line_and_column() {
         let error = error_of("global\n  maxconn 1\n  description \"abc\n");
         assert_eq!(error.line, 3);
-        assert!(error.message.contains("unterminated double quote"), "{error}");
+        assert!(
+            error.message.contains("unterminated double quote"),
+            "{error}"
+        );
         assert!(error.message.contains("column 15"), "{error}");
         assert_eq!(error_of("global\n x 'abc\n").line, 2);
     }
@@ -814,7 +904,11 @@ mod tests {
         let directive = &config.sections[0].directives[0];
         assert_eq!(directive.words[1], "str(\\xE0),${N}");
         assert_eq!(directive.word_bytes(1), b"str(\xE0),${N}".to_vec());
-        let env = directive.spans.iter().find(|span| matches!(span.kind, SpanKind::EnvRef { .. })).unwrap();
+        let env = directive
+            .spans
+            .iter()
+            .find(|span| matches!(span.kind, SpanKind::EnvRef { .. }))
+            .unwrap();
         assert_eq!(&directive.words[1][env.start..env.end], "${N}");
     }
 
@@ -848,7 +942,13 @@ mod tests {
         let kinds: Vec<SectionKind> = config.sections.iter().map(|s| s.kind).collect();
         assert_eq!(
             kinds,
-            [SectionKind::Global, SectionKind::Defaults, SectionKind::Frontend, SectionKind::Backend, SectionKind::HttpErrors]
+            [
+                SectionKind::Global,
+                SectionKind::Defaults,
+                SectionKind::Frontend,
+                SectionKind::Backend,
+                SectionKind::HttpErrors
+            ]
         );
         assert_eq!(config.sections[1].name.as_deref(), Some("web"));
         assert_eq!(config.sections[1].from_defaults(), Some("base"));
@@ -857,7 +957,10 @@ mod tests {
 
     #[test]
     fn line_numbers_are_one_based_and_kept_everywhere() {
-        let config = parse_config("# top\n\nglobal\n  maxconn 1\n# mid\nbackend be\n  server s 1.2.3.4:80\n").unwrap();
+        let config = parse_config(
+            "# top\n\nglobal\n  maxconn 1\n# mid\nbackend be\n  server s 1.2.3.4:80\n",
+        )
+        .unwrap();
         assert_eq!(config.preamble_layout[0].line, 1);
         assert_eq!(config.preamble_layout[1].line, 2);
         assert_eq!(config.sections[0].line, 3);
@@ -880,9 +983,16 @@ mod tests {
         let config = parse_config(text).unwrap();
         let preamble: Vec<&str> = config.preamble.iter().map(Directive::keyword).collect();
         assert_eq!(preamble, [".if", ".notice", ".endif"]);
-        let global: Vec<&str> = config.sections[0].directives.iter().map(Directive::keyword).collect();
+        let global: Vec<&str> = config.sections[0]
+            .directives
+            .iter()
+            .map(Directive::keyword)
+            .collect();
         assert_eq!(global, [".if", "nbthread", ".elif", ".else", ".endif"]);
-        assert_eq!(config.sections[0].directives[0].kind(), DirectiveKind::Conditional);
+        assert_eq!(
+            config.sections[0].directives[0].kind(),
+            DirectiveKind::Conditional
+        );
         assert_eq!(config.preamble[1].kind(), DirectiveKind::Message);
     }
 
@@ -905,8 +1015,16 @@ mod tests {
             ("global\n.else\n", 2, "without a matching '.if'"),
             ("global\n.elif 1\n", 2, "without a matching '.if'"),
             ("global\n.if 1\n.else\n.else\n.endif\n", 4, "after '.else'"),
-            ("global\n.if 1\n.else\n.elif 1\n.endif\n", 4, "after '.else'"),
-            ("global\n.if 1\n.else 2\n.endif\n", 3, "unexpected argument '2'"),
+            (
+                "global\n.if 1\n.else\n.elif 1\n.endif\n",
+                4,
+                "after '.else'",
+            ),
+            (
+                "global\n.if 1\n.else 2\n.endif\n",
+                3,
+                "unexpected argument '2'",
+            ),
             ("global\n.if 1\n.endif x\n", 3, "unexpected argument 'x'"),
             ("global\n\n.if 1\n.if 0\n.endif\n", 3, "never closed"),
             ("global\n.notice a b\n", 2, "unexpected argument 'b'"),
@@ -983,7 +1101,16 @@ mod tests {
     #[test]
     fn random_input_never_panics_and_what_parses_round_trips() {
         const ALPHABET: &[u8] = b" \t\r\n#\"'\\${}[]-*.x0aA:fgbe.ifdn";
-        let keywords = ["global\n", "frontend f\n", ".if 1\n", ".endif\n", "\\x", "\\xZ", "${", "é"];
+        let keywords = [
+            "global\n",
+            "frontend f\n",
+            ".if 1\n",
+            ".endif\n",
+            "\\x",
+            "\\xZ",
+            "${",
+            "é",
+        ];
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let mut parsed = 0;
         for _ in 0..4000 {
@@ -991,7 +1118,7 @@ mod tests {
             let mut text = String::new();
             for _ in 0..length {
                 let pick = next_random(&mut state);
-                if pick % 7 == 0 {
+                if pick.is_multiple_of(7) {
                     text.push_str(keywords[(pick / 7) as usize % keywords.len()]);
                 } else {
                     text.push(ALPHABET[(pick / 7) as usize % ALPHABET.len()] as char);

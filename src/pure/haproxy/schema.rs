@@ -11,8 +11,9 @@ use serde::Serialize;
 
 use super::ast::{Config, Directive, DirectiveKind, Section, SectionKind};
 use super::keywords::{
-    KeywordStatus, ParamArity, SECTION_KEYWORDS, TIMEOUT_NAMES, is_balance_algorithm, is_bind_param, is_server_param,
-    parse_size_bytes, parse_time_ms, proxy_option_status, section_keyword_allowed, suggest_keyword,
+    KeywordStatus, ParamArity, SECTION_KEYWORDS, TIMEOUT_NAMES, is_balance_algorithm,
+    is_bind_param, is_server_param, parse_size_bytes, parse_time_ms, proxy_option_status,
+    section_keyword_allowed, suggest_keyword,
 };
 
 /// One thing HAProxy 2.6 would not accept (or would ignore), with the 1-based line.
@@ -49,7 +50,13 @@ pub fn check_schema(config: &Config) -> Vec<SchemaProblem> {
 }
 
 /// Server parameters whose value is a time.
-const SERVER_TIME_PARAMS: &[&str] = &["agent-inter", "downinter", "fastinter", "inter", "slowstart"];
+const SERVER_TIME_PARAMS: &[&str] = &[
+    "agent-inter",
+    "downinter",
+    "fastinter",
+    "inter",
+    "slowstart",
+];
 
 /// Server parameters whose value is a count that must be at least 1.
 const SERVER_POSITIVE_PARAMS: &[&str] = &["fall", "rise"];
@@ -95,13 +102,22 @@ impl Checker {
     }
 
     fn check_directive(&mut self, section: &Section, directive: &Directive) {
-        let (_, words) = directive.unprefixed();
+        let (modifier, words) = directive.unprefixed();
         let offset = directive.words.len() - words.len();
         let keyword = words.first().map_or("", String::as_str);
         if keyword.is_empty() || directive.word_has_env_ref(offset) {
             return;
         }
         let section_keyword = section.keyword();
+        if let Some(modifier) = modifier
+            && section_keyword_allowed(section_keyword, modifier) != KeywordStatus::Allowed
+        {
+            self.report(
+                directive.line,
+                format!("'{modifier}' cannot prefix a directive in a '{section_keyword}' section"),
+            );
+            return;
+        }
         match section_keyword_allowed(section_keyword, keyword) {
             KeywordStatus::Allowed => {}
             KeywordStatus::Unknown => {
@@ -117,7 +133,9 @@ impl Checker {
             KeywordStatus::NotInSection => {
                 self.report(
                     directive.line,
-                    format!("'{keyword}' is not allowed in a '{section_keyword}' section"),
+                    format!(
+                        "'{keyword}' is not allowed in a '{section_keyword}' section (HAProxy rejects or ignores it there)"
+                    ),
                 );
                 return;
             }
@@ -150,7 +168,10 @@ impl Checker {
             "bind" if matches!(section.kind, SectionKind::Frontend | SectionKind::Listen) => {
                 self.check_bind_line(directive, offset, words);
             }
-            size_keyword if section.kind == SectionKind::Global && GLOBAL_SIZE_KEYWORDS.contains(&size_keyword) => {
+            size_keyword
+                if section.kind == SectionKind::Global
+                    && GLOBAL_SIZE_KEYWORDS.contains(&size_keyword) =>
+            {
                 if let Some(size) = value(1)
                     && parse_size_bytes(size).is_none()
                 {
@@ -175,7 +196,9 @@ impl Checker {
             }
             KeywordStatus::NotInSection => self.report(
                 line,
-                format!("'option {option}' is not allowed in a '{section_keyword}' section"),
+                format!(
+                    "'option {option}' is not allowed in a '{section_keyword}' section (HAProxy rejects or ignores it there)"
+                ),
             ),
         }
     }
@@ -213,7 +236,13 @@ impl Checker {
 
     /// Checks `server`, `default-server` and `server-template` lines: the required words and
     /// every parameter.
-    fn check_server_line(&mut self, section: SectionKind, directive: &Directive, offset: usize, words: &[String]) {
+    fn check_server_line(
+        &mut self,
+        section: SectionKind,
+        directive: &Directive,
+        offset: usize,
+        words: &[String],
+    ) {
         let keyword = words[0].as_str();
         let fixed_words = match keyword {
             "server" => 3,
@@ -277,11 +306,13 @@ impl Checker {
                 .is_none()
                 .then(|| format!("'{param}' on {server} needs a time such as 2s, got '{value}'"))
         } else if SERVER_POSITIVE_PARAMS.contains(&param) {
-            (!value.parse::<u32>().is_ok_and(|count| count > 0))
-                .then(|| format!("'{param}' on {server} needs a number of at least 1, got '{value}'"))
+            (!value.parse::<u32>().is_ok_and(|count| count > 0)).then(|| {
+                format!("'{param}' on {server} needs a number of at least 1, got '{value}'")
+            })
         } else if param == "weight" {
-            (!value.parse::<u32>().is_ok_and(|weight| weight <= 256))
-                .then(|| format!("'weight' on {server} must be a number from 0 to 256, got '{value}'"))
+            (!value.parse::<u32>().is_ok_and(|weight| weight <= 256)).then(|| {
+                format!("'weight' on {server} must be a number from 0 to 256, got '{value}'")
+            })
         } else {
             None
         };
@@ -292,7 +323,10 @@ impl Checker {
 
     fn check_bind_line(&mut self, directive: &Directive, offset: usize, words: &[String]) {
         let Some(address) = words.get(1) else {
-            self.report(directive.line, "'bind' needs an address such as :80".to_owned());
+            self.report(
+                directive.line,
+                "'bind' needs an address such as :80".to_owned(),
+            );
             return;
         };
         let mut index = 2;
@@ -338,7 +372,10 @@ mod tests {
         let found = problems(text);
         assert_eq!(found.len(), 1, "{text:?}: {found:?}");
         assert_eq!(found[0].line, line, "{found:?}");
-        assert!(found[0].message.contains(message), "{found:?} should contain {message:?}");
+        assert!(
+            found[0].message.contains(message),
+            "{found:?} should contain {message:?}"
+        );
     }
 
     const VALID: &str = r#"
@@ -385,7 +422,11 @@ backend be
 
     #[test]
     fn a_directive_in_the_wrong_section_is_reported() {
-        assert_one_problem("defaults\n    bind :80\n", 2, "'bind' is not allowed in a 'defaults' section");
+        assert_one_problem(
+            "defaults\n    bind :80\n",
+            2,
+            "'bind' is not allowed in a 'defaults' section",
+        );
     }
 
     #[test]
@@ -406,7 +447,11 @@ backend be
             "'timeout connect' needs a time such as 5s, got '5x'",
         );
         assert_one_problem("defaults\n    timeout connect\n", 2, "needs a time");
-        assert_one_problem("defaults\n    timeout connec 5s\n", 2, "unknown timeout 'connec'");
+        assert_one_problem(
+            "defaults\n    timeout connec 5s\n",
+            2,
+            "unknown timeout 'connec'",
+        );
         assert_eq!(problems("resolvers dns\n    timeout resolve 1s\n"), []);
     }
 
@@ -417,29 +462,84 @@ backend be
             2,
             "unknown server parameter 'wieght' on server 'web1'",
         );
-        assert_one_problem("backend be\n    server web1 1.2.3.4:80 inter 2x\n", 2, "'inter' on server 'web1' needs a time");
-        assert_one_problem("backend be\n    server web1 1.2.3.4:80 weight 300\n", 2, "from 0 to 256");
-        assert_one_problem("backend be\n    server web1 1.2.3.4:80 rise 0\n", 2, "at least 1");
-        assert_one_problem("backend be\n    server web1 1.2.3.4:80 check inter\n", 2, "'inter' on server 'web1' needs a value");
-        assert_one_problem("backend be\n    server web1\n", 2, "needs a name and an address");
+        assert_one_problem(
+            "backend be\n    server web1 1.2.3.4:80 inter 2x\n",
+            2,
+            "'inter' on server 'web1' needs a time",
+        );
+        assert_one_problem(
+            "backend be\n    server web1 1.2.3.4:80 weight 300\n",
+            2,
+            "from 0 to 256",
+        );
+        assert_one_problem(
+            "backend be\n    server web1 1.2.3.4:80 rise 0\n",
+            2,
+            "at least 1",
+        );
+        assert_one_problem(
+            "backend be\n    server web1 1.2.3.4:80 check inter\n",
+            2,
+            "'inter' on server 'web1' needs a value",
+        );
+        assert_one_problem(
+            "backend be\n    server web1\n",
+            2,
+            "needs a name and an address",
+        );
     }
 
     #[test]
     fn bind_parameters_are_checked() {
-        assert_one_problem("frontend fe\n    bind :80 foo\n", 2, "unknown bind parameter 'foo' on 'bind :80'");
-        assert_one_problem("frontend fe\n    bind :443 ssl crt\n", 2, "'crt' on 'bind :443' needs a value");
+        assert_one_problem(
+            "frontend fe\n    bind :80 foo\n",
+            2,
+            "unknown bind parameter 'foo' on 'bind :80'",
+        );
+        assert_one_problem(
+            "frontend fe\n    bind :443 ssl crt\n",
+            2,
+            "'crt' on 'bind :443' needs a value",
+        );
         assert_one_problem("frontend fe\n    bind\n", 2, "needs an address");
     }
 
     #[test]
     fn options_are_checked() {
-        assert_one_problem("frontend fe\n    option httplogg\n", 2, "unknown option 'httplogg'");
-        assert_one_problem("frontend fe\n    no option httplogg\n", 2, "unknown option 'httplogg'");
+        assert_one_problem(
+            "frontend fe\n    option httplogg\n",
+            2,
+            "unknown option 'httplogg'",
+        );
+        assert_one_problem(
+            "frontend fe\n    no option httplogg\n",
+            2,
+            "unknown option 'httplogg'",
+        );
+        assert_one_problem(
+            "backend be\n    option httplog\n",
+            2,
+            "'option httplog' is not allowed in a 'backend' section",
+        );
+    }
+
+    #[test]
+    fn a_no_prefix_is_only_accepted_where_haproxy_takes_it() {
+        assert_eq!(problems("global\n    no log\n"), []);
+        assert_one_problem(
+            "userlist users\n    no user admin\n",
+            2,
+            "'no' cannot prefix a directive in a 'userlist' section",
+        );
     }
 
     #[test]
     fn global_sizes_are_checked() {
-        assert_one_problem("global\n    tune.bufsize 16x\n", 2, "'tune.bufsize' needs a size");
+        assert_one_problem(
+            "global\n    tune.bufsize 16x\n",
+            2,
+            "'tune.bufsize' needs a size",
+        );
     }
 
     #[test]
@@ -459,8 +559,14 @@ backend be
 
     #[test]
     fn lines_inside_conditional_blocks_and_env_values_are_not_judged() {
-        assert_eq!(problems("frontend fe\n.if version_atleast(3.0)\n    bnd :80\n.endif\n"), []);
-        assert_eq!(problems(".if feature(QUIC)\nfrontend fe\n    bnd :80\n.endif\n"), []);
+        assert_eq!(
+            problems("frontend fe\n.if version_atleast(3.0)\n    bnd :80\n.endif\n"),
+            []
+        );
+        assert_eq!(
+            problems(".if feature(QUIC)\nfrontend fe\n    bnd :80\n.endif\n"),
+            []
+        );
         assert_eq!(problems("defaults\n    timeout connect \"${T}\"\n"), []);
         assert_one_problem(
             "frontend fe\n.if 1\n.endif\n    bnd :80\n",

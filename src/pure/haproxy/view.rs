@@ -114,7 +114,13 @@ pub struct Endpoint {
 impl Endpoint {
     fn parse(address: &str) -> Endpoint {
         const PORTLESS_PREFIXES: &[&str] = &[
-            "unix@", "abns@", "abnsz@", "fd@", "sockpair@", "uxst@", "uxdg@",
+            "unix@",
+            "abns@",
+            "abnsz@",
+            "fd@",
+            "sockpair@",
+            "uxst@",
+            "uxdg@",
         ];
         let portless = address.starts_with('/')
             || PORTLESS_PREFIXES
@@ -364,8 +370,11 @@ fn backend_view(section: &Section, is_listen: bool) -> BackendView {
     backend
 }
 
+/// A keyword table lookup: how many values a `bind` or `server` parameter takes.
+type ArityLookup = fn(&str) -> Option<ParamArity>;
+
 /// Splits parameter words into parameters, taking as many values as the keyword table says.
-pub(crate) fn parse_params(words: &[String], arity_of: fn(&str) -> Option<ParamArity>) -> Vec<Param> {
+fn parse_params(words: &[String], arity_of: ArityLookup) -> Vec<Param> {
     let mut params = Vec::new();
     let mut index = 0;
     while let Some(name) = words.get(index) {
@@ -385,7 +394,7 @@ pub(crate) fn parse_params(words: &[String], arity_of: fn(&str) -> Option<ParamA
 }
 
 /// The parameter words of a `bind`/`server`-like line and the table that knows their arity.
-fn line_params(directive: &Directive) -> Option<(&[String], fn(&str) -> Option<ParamArity>)> {
+fn line_params(directive: &Directive) -> Option<(&[String], ArityLookup)> {
     let args = directive.args();
     match directive.keyword() {
         "bind" => Some((args.get(1..)?, is_bind_param)),
@@ -571,7 +580,10 @@ listen stats
         let tls = &www.binds[1];
         assert!(tls.param("ssl").is_some_and(|p| p.values.is_empty()));
         assert_eq!(tls.param("crt").and_then(Param::value), Some("site.pem"));
-        assert_eq!(tls.param("alpn").and_then(Param::value), Some("h2,http/1.1"));
+        assert_eq!(
+            tls.param("alpn").and_then(Param::value),
+            Some("h2,http/1.1")
+        );
         assert_eq!(view.frontends[1].binds[0].address, "fd@${stats}");
     }
 
@@ -594,8 +606,16 @@ listen stats
             ]
         );
         assert_eq!(
-            www.backend_rules[0].condition.as_ref().map(|c| c.words.clone()),
-            Some(vec!["{".into(), "path_beg".into(), "/api".into(), "}".into()])
+            www.backend_rules[0]
+                .condition
+                .as_ref()
+                .map(|c| c.words.clone()),
+            Some(vec![
+                "{".into(),
+                "path_beg".into(),
+                "/api".into(),
+                "}".into()
+            ])
         );
     }
 
@@ -605,10 +625,16 @@ listen stats
         let web = &view.backends[0];
         assert_eq!(web.name, "web");
         let balance = web.balance.as_ref().expect("balance line");
-        assert_eq!((balance.algorithm.as_str(), balance.args.as_slice()), ("hdr(host)", &["x".to_owned()][..]));
+        assert_eq!(
+            (balance.algorithm.as_str(), balance.args.as_slice()),
+            ("hdr(host)", &["x".to_owned()][..])
+        );
         assert_eq!(web.default_server_params[0].value(), Some("2s"));
         let web1 = &web.servers[0];
-        assert_eq!((web1.name.as_str(), web1.endpoint.host.as_str()), ("web1", "10.0.0.1"));
+        assert_eq!(
+            (web1.name.as_str(), web1.endpoint.host.as_str()),
+            ("web1", "10.0.0.1")
+        );
         assert_eq!(web1.endpoint.port_number(), Some(8080));
         assert_eq!(web1.param("weight").and_then(Param::value), Some("10"));
         assert!(web1.has_flag("check"));
@@ -616,7 +642,10 @@ listen stats
         assert!(web.servers[1].has_flag("disabled"));
         assert_eq!(web.servers[2].endpoint.port, None);
         let template = &web.server_templates[0];
-        assert_eq!((template.prefix.as_str(), template.count.as_str()), ("srv", "1-5"));
+        assert_eq!(
+            (template.prefix.as_str(), template.count.as_str()),
+            ("srv", "1-5")
+        );
         assert_eq!(template.endpoint.host, "app.svc.local");
         assert_eq!(template.params.len(), 3);
         assert_eq!(view.backends[1].name, "stats");
@@ -670,13 +699,19 @@ listen stats
         assert_eq!(found, [(FileKind::Map, "/b.map")]);
         assert!(function_file_arguments("%[src,mapx(/c)]").is_empty());
         assert!(function_file_arguments("bitmap(/c)").is_empty());
-        assert_eq!(function_file_arguments("del-acl(/d.lst)"), [(FileKind::Patterns, "/d.lst")]);
+        assert_eq!(
+            function_file_arguments("del-acl(/d.lst)"),
+            [(FileKind::Patterns, "/d.lst")]
+        );
     }
 
     #[test]
     fn addresses_split_at_the_last_colon_except_sockets() {
         let ipv6 = Endpoint::parse("ipv6@::1:8443");
-        assert_eq!((ipv6.host.as_str(), ipv6.port_number()), ("ipv6@::1", Some(8443)));
+        assert_eq!(
+            (ipv6.host.as_str(), ipv6.port_number()),
+            ("ipv6@::1", Some(8443))
+        );
         assert_eq!(Endpoint::parse("unix@/run/a:b").port, None);
         assert_eq!(Endpoint::parse("example.com").port, None);
         assert_eq!(Endpoint::parse("h:+1").port.as_deref(), Some("+1"));

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 pub use path::FieldPath;
 pub use resource::{
-    EntryKey, ObjectRef, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot, normalise_numbers,
+    EntryKey, ObjectRef, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot,
+    normalise_numbers,
 };
 
 /// What can go wrong building or querying a store.
@@ -22,13 +23,24 @@ pub enum StoreError {
     InvalidPath { path: String, reason: String },
     #[error("store '{store}': an object without metadata.name cannot be stored")]
     MissingName { store: String },
-    #[error("store '{store}' is indexed by {expected} field(s) ({fields}) but {given} keys were given")]
-    TooManyKeys { store: String, fields: String, expected: usize, given: usize },
+    #[error(
+        "store '{store}' is indexed by {expected} field(s) ({fields}) but {given} keys were given"
+    )]
+    TooManyKeys {
+        store: String,
+        fields: String,
+        expected: usize,
+        given: usize,
+    },
     #[error(
         "store '{store}' holds {count} objects for key [{keys}] where at most one was expected; \
          use fetch, or index by more fields"
     )]
-    NotSingle { store: String, keys: String, count: usize },
+    NotSingle {
+        store: String,
+        keys: String,
+        count: usize,
+    },
 }
 
 /// Every watched resource's store, by the name templates use.
@@ -45,7 +57,8 @@ impl Stores {
     /// Adds a store under its own name, replacing any store of that name.
     pub fn insert(&mut self, store: ResourceStore) -> Arc<ResourceStore> {
         let store = Arc::new(store);
-        self.stores.insert(store.name().to_string(), Arc::clone(&store));
+        self.stores
+            .insert(store.name().to_string(), Arc::clone(&store));
         store
     }
 
@@ -71,7 +84,11 @@ impl Stores {
     /// are unordered anyway).
     pub fn snapshot(&self) -> StoresSnapshot {
         StoresSnapshot {
-            stores: self.stores.iter().map(|(name, store)| (name.clone(), store.snapshot())).collect(),
+            stores: self
+                .stores
+                .iter()
+                .map(|(name, store)| (name.clone(), store.snapshot()))
+                .collect(),
         }
     }
 }
@@ -102,7 +119,9 @@ impl StoresSnapshot {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<StoreSnapshot>)> {
-        self.stores.iter().map(|(name, snapshot)| (name.as_str(), snapshot))
+        self.stores
+            .iter()
+            .map(|(name, snapshot)| (name.as_str(), snapshot))
     }
 
     pub fn len(&self) -> usize {
@@ -126,10 +145,17 @@ mod tests {
         stores.insert(ResourceStore::new("services", vec![], vec![]).unwrap());
         ingresses.apply(json!({"metadata": {"name": "a"}})).unwrap();
         let snapshot = stores.snapshot();
-        assert_eq!(snapshot.names().collect::<Vec<_>>(), ["ingresses", "services"]);
+        assert_eq!(
+            snapshot.names().collect::<Vec<_>>(),
+            ["ingresses", "services"]
+        );
         assert_eq!(snapshot.get("ingresses").map(|s| s.len()), Some(1));
         ingresses.apply(json!({"metadata": {"name": "b"}})).unwrap();
-        assert_eq!(snapshot.get("ingresses").map(|s| s.len()), Some(1), "a snapshot does not move");
+        assert_eq!(
+            snapshot.get("ingresses").map(|s| s.len()),
+            Some(1),
+            "a snapshot does not move"
+        );
         assert!(snapshot.get("nope").is_none());
     }
 

@@ -31,7 +31,10 @@ impl FieldPath {
             path: source.to_string(),
             reason: format!("as the JSONPath `{rfc}`: {err}"),
         })?;
-        Ok(FieldPath { source: source.to_string(), compiled })
+        Ok(FieldPath {
+            source: source.to_string(),
+            compiled,
+        })
     }
 
     /// The path as the user wrote it.
@@ -211,7 +214,12 @@ mod tests {
     #[test]
     fn every_accepted_spelling_selects_the_same_field() {
         let object = json!({"metadata": {"name": "web"}});
-        for spelling in ["metadata.name", "{.metadata.name}", "$.metadata.name", ".metadata.name"] {
+        for spelling in [
+            "metadata.name",
+            "{.metadata.name}",
+            "$.metadata.name",
+            ".metadata.name",
+        ] {
             let path = FieldPath::parse(spelling).unwrap();
             assert_eq!(path.index_value(&object), "web", "spelling {spelling}");
         }
@@ -243,7 +251,14 @@ mod tests {
 
     #[test]
     fn a_bad_path_is_rejected_with_its_text_and_a_reason() {
-        for bad in ["metadata..name", "", "{.metadata.name", "spec.ports[0", "a.", r"a\"] {
+        for bad in [
+            "metadata..name",
+            "",
+            "{.metadata.name",
+            "spec.ports[0",
+            "a.",
+            r"a\",
+        ] {
             let err = FieldPath::parse(bad).unwrap_err();
             let text = err.to_string();
             assert!(text.contains(&format!("'{bad}'")), "{text}");
@@ -258,9 +273,16 @@ mod tests {
             "metadata": {"name": "a", "managedFields": [{"x": 1}]},
             "items": [{"keep": 1, "drop": 2}, {"keep": 3, "drop": 4}]
         });
-        FieldPath::parse("metadata.managedFields").unwrap().remove_from(&mut object);
-        FieldPath::parse("items[*].drop").unwrap().remove_from(&mut object);
-        assert_eq!(object, json!({"metadata": {"name": "a"}, "items": [{"keep": 1}, {"keep": 3}]}));
+        FieldPath::parse("metadata.managedFields")
+            .unwrap()
+            .remove_from(&mut object);
+        FieldPath::parse("items[*].drop")
+            .unwrap()
+            .remove_from(&mut object);
+        assert_eq!(
+            object,
+            json!({"metadata": {"name": "a"}, "items": [{"keep": 1}, {"keep": 3}]})
+        );
 
         let mut list = json!({"items": [1, 2, 3]});
         FieldPath::parse("items[*]").unwrap().remove_from(&mut list);

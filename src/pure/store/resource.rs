@@ -33,14 +33,23 @@ pub struct ObjectRef {
 
 impl ObjectRef {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjectRef {
-        ObjectRef { namespace: namespace.into(), name: name.into() }
+        ObjectRef {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 
     /// Reads `metadata.namespace` and `metadata.name`; `None` when the name is missing.
     pub fn of(object: &Value) -> Option<ObjectRef> {
         let metadata = object.get("metadata")?;
-        let name = metadata.get("name")?.as_str().filter(|name| !name.is_empty())?;
-        let namespace = metadata.get("namespace").and_then(Value::as_str).unwrap_or("");
+        let name = metadata
+            .get("name")?
+            .as_str()
+            .filter(|name| !name.is_empty())?;
+        let namespace = metadata
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         Some(ObjectRef::new(namespace, name))
     }
 }
@@ -118,8 +127,14 @@ impl ResourceStore {
         index_by: Vec<String>,
         ignore_fields: Vec<String>,
     ) -> Result<ResourceStore, StoreError> {
-        let index_paths = index_by.iter().map(|p| FieldPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
-        let ignore_paths = ignore_fields.iter().map(|p| FieldPath::parse(p)).collect::<Result<Vec<_>, _>>()?;
+        let index_paths = index_by
+            .iter()
+            .map(|p| FieldPath::parse(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ignore_paths = ignore_fields
+            .iter()
+            .map(|p| FieldPath::parse(p))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(ResourceStore {
             name: Arc::from(name.into()),
             index_sources: Arc::from(index_by),
@@ -147,7 +162,10 @@ impl ResourceStore {
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(old_key) = live.by_identity.get(&identity)
             && **old_key == *key
-            && live.entries.get(old_key).is_some_and(|old| **old == *object)
+            && live
+                .entries
+                .get(old_key)
+                .is_some_and(|old| **old == *object)
         {
             return Ok(StoreChange::Unchanged);
         }
@@ -203,7 +221,11 @@ impl ResourceStore {
 
     /// The number of objects held.
     pub fn len(&self) -> usize {
-        self.live.read().unwrap_or_else(PoisonError::into_inner).entries.len()
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entries
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -212,7 +234,11 @@ impl ResourceStore {
 
     /// Every object, ordered by index key, then namespace, then name.
     pub fn list(&self) -> Vec<Arc<Value>> {
-        self.snapshot().entries.iter().map(|e| Arc::clone(&e.object)).collect()
+        self.snapshot()
+            .entries
+            .iter()
+            .map(|e| Arc::clone(&e.object))
+            .collect()
     }
 
     /// The objects whose index key starts with `keys` (all of them for an empty slice).
@@ -258,7 +284,10 @@ impl ResourceStore {
             entries: live
                 .entries
                 .iter()
-                .map(|(key, object)| SnapshotEntry { key: Arc::clone(key), object: Arc::clone(object) })
+                .map(|(key, object)| SnapshotEntry {
+                    key: Arc::clone(key),
+                    object: Arc::clone(object),
+                })
                 .collect(),
         });
         *cached = Some(Arc::clone(&snapshot));
@@ -271,8 +300,12 @@ impl ResourceStore {
         let (key, object) = self.prepare(object)?;
         let identity = key.object_ref();
         let base = self.snapshot();
-        let mut entries: Vec<SnapshotEntry> =
-            base.entries.iter().filter(|e| e.key.object_ref() != identity).cloned().collect();
+        let mut entries: Vec<SnapshotEntry> = base
+            .entries
+            .iter()
+            .filter(|e| e.key.object_ref() != identity)
+            .cloned()
+            .collect();
         let at = entries.partition_point(|e| *e.key < *key);
         entries.insert(at, SnapshotEntry { key, object });
         Ok(Arc::new(base.with_entries(entries)))
@@ -282,20 +315,34 @@ impl ResourceStore {
     /// untouched.
     pub fn snapshot_with_deleted(&self, identity: &ObjectRef) -> Arc<StoreSnapshot> {
         let base = self.snapshot();
-        let entries = base.entries.iter().filter(|e| e.key.object_ref() != *identity).cloned().collect();
+        let entries = base
+            .entries
+            .iter()
+            .filter(|e| e.key.object_ref() != *identity)
+            .cloned()
+            .collect();
         Arc::new(base.with_entries(entries))
     }
 
     /// Strips ignored fields, normalises numbers and computes the key; runs outside locks.
     fn prepare(&self, mut object: Value) -> Result<(Arc<EntryKey>, Arc<Value>), StoreError> {
-        let identity =
-            ObjectRef::of(&object).ok_or_else(|| StoreError::MissingName { store: self.name.to_string() })?;
+        let identity = ObjectRef::of(&object).ok_or_else(|| StoreError::MissingName {
+            store: self.name.to_string(),
+        })?;
         for path in &self.ignore_fields {
             path.remove_from(&mut object);
         }
         normalise_numbers(&mut object);
-        let index = self.index_by.iter().map(|path| path.index_value(&object)).collect();
-        let key = EntryKey { index, namespace: identity.namespace, name: identity.name };
+        let index = self
+            .index_by
+            .iter()
+            .map(|path| path.index_value(&object))
+            .collect();
+        let key = EntryKey {
+            index,
+            namespace: identity.namespace,
+            name: identity.name,
+        };
         Ok((Arc::new(key), Arc::new(object)))
     }
 
@@ -304,7 +351,11 @@ impl ResourceStore {
     }
 
     fn not_single(&self, keys: &[&str], count: usize) -> StoreError {
-        StoreError::NotSingle { store: self.name.to_string(), keys: keys.join(", "), count }
+        StoreError::NotSingle {
+            store: self.name.to_string(),
+            keys: keys.join(", "),
+            count,
+        }
     }
 }
 
@@ -423,7 +474,9 @@ impl StoreSnapshot {
     /// are contiguous because entries sort by key first.
     pub fn fetch_range(&self, keys: &[&str]) -> Result<Range<usize>, StoreError> {
         check_arity(&self.store, &self.index_by, keys.len())?;
-        let start = self.entries.partition_point(|e| e.key.cmp_prefix(keys).is_lt());
+        let start = self
+            .entries
+            .partition_point(|e| e.key.cmp_prefix(keys).is_lt());
         let len = self.entries[start..].partition_point(|e| e.key.cmp_prefix(keys).is_eq());
         Ok(start..start + len)
     }
@@ -441,13 +494,19 @@ impl StoreSnapshot {
         match range.len() {
             0 => Ok(None),
             1 => Ok(Some(range.start)),
-            count => Err(StoreError::NotSingle { store: self.store.to_string(), keys: keys.join(", "), count }),
+            count => Err(StoreError::NotSingle {
+                store: self.store.to_string(),
+                keys: keys.join(", "),
+                count,
+            }),
         }
     }
 
     /// The one object whose key starts with `keys`, as [`ResourceStore::get_single`].
     pub fn get_single(&self, keys: &[&str]) -> Result<Option<&Arc<Value>>, StoreError> {
-        Ok(self.single_position(keys)?.map(|at| &self.entries[at].object))
+        Ok(self
+            .single_position(keys)?
+            .map(|at| &self.entries[at].object))
     }
 }
 
@@ -473,14 +532,25 @@ mod tests {
     fn slices_store() -> ResourceStore {
         ResourceStore::new(
             "endpointslices",
-            vec!["metadata.namespace".into(), r"metadata.labels.kubernetes\.io/service-name".into()],
+            vec![
+                "metadata.namespace".into(),
+                r"metadata.labels.kubernetes\.io/service-name".into(),
+            ],
             vec!["metadata.managedFields".into()],
         )
         .unwrap()
     }
 
     fn names(objects: &[Arc<Value>]) -> Vec<String> {
-        objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap_or_default().to_string()).collect()
+        objects
+            .iter()
+            .map(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
     }
 
     #[test]
@@ -489,7 +559,10 @@ mod tests {
         store.apply(slice("shop", "web-abc", "web")).unwrap();
         store.apply(slice("shop", "web-def", "web")).unwrap();
         store.apply(slice("shop", "api-xyz", "api")).unwrap();
-        assert_eq!(names(&store.fetch(&["shop", "web"]).unwrap()), ["web-abc", "web-def"]);
+        assert_eq!(
+            names(&store.fetch(&["shop", "web"]).unwrap()),
+            ["web-abc", "web-def"]
+        );
         assert_eq!(names(&store.fetch(&["shop", "api"]).unwrap()), ["api-xyz"]);
         assert!(store.fetch(&["shop", "nope"]).unwrap().is_empty());
     }
@@ -519,10 +592,16 @@ mod tests {
     fn get_single_refuses_two_matches_and_allows_none() {
         let store = slices_store();
         store.apply(slice("shop", "web-abc", "web")).unwrap();
-        assert_eq!(names(&[store.get_single(&["shop", "web"]).unwrap().unwrap()]), ["web-abc"]);
+        assert_eq!(
+            names(&[store.get_single(&["shop", "web"]).unwrap().unwrap()]),
+            ["web-abc"]
+        );
         store.apply(slice("shop", "web-def", "web")).unwrap();
         let err = store.get_single(&["shop", "web"]).unwrap_err();
-        assert!(matches!(err, StoreError::NotSingle { count: 2, .. }), "{err}");
+        assert!(
+            matches!(err, StoreError::NotSingle { count: 2, .. }),
+            "{err}"
+        );
         assert!(store.snapshot().get_single(&["shop", "web"]).is_err());
         assert!(store.get_single(&["shop", "none"]).unwrap().is_none());
     }
@@ -533,7 +612,11 @@ mod tests {
         store.apply(slice("shop", "web-abc", "web")).unwrap();
         let stored = store.list().pop().unwrap();
         assert!(stored["metadata"].get("managedFields").is_none());
-        assert!(stored["ports"][0]["port"].is_i64(), "{}", stored["ports"][0]["port"]);
+        assert!(
+            stored["ports"][0]["port"].is_i64(),
+            "{}",
+            stored["ports"][0]["port"]
+        );
         assert_eq!(stored["ports"][0]["port"].to_string(), "8080");
     }
 
@@ -547,7 +630,7 @@ mod tests {
 
     #[test]
     fn list_order_is_key_then_namespace_then_name_whatever_the_insert_order() {
-        let objects = vec![
+        let objects = [
             slice("b", "z", "svc1"),
             slice("a", "y", "svc2"),
             slice("a", "x", "svc2"),
@@ -563,7 +646,12 @@ mod tests {
         }
         let order = names(&forward.list());
         assert_eq!(order, names(&backward.list()));
-        let keys: Vec<EntryKey> = forward.snapshot().entries().iter().map(|e| e.key().clone()).collect();
+        let keys: Vec<EntryKey> = forward
+            .snapshot()
+            .entries()
+            .iter()
+            .map(|e| e.key().clone())
+            .collect();
         let mut sorted = keys.clone();
         sorted.sort();
         assert_eq!(keys, sorted);
@@ -573,9 +661,18 @@ mod tests {
     #[test]
     fn apply_replaces_by_identity_even_when_the_key_changes() {
         let store = slices_store();
-        assert_eq!(store.apply(slice("shop", "s1", "web")).unwrap(), StoreChange::Added);
-        assert_eq!(store.apply(slice("shop", "s1", "web")).unwrap(), StoreChange::Unchanged);
-        assert_eq!(store.apply(slice("shop", "s1", "api")).unwrap(), StoreChange::Updated);
+        assert_eq!(
+            store.apply(slice("shop", "s1", "web")).unwrap(),
+            StoreChange::Added
+        );
+        assert_eq!(
+            store.apply(slice("shop", "s1", "web")).unwrap(),
+            StoreChange::Unchanged
+        );
+        assert_eq!(
+            store.apply(slice("shop", "s1", "api")).unwrap(),
+            StoreChange::Updated
+        );
         assert_eq!(store.len(), 1);
         assert!(store.fetch(&["shop", "web"]).unwrap().is_empty());
         assert!(store.delete(&slice("shop", "s1", "whatever")));
@@ -630,8 +727,12 @@ mod tests {
                     let mut reads = 0usize;
                     while !done.load(Ordering::Acquire) {
                         let snapshot = store.snapshot();
-                        let keys: Vec<&EntryKey> = snapshot.entries().iter().map(|e| e.key()).collect();
-                        assert!(keys.windows(2).all(|w| w[0] < w[1]), "snapshot out of order");
+                        let keys: Vec<&EntryKey> =
+                            snapshot.entries().iter().map(|e| e.key()).collect();
+                        assert!(
+                            keys.windows(2).all(|w| w[0] < w[1]),
+                            "snapshot out of order"
+                        );
                         // Objects only ever get added, so a later view never shrinks.
                         assert!(snapshot.len() >= observed, "snapshot went back in time");
                         observed = snapshot.len();
@@ -643,7 +744,13 @@ mod tests {
             })
             .collect();
         for i in 0..5_000 {
-            store.apply(slice("ns", &format!("slice-{i:05}"), &format!("svc-{}", i % 50))).unwrap();
+            store
+                .apply(slice(
+                    "ns",
+                    &format!("slice-{i:05}"),
+                    &format!("svc-{}", i % 50),
+                ))
+                .unwrap();
         }
         done.store(true, Ordering::Release);
         for reader in readers {

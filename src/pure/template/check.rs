@@ -29,7 +29,12 @@ struct Spot<'t> {
 
 impl Spot<'_> {
     fn error(&self, message: String) -> TemplateError {
-        TemplateError::Compile { template: self.template.to_string(), line: self.line, column: self.column, message }
+        TemplateError::Compile {
+            template: self.template.to_string(),
+            line: self.line,
+            column: self.column,
+            message,
+        }
     }
 }
 
@@ -48,16 +53,27 @@ impl Checker<'_> {
         find_cycle(&includes)
     }
 
-    fn walk(&self, name: &str, template: &Template, edges: &mut BTreeSet<String>) -> Result<(), TemplateError> {
+    fn walk(
+        &self,
+        name: &str,
+        template: &Template,
+        edges: &mut BTreeSet<String>,
+    ) -> Result<(), TemplateError> {
         for (index, element) in template.elements.iter().enumerate() {
             let mapping = template.mapping.get(index);
-            let spot = Spot { template: name, line: mapping.map(|m| m.0), column: mapping.map(|m| m.1) };
+            let spot = Spot {
+                template: name,
+                line: mapping.map(|m| m.0),
+                column: mapping.map(|m| m.1),
+            };
             match element {
                 TemplateElement::RawString(_) | TemplateElement::Comment(_) => {}
                 TemplateElement::Expression(helper) | TemplateElement::HtmlExpression(helper) => {
                     self.helper(name, &spot, helper, false, edges)?;
                 }
-                TemplateElement::HelperBlock(helper) => self.helper(name, &spot, helper, true, edges)?,
+                TemplateElement::HelperBlock(helper) => {
+                    self.helper(name, &spot, helper, true, edges)?
+                }
                 TemplateElement::DecoratorExpression(_) | TemplateElement::DecoratorBlock(_) => {
                     return Err(spot.error(
                         "decorators such as {{#*inline}} are not supported; define a template snippet and \
@@ -65,7 +81,8 @@ impl Checker<'_> {
                             .to_string(),
                     ));
                 }
-                TemplateElement::PartialExpression(partial) | TemplateElement::PartialBlock(partial) => {
+                TemplateElement::PartialExpression(partial)
+                | TemplateElement::PartialBlock(partial) => {
                     let target = match &partial.name {
                         Parameter::Name(target) => unquote(target),
                         _ => {
@@ -103,7 +120,8 @@ impl Checker<'_> {
         must_be_helper: bool,
         edges: &mut BTreeSet<String>,
     ) -> Result<(), TemplateError> {
-        let called = helper.block || must_be_helper || !helper.params.is_empty() || !helper.hash.is_empty();
+        let called =
+            helper.block || must_be_helper || !helper.params.is_empty() || !helper.hash.is_empty();
         if let (true, Some(helper_name)) = (called, helper.name.as_name()) {
             if !self.helpers.contains(helper_name) {
                 return Err(spot.error(format!("unknown helper '{helper_name}'")));
@@ -118,7 +136,12 @@ impl Checker<'_> {
                     edges.insert(target.to_string());
                 }
                 ("render_glob", Some(pattern)) => {
-                    edges.extend(self.snippets.iter().filter(|s| glob_match(pattern, s)).cloned());
+                    edges.extend(
+                        self.snippets
+                            .iter()
+                            .filter(|s| glob_match(pattern, s))
+                            .cloned(),
+                    );
                 }
                 _ => {}
             }
@@ -152,8 +175,14 @@ impl Checker<'_> {
             return Ok(());
         }
         let known: Vec<&str> = self.snippets.iter().map(String::as_str).collect();
-        let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-        Err(spot.error(format!("no template snippet named '{target}' (known: {known})")))
+        let known = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        };
+        Err(spot.error(format!(
+            "no template snippet named '{target}' (known: {known})"
+        )))
     }
 }
 
@@ -190,7 +219,10 @@ fn find_cycle(includes: &BTreeMap<&str, BTreeSet<String>>) -> Result<(), Templat
                     template: node.to_string(),
                     line: None,
                     column: None,
-                    message: format!("snippets include each other in a cycle: {}", cycle.join(" → ")),
+                    message: format!(
+                        "snippets include each other in a cycle: {}",
+                        cycle.join(" → ")
+                    ),
                 });
             }
             None => {}

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
 use handlebars::{
-    Context, Handlebars, Helper, HelperDef, RenderContext, RenderError, RenderErrorReason, ScopedJson,
+    Context, Handlebars, Helper, HelperDef, RenderContext, RenderError, RenderErrorReason,
+    ScopedJson,
 };
 use regex::Regex;
 use serde_json::{Map, Number, Value};
@@ -61,20 +62,34 @@ impl<'h, 'rc> Args<'h, 'rc> {
     /// Argument `index` (0-based); an error when it was not given or names an undefined
     /// variable.
     pub fn value(&self, index: usize) -> Result<&'h Value, HelperFailure> {
-        let param = self
-            .helper
-            .param(index)
-            .ok_or_else(|| misuse(format!("{} needs at least {} argument(s)", self.name, index + 1)))?;
+        let param = self.helper.param(index).ok_or_else(|| {
+            misuse(format!(
+                "{} needs at least {} argument(s)",
+                self.name,
+                index + 1
+            ))
+        })?;
         if param.is_value_missing() {
-            let what = param.relative_path().map(|p| format!(" (`{p}`)")).unwrap_or_default();
-            return Err(misuse(format!("argument {} of {}{what} is not defined", index + 1, self.name)));
+            let what = param
+                .relative_path()
+                .map(|p| format!(" (`{p}`)"))
+                .unwrap_or_default();
+            return Err(misuse(format!(
+                "argument {} of {}{what} is not defined",
+                index + 1,
+                self.name
+            )));
         }
         Ok(param.value())
     }
 
     /// Argument `index` if given, defined and not null.
     pub fn optional(&self, index: usize) -> Option<&'h Value> {
-        self.helper.param(index).filter(|p| !p.is_value_missing()).map(|p| p.value()).filter(|v| !v.is_null())
+        self.helper
+            .param(index)
+            .filter(|p| !p.is_value_missing())
+            .map(|p| p.value())
+            .filter(|v| !v.is_null())
     }
 
     /// Argument `index` as text: strings as they are, numbers and booleans printed, null as
@@ -82,14 +97,24 @@ impl<'h, 'rc> Args<'h, 'rc> {
     pub fn text(&self, index: usize) -> Result<Cow<'h, str>, HelperFailure> {
         let value = self.value(index)?;
         as_text(value).ok_or_else(|| {
-            misuse(format!("argument {} of {} must be text, not {}", index + 1, self.name, kind_of(value)))
+            misuse(format!(
+                "argument {} of {} must be text, not {}",
+                index + 1,
+                self.name,
+                kind_of(value)
+            ))
         })
     }
 
     pub fn int(&self, index: usize) -> Result<i64, HelperFailure> {
         let value = self.value(index)?;
         as_int(value).ok_or_else(|| {
-            misuse(format!("argument {} of {} must be an integer, not {}", index + 1, self.name, describe(value)))
+            misuse(format!(
+                "argument {} of {} must be an integer, not {}",
+                index + 1,
+                self.name,
+                describe(value)
+            ))
         })
     }
 
@@ -98,12 +123,19 @@ impl<'h, 'rc> Args<'h, 'rc> {
         match self.value(index)? {
             Value::Array(items) => Ok(items),
             Value::Null => Ok(&[]),
-            other => Err(misuse(format!("argument {} of {} must be a list, not {}", index + 1, self.name, kind_of(other)))),
+            other => Err(misuse(format!(
+                "argument {} of {} must be a list, not {}",
+                index + 1,
+                self.name,
+                kind_of(other)
+            ))),
         }
     }
 
     pub fn hash_bool(&self, key: &str) -> bool {
-        self.helper.hash_get(key).is_some_and(|v| v.value().as_bool().unwrap_or(false))
+        self.helper
+            .hash_get(key)
+            .is_some_and(|v| v.value().as_bool().unwrap_or(false))
     }
 }
 
@@ -119,7 +151,11 @@ pub(crate) fn as_text(value: &Value) -> Option<Cow<'_, str>> {
 
 fn as_int(value: &Value) -> Option<i64> {
     match value {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64)),
+        Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                .map(|f| f as i64)
+        }),
         Value::String(text) => text.trim().parse().ok(),
         _ => None,
     }
@@ -158,7 +194,10 @@ impl HelperDef for FnHelper {
         _: &'rc Context,
         _: &mut RenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let args = Args { name: self.name, helper };
+        let args = Args {
+            name: self.name,
+            helper,
+        };
         Ok(ScopedJson::Derived((self.run)(&args)?))
     }
 }
@@ -181,8 +220,12 @@ impl RegexHelper {
         if let Some(found) = cache.get(pattern) {
             return Ok(Arc::clone(found));
         }
-        let regex = Regex::new(pattern)
-            .map_err(|err| misuse(format!("{}: pattern '{pattern}' is invalid: {err}", self.name)))?;
+        let regex = Regex::new(pattern).map_err(|err| {
+            misuse(format!(
+                "{}: pattern '{pattern}' is invalid: {err}",
+                self.name
+            ))
+        })?;
         if cache.len() >= REGEX_CACHE_LIMIT {
             cache.clear();
         }
@@ -200,11 +243,18 @@ impl HelperDef for RegexHelper {
         _: &'rc Context,
         _: &mut RenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let args = Args { name: self.name, helper };
+        let args = Args {
+            name: self.name,
+            helper,
+        };
         let text = args.text(0)?;
         let regex = self.compiled(&args.text(1)?)?;
         let result = if self.replace {
-            Value::String(regex.replace_all(&text, args.text(2)?.as_ref()).into_owned())
+            Value::String(
+                regex
+                    .replace_all(&text, args.text(2)?.as_ref())
+                    .into_owned(),
+            )
         } else {
             Value::Bool(regex.is_match(&text))
         };
@@ -214,8 +264,8 @@ impl HelperDef for RegexHelper {
 
 /// Names of the helpers handlebars itself provides and haptor relies on.
 pub(crate) const BUILTIN_HELPERS: &[&str] = &[
-    "if", "unless", "each", "with", "lookup", "raw", "log", "eq", "ne", "gt", "gte", "lt", "lte", "and", "or",
-    "not", "len",
+    "if", "unless", "each", "with", "lookup", "raw", "log", "eq", "ne", "gt", "gte", "lt", "lte",
+    "and", "or", "not", "len",
 ];
 
 type HelperFn = fn(&Args<'_, '_>) -> Result<Value, HelperFailure>;
@@ -234,17 +284,31 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
     ("lower", |a| Ok(Value::String(a.text(0)?.to_lowercase()))),
     ("upper", |a| Ok(Value::String(a.text(0)?.to_uppercase()))),
     ("trim", |a| Ok(Value::String(a.text(0)?.trim().to_string()))),
-    ("replace", |a| Ok(Value::String(a.text(0)?.replace(a.text(1)?.as_ref(), a.text(2)?.as_ref())))),
+    ("replace", |a| {
+        Ok(Value::String(
+            a.text(0)?.replace(a.text(1)?.as_ref(), a.text(2)?.as_ref()),
+        ))
+    }),
     ("contains", contains),
-    ("starts_with", |a| Ok(Value::Bool(a.text(0)?.starts_with(a.text(1)?.as_ref())))),
-    ("ends_with", |a| Ok(Value::Bool(a.text(0)?.ends_with(a.text(1)?.as_ref())))),
+    ("starts_with", |a| {
+        Ok(Value::Bool(a.text(0)?.starts_with(a.text(1)?.as_ref())))
+    }),
+    ("ends_with", |a| {
+        Ok(Value::Bool(a.text(0)?.ends_with(a.text(1)?.as_ref())))
+    }),
     ("split", split),
     ("concat", concat),
-    ("glob_match", |a| Ok(Value::Bool(glob_match(&a.text(1)?, &a.text(0)?)))),
+    ("glob_match", |a| {
+        Ok(Value::Bool(glob_match(&a.text(1)?, &a.text(0)?)))
+    }),
     ("sanitize", |a| Ok(Value::String(sanitize(&a.text(0)?)))),
     ("indent", indent),
     ("b64decode", b64decode),
-    ("b64encode", |a| Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(a.text(0)?.as_bytes())))),
+    ("b64encode", |a| {
+        Ok(Value::String(
+            base64::engine::general_purpose::STANDARD.encode(a.text(0)?.as_bytes()),
+        ))
+    }),
     ("to_json", to_json),
     ("to_int", |a| Ok(Value::from(a.int(0)?))),
     ("add", |a| arithmetic(a, i64::checked_add, |x, y| x + y)),
@@ -252,12 +316,17 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
     ("mul", |a| arithmetic(a, i64::checked_mul, |x, y| x * y)),
     ("div", |a| arithmetic(a, i64::checked_div, |x, y| x / y)),
     ("mod", |a| arithmetic(a, i64::checked_rem, |x, y| x % y)),
-    ("fail", |a| Err(HelperFailure::Fail(a.text(0)?.into_owned()))),
+    ("fail", |a| {
+        Err(HelperFailure::Fail(a.text(0)?.into_owned()))
+    }),
 ];
 
 /// Every helper name this module registers.
 pub(crate) fn names() -> impl Iterator<Item = &'static str> {
-    FN_HELPERS.iter().map(|(name, _)| *name).chain(["regex_match", "regex_replace"])
+    FN_HELPERS
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(["regex_match", "regex_replace"])
 }
 
 /// Registers every stateless helper.
@@ -268,9 +337,20 @@ pub(crate) fn register(registry: &mut Handlebars<'static>) {
     let cache = Arc::new(Mutex::new(HashMap::new()));
     registry.register_helper(
         "regex_match",
-        Box::new(RegexHelper { name: "regex_match", replace: false, cache: Arc::clone(&cache) }),
+        Box::new(RegexHelper {
+            name: "regex_match",
+            replace: false,
+            cache: Arc::clone(&cache),
+        }),
     );
-    registry.register_helper("regex_replace", Box::new(RegexHelper { name: "regex_replace", replace: true, cache }));
+    registry.register_helper(
+        "regex_replace",
+        Box::new(RegexHelper {
+            name: "regex_replace",
+            replace: true,
+            cache,
+        }),
+    );
 }
 
 /// Splits a dotted field path (`metadata.labels.app`, `spec.ports[0].port`,
@@ -336,12 +416,18 @@ fn compare(a: &Value, b: &Value) -> Ordering {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
             (Some(x), Some(y)) => x.cmp(&y),
-            _ => x.as_f64().unwrap_or(0.0).total_cmp(&y.as_f64().unwrap_or(0.0)),
+            _ => x
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&y.as_f64().unwrap_or(0.0)),
         },
         (Value::String(x), Value::String(y)) => x.cmp(y),
-        (Value::Array(x), Value::Array(y)) => {
-            x.iter().zip(y).map(|(p, q)| compare(p, q)).find(|o| o.is_ne()).unwrap_or(x.len().cmp(&y.len()))
-        }
+        (Value::Array(x), Value::Array(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| compare(p, q))
+            .find(|o| o.is_ne())
+            .unwrap_or(x.len().cmp(&y.len())),
         _ => rank(a).cmp(&rank(b)),
     }
 }
@@ -368,7 +454,10 @@ fn sort_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     sorted.sort_by(|a, b| {
         keys.iter()
             .map(|(path, descending)| {
-                let order = compare(walk(a, path).unwrap_or(&NULL), walk(b, path).unwrap_or(&NULL));
+                let order = compare(
+                    walk(a, path).unwrap_or(&NULL),
+                    walk(b, path).unwrap_or(&NULL),
+                );
                 if *descending { order.reverse() } else { order }
             })
             .find(|o| o.is_ne())
@@ -382,18 +471,31 @@ fn sort_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 fn group_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     let items = args.list(0)?;
     let path = path_segments(&args.text(1)?);
-    let mut groups: std::collections::BTreeMap<String, Vec<Value>> = std::collections::BTreeMap::new();
+    let mut groups: std::collections::BTreeMap<String, Vec<Value>> =
+        std::collections::BTreeMap::new();
     for item in items {
-        let key = walk(item, &path).and_then(as_text).unwrap_or_default().into_owned();
+        let key = walk(item, &path)
+            .and_then(as_text)
+            .unwrap_or_default()
+            .into_owned();
         groups.entry(key).or_default().push(item.clone());
     }
-    Ok(Value::Object(groups.into_iter().map(|(key, members)| (key, Value::Array(members))).collect::<Map<_, _>>()))
+    Ok(Value::Object(
+        groups
+            .into_iter()
+            .map(|(key, members)| (key, Value::Array(members)))
+            .collect::<Map<_, _>>(),
+    ))
 }
 
 /// `join list [separator]`: items printed and joined (default separator `,`).
 fn join(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     let items = args.list(0)?;
-    let separator = if args.count() > 1 { args.text(1)?.into_owned() } else { ",".to_string() };
+    let separator = if args.count() > 1 {
+        args.text(1)?.into_owned()
+    } else {
+        ",".to_string()
+    };
     let mut out = String::new();
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -410,9 +512,14 @@ fn join(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 /// `keys object`: its keys, sorted. Null gives the empty list.
 fn keys(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     match args.value(0)? {
-        Value::Object(map) => Ok(Value::Array(map.keys().cloned().map(Value::String).collect())),
+        Value::Object(map) => Ok(Value::Array(
+            map.keys().cloned().map(Value::String).collect(),
+        )),
         Value::Null => Ok(Value::Array(Vec::new())),
-        other => Err(misuse(format!("keys needs an object, not {}", kind_of(other)))),
+        other => Err(misuse(format!(
+            "keys needs an object, not {}",
+            kind_of(other)
+        ))),
     }
 }
 
@@ -428,9 +535,15 @@ fn last(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 /// not null. Undefined variables are allowed here even in strict mode.
 fn default(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     if args.count() < 2 {
-        return Err(misuse(format!("{} needs a value and a fallback", args.name)));
+        return Err(misuse(format!(
+            "{} needs a value and a fallback",
+            args.name
+        )));
     }
-    Ok((0..args.count()).find_map(|i| args.optional(i)).cloned().unwrap_or(Value::Null))
+    Ok((0..args.count())
+        .find_map(|i| args.optional(i))
+        .cloned()
+        .unwrap_or(Value::Null))
 }
 
 /// `dig object "a" "b" 0 "c"`: the nested value, or null when any step is missing.
@@ -453,9 +566,15 @@ const SEQ_LIMIT: i64 = 100_000;
 
 /// `seq n` gives `0..n`; `seq start end` gives `start..end` (end excluded).
 fn seq(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
-    let (start, end) = if args.count() > 1 { (args.int(0)?, args.int(1)?) } else { (0, args.int(0)?) };
+    let (start, end) = if args.count() > 1 {
+        (args.int(0)?, args.int(1)?)
+    } else {
+        (0, args.int(0)?)
+    };
     if end.saturating_sub(start) > SEQ_LIMIT {
-        return Err(misuse(format!("seq would build more than {SEQ_LIMIT} numbers")));
+        return Err(misuse(format!(
+            "seq would build more than {SEQ_LIMIT} numbers"
+        )));
     }
     Ok(Value::Array((start..end).map(Value::from).collect()))
 }
@@ -483,7 +602,11 @@ fn split(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     if separator.is_empty() {
         return Err(misuse("split needs a non-empty separator"));
     }
-    Ok(Value::Array(text.split(separator.as_ref()).map(|part| Value::String(part.to_string())).collect()))
+    Ok(Value::Array(
+        text.split(separator.as_ref())
+            .map(|part| Value::String(part.to_string()))
+            .collect(),
+    ))
 }
 
 fn concat(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
@@ -498,7 +621,13 @@ fn concat(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 /// (anything but ASCII letters, digits, `-`, `_`, `.`, `:`) with `_`.
 pub(crate) fn sanitize(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -533,7 +662,9 @@ const INDENT_LIMIT: i64 = 256;
 fn indent(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     let width = args.int(0)?;
     if !(0..=INDENT_LIMIT).contains(&width) {
-        return Err(misuse(format!("indent width must be between 0 and {INDENT_LIMIT}, not {width}")));
+        return Err(misuse(format!(
+            "indent width must be between 0 and {INDENT_LIMIT}, not {width}"
+        )));
     }
     let pad = " ".repeat(width as usize);
     let text = args.text(1)?;
@@ -554,7 +685,9 @@ fn b64decode(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(compact.trim_end_matches('='))
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(compact.trim_end_matches('=')))
+        .or_else(|_| {
+            base64::engine::general_purpose::STANDARD_NO_PAD.decode(compact.trim_end_matches('='))
+        })
         .map_err(|err| misuse(format!("b64decode: the input is not valid base64: {err}")))?;
     String::from_utf8(bytes)
         .map(Value::String)
@@ -564,8 +697,13 @@ fn b64decode(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 /// `to_json value [pretty=true]`.
 fn to_json(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     let value = args.value(0)?;
-    let text = if args.hash_bool("pretty") { serde_json::to_string_pretty(value) } else { serde_json::to_string(value) };
-    text.map(Value::String).map_err(|err| misuse(format!("to_json: {err}")))
+    let text = if args.hash_bool("pretty") {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    text.map(Value::String)
+        .map_err(|err| misuse(format!("to_json: {err}")))
 }
 
 /// Integer arithmetic when every operand is an integer (`div` truncates), floating point
@@ -581,18 +719,26 @@ fn arithmetic(
         if b == 0 && matches!(args.name, "div" | "mod") {
             return Err(misuse(format!("{}: division by zero", args.name)));
         }
-        return integer(a, b)
-            .map(Value::from)
-            .ok_or_else(|| misuse(format!("{}: {a} and {b} overflow a 64-bit integer", args.name)));
+        return integer(a, b).map(Value::from).ok_or_else(|| {
+            misuse(format!(
+                "{}: {a} and {b} overflow a 64-bit integer",
+                args.name
+            ))
+        });
     }
     let result = float(x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
     if !result.is_finite() {
-        return Err(misuse(format!("{}: the result is not a finite number", args.name)));
+        return Err(misuse(format!(
+            "{}: the result is not a finite number",
+            args.name
+        )));
     }
     if result.fract() == 0.0 && result.abs() < 9.0e15 {
         return Ok(Value::from(result as i64));
     }
-    Number::from_f64(result).map(Value::Number).ok_or_else(|| misuse(format!("{}: no result", args.name)))
+    Number::from_f64(result)
+        .map(Value::Number)
+        .ok_or_else(|| misuse(format!("{}: no result", args.name)))
 }
 
 fn number(args: &Args<'_, '_>, index: usize) -> Result<Number, HelperFailure> {
@@ -604,9 +750,20 @@ fn number(args: &Args<'_, '_>, index: usize) -> Result<Number, HelperFailure> {
                 .map(Number::from)
                 .ok()
                 .or_else(|| text.parse::<f64>().ok().and_then(Number::from_f64))
-                .ok_or_else(|| misuse(format!("argument {} of {} is not a number: '{text}'", index + 1, args.name)))
+                .ok_or_else(|| {
+                    misuse(format!(
+                        "argument {} of {} is not a number: '{text}'",
+                        index + 1,
+                        args.name
+                    ))
+                })
         }
-        other => Err(misuse(format!("argument {} of {} must be a number, not {}", index + 1, args.name, kind_of(other)))),
+        other => Err(misuse(format!(
+            "argument {} of {} must be a number, not {}",
+            index + 1,
+            args.name,
+            kind_of(other)
+        ))),
     }
 }
 
@@ -627,8 +784,14 @@ mod tests {
     #[test]
     fn path_segments_understand_escapes_and_brackets() {
         assert_eq!(path_segments("metadata.name"), ["metadata", "name"]);
-        assert_eq!(path_segments(r"labels.kubernetes\.io/name"), ["labels", "kubernetes.io/name"]);
-        assert_eq!(path_segments("$.spec.ports[0].port"), ["spec", "ports", "0", "port"]);
+        assert_eq!(
+            path_segments(r"labels.kubernetes\.io/name"),
+            ["labels", "kubernetes.io/name"]
+        );
+        assert_eq!(
+            path_segments("$.spec.ports[0].port"),
+            ["spec", "ports", "0", "port"]
+        );
         assert_eq!(path_segments("a['b.c']"), ["a", "b.c"]);
     }
 
@@ -642,7 +805,11 @@ mod tests {
     #[test]
     fn sanitize_keeps_only_haproxy_name_characters() {
         let out = sanitize("shop/web svc:80#x");
-        assert!(out.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)), "{out}");
+        assert!(
+            out.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)),
+            "{out}"
+        );
         assert_eq!(out.len(), "shop/web svc:80#x".len());
         assert!(out.contains("svc:80"));
     }

@@ -5,13 +5,25 @@
 //!
 //! Handlebars runs in strict mode (an undefined variable is an error naming the template
 //! and line) and with HTML escaping switched off. Snippets are partials (`{{> name}}`); the
-//! helpers are listed in [`helpers`] (stateless) and [`render`] (per-render:
+//! helpers are listed in `helpers.rs` (stateless) and `render.rs` (per-render:
 //! `resources`, `fetch`, `get_single`, `path_for`, `register_file`, `render`,
 //! `render_glob`).
 //!
 //! The context of a render holds `resources.<store>` (every store's objects in list order),
 //! `paths` (`base_dir`, `maps_dir`, `files_dir`, `certs_dir`), the caller's extra values
 //! (e.g. `dataplane`) and the user's `extraContext`, all at the top level.
+//!
+//! Notes for template authors (handlebars-rust 6 behaviour):
+//! - In strict mode `{{#if a.b}}` tolerates a missing `b`, but `{{#with x}}` on null fails
+//!   unless it has an `{{else}}`; `(default x "y")` and `(dig obj "a" "b")` tolerate both.
+//! - Inside `#each`, names resolve against the current item only: use block parameters
+//!   (`as |ing|`), `../` or `@root.` to reach outer values.
+//! - Prefer block tags on lines of their own (handlebars removes such lines) over `~`:
+//!   after `{{#x ~}}`, the whitespace following the next expression is dropped as well.
+//! - `{{#fetch "store" key...}}` iterates without copying; `(fetch ...)` copies.
+//!
+//! Compile-time checks (`check.rs`) reject unknown helpers, partials naming no snippet,
+//! computed partial names, `{{#*inline}}` decorators and include cycles between snippets.
 
 mod check;
 mod helpers;
@@ -59,7 +71,10 @@ pub struct RenderLimits {
 
 impl Default for RenderLimits {
     fn default() -> Self {
-        RenderLimits { max_render_time: Duration::from_secs(30), max_output_bytes: 64 * 1024 * 1024 }
+        RenderLimits {
+            max_render_time: Duration::from_secs(30),
+            max_output_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 
@@ -76,7 +91,12 @@ pub struct RenderContext {
 
 impl RenderContext {
     pub fn new(stores: StoresSnapshot, path_resolver: PathResolver) -> RenderContext {
-        RenderContext { stores, path_resolver, extra_context: Value::Null, values: Map::new() }
+        RenderContext {
+            stores,
+            path_resolver,
+            extra_context: Value::Null,
+            values: Map::new(),
+        }
     }
 
     pub fn with_extra_context(mut self, extra_context: Value) -> RenderContext {
@@ -95,17 +115,40 @@ impl RenderContext {
 pub enum TemplateError {
     /// The template does not parse or fails a compile-time check.
     #[error("{}: {message}", at(.template, .line, .column))]
-    Compile { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    Compile {
+        template: String,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
     /// Rendering failed: undefined variable, helper misuse, unknown store, ...
     #[error("{}: {message}", at(.template, .line, .column))]
-    Render { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    Render {
+        template: String,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
     /// The template called `fail`; `message` is the template author's text.
     #[error("{}: {message}", at(.template, .line, .column))]
-    Failed { template: String, line: Option<usize>, column: Option<usize>, message: String },
+    Failed {
+        template: String,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
     #[error("{}: the render took longer than its limit of {limit:?}", at(.template, .line, .column))]
-    TimeLimit { template: String, line: Option<usize>, column: Option<usize>, limit: Duration },
+    TimeLimit {
+        template: String,
+        line: Option<usize>,
+        column: Option<usize>,
+        limit: Duration,
+    },
     #[error("template '{template}': the rendered output exceeds the limit of {limit_bytes} bytes")]
-    OutputLimit { template: String, limit_bytes: usize },
+    OutputLimit {
+        template: String,
+        limit_bytes: usize,
+    },
     /// The render context itself is unusable (bad `extraContext`).
     #[error("render context: {message}")]
     Context { message: String },
@@ -163,7 +206,9 @@ impl TemplateError {
             | TemplateError::Render { message, .. }
             | TemplateError::Failed { message, .. }
             | TemplateError::Context { message } => message.clone(),
-            TemplateError::TimeLimit { limit, .. } => format!("the render took longer than its limit of {limit:?}"),
+            TemplateError::TimeLimit { limit, .. } => {
+                format!("the render took longer than its limit of {limit:?}")
+            }
             TemplateError::OutputLimit { limit_bytes, .. } => {
                 format!("the rendered output exceeds the limit of {limit_bytes} bytes")
             }
@@ -200,7 +245,8 @@ impl TemplateSet {
         registry.register_escape_fn(handlebars::no_escape);
         helpers::register(&mut registry);
 
-        let mut sources: Vec<(String, String)> = vec![(HAPROXY_CFG.to_string(), input.haproxy_config)];
+        let mut sources: Vec<(String, String)> =
+            vec![(HAPROXY_CFG.to_string(), input.haproxy_config)];
         for name in input.snippets.keys() {
             check_snippet_name(name)?;
         }
@@ -219,7 +265,9 @@ impl TemplateSet {
             }
         }
         for (name, source) in &sources {
-            registry.register_template_string(name, source).map_err(|err| compile_error(name, &err))?;
+            registry
+                .register_template_string(name, source)
+                .map_err(|err| compile_error(name, &err))?;
         }
 
         let snippet_names: BTreeSet<String> = snippets.iter().cloned().collect();
@@ -229,13 +277,23 @@ impl TemplateSet {
             .chain(helpers::names())
             .chain(render::STATEFUL_HELPERS.iter().copied())
             .collect();
-        let checker = check::Checker { snippets: &snippet_names, helpers: &known_helpers };
-        let templates = sources
-            .iter()
-            .filter_map(|(name, _)| registry.get_template(name).map(|template| (name.as_str(), template)));
+        let checker = check::Checker {
+            snippets: &snippet_names,
+            helpers: &known_helpers,
+        };
+        let templates = sources.iter().filter_map(|(name, _)| {
+            registry
+                .get_template(name)
+                .map(|template| (name.as_str(), template))
+        });
         checker.check(templates)?;
 
-        Ok(TemplateSet { registry, aux, snippets, limits: RenderLimits::default() })
+        Ok(TemplateSet {
+            registry,
+            aux,
+            snippets,
+            limits: RenderLimits::default(),
+        })
     }
 
     /// Replaces the render limits.
@@ -270,10 +328,21 @@ impl TemplateSet {
                     template: registry_name.clone(),
                     line: None,
                     column: None,
-                    message: format!("its path {path} is also the path of {} '{}'", existing.kind, existing.name),
+                    message: format!(
+                        "its path {path} is also the path of {} '{}'",
+                        existing.kind, existing.name
+                    ),
                 });
             }
-            aux_files.insert(path.clone(), AuxFile { kind: *kind, name: name.clone(), path, content });
+            aux_files.insert(
+                path.clone(),
+                AuxFile {
+                    kind: *kind,
+                    name: name.clone(),
+                    path,
+                    content,
+                },
+            );
         }
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
@@ -294,7 +363,10 @@ impl TemplateSet {
                 }
             }
         }
-        Ok(RenderedConfig { haproxy_cfg, aux_files })
+        Ok(RenderedConfig {
+            haproxy_cfg,
+            aux_files,
+        })
     }
 
     fn render_one(
@@ -312,13 +384,16 @@ impl TemplateSet {
                 limit: state.time_limit,
             });
         }
-        let template = self.registry.get_template(name).ok_or_else(|| TemplateError::Render {
-            // Every name rendered here was registered by `compile`; this is defensive.
-            template: name.to_string(),
-            line: None,
-            column: None,
-            message: "the template is not compiled".to_string(),
-        })?;
+        let template = self
+            .registry
+            .get_template(name)
+            .ok_or_else(|| TemplateError::Render {
+                // Every name rendered here was registered by `compile`; this is defensive.
+                template: name.to_string(),
+                line: None,
+                column: None,
+                message: "the template is not compiled".to_string(),
+            })?;
         let mut rc = HbRenderContext::new(template.name.as_ref());
         state.install(&mut rc);
         let mut output = GuardedOutput::new(state, *remaining);
@@ -341,7 +416,9 @@ fn check_snippet_name(name: &str) -> Result<(), TemplateError> {
     let reserved = name.is_empty()
         || name == HAPROXY_CFG
         || name.starts_with('@')
-        || [MAP_PREFIX, FILE_PREFIX, CERT_PREFIX].iter().any(|prefix| name.starts_with(prefix));
+        || [MAP_PREFIX, FILE_PREFIX, CERT_PREFIX]
+            .iter()
+            .any(|prefix| name.starts_with(prefix));
     if reserved {
         return Err(TemplateError::Compile {
             template: name.to_string(),

@@ -14,7 +14,10 @@
 //! Every store's objects are copied once per render into `resources.<name>` of the context,
 //! in list order. `resources` and `get_single` then return *references* into that context
 //! (handlebars `ScopedJson::Context`), so `{{#each (resources "ingresses")}}` iterates by
-//! path without cloning objects. `fetch` returns a new list (a copy of the matched objects).
+//! path without cloning objects. `fetch` as a subexpression returns a new list (a copy of
+//! the matched objects, which `#each` copies again per item); as a block,
+//! `{{#fetch "endpointslices" ns name as |slice|}}...{{/fetch}}`, it iterates the matches in
+//! place and copies nothing; prefer it in hot loops.
 //!
 //! # Guards
 //!
@@ -25,20 +28,21 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use handlebars::{
-    Context, Handlebars, Helper, HelperDef, HelperResult, Output, RenderContext as HbRenderContext,
-    RenderError, RenderErrorReason, Renderable, ScopedJson,
+    BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output,
+    RenderContext as HbRenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson,
 };
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
 use super::{RenderContext, TemplateError};
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver};
-use crate::pure::store::{StoresSnapshot, normalise_numbers};
+use crate::pure::store::{StoreSnapshot, StoresSnapshot, normalise_numbers};
 
 /// Context keys haptor fills itself; `values` and `extra_context` cannot use them.
 pub(crate) const RESERVED_KEYS: &[&str] = &["resources", "paths"];
@@ -47,15 +51,25 @@ pub(crate) const RESERVED_KEYS: &[&str] = &["resources", "paths"];
 const RENDER_DEPTH_LIMIT: usize = 32;
 
 /// Names of the helpers registered per render.
-pub(crate) const STATEFUL_HELPERS: &[&str] =
-    &["resources", "fetch", "get_single", "path_for", "register_file", "render", "render_glob"];
+pub(crate) const STATEFUL_HELPERS: &[&str] = &[
+    "resources",
+    "fetch",
+    "get_single",
+    "path_for",
+    "register_file",
+    "render",
+    "render_glob",
+];
 
 /// Builds the one handlebars context of a render.
 pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateError> {
     let mut root = Map::new();
     let mut resources = Map::new();
     for (name, snapshot) in input.stores.iter() {
-        let objects = snapshot.objects().map(|object| (**object).clone()).collect();
+        let objects = snapshot
+            .objects()
+            .map(|object| (**object).clone())
+            .collect();
         resources.insert(name.to_string(), Value::Array(objects));
     }
     root.insert("resources".to_string(), Value::Object(resources));
@@ -71,7 +85,9 @@ pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateEr
     );
     for (key, value) in &input.values {
         if RESERVED_KEYS.contains(&key.as_str()) {
-            return Err(TemplateError::Context { message: format!("the context value '{key}' is reserved for haptor") });
+            return Err(TemplateError::Context {
+                message: format!("the context value '{key}' is reserved for haptor"),
+            });
         }
         let mut value = value.clone();
         normalise_numbers(&mut value);
@@ -83,7 +99,9 @@ pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateEr
             for (key, value) in extra {
                 if RESERVED_KEYS.contains(&key.as_str()) || input.values.contains_key(key) {
                     return Err(TemplateError::Context {
-                        message: format!("extraContext key '{key}' collides with a built-in context value; rename it"),
+                        message: format!(
+                            "extraContext key '{key}' collides with a built-in context value; rename it"
+                        ),
                     });
                 }
                 let mut value = value.clone();
@@ -125,7 +143,11 @@ pub(crate) struct RenderState<'a> {
 }
 
 impl<'a> RenderState<'a> {
-    pub(crate) fn new(input: &'a RenderContext, snippets: &'a [String], time_limit: Duration) -> RenderState<'a> {
+    pub(crate) fn new(
+        input: &'a RenderContext,
+        snippets: &'a [String],
+        time_limit: Duration,
+    ) -> RenderState<'a> {
         RenderState {
             stores: &input.stores,
             paths: &input.path_resolver,
@@ -151,27 +173,67 @@ impl<'a> RenderState<'a> {
     }
 
     fn check_time(&self) -> Result<(), HelperFailure> {
-        if self.expired() { Err(HelperFailure::TimeLimit) } else { Ok(()) }
+        if self.expired() {
+            Err(HelperFailure::TimeLimit)
+        } else {
+            Ok(())
+        }
     }
 
     pub(crate) fn into_registered(self) -> BTreeMap<String, AuxFile> {
-        self.registered.into_inner().unwrap_or_else(PoisonError::into_inner)
+        self.registered
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Installs the stateful helpers on one template's render context.
     pub(crate) fn install<'reg: 'rc, 'rc>(&'rc self, rc: &mut HbRenderContext<'reg, 'rc>) {
-        rc.register_local_helper("resources", Box::new(StoreHelper { state: self, op: StoreOp::Resources }));
-        rc.register_local_helper("fetch", Box::new(StoreHelper { state: self, op: StoreOp::Fetch }));
-        rc.register_local_helper("get_single", Box::new(StoreHelper { state: self, op: StoreOp::GetSingle }));
+        rc.register_local_helper(
+            "resources",
+            Box::new(StoreHelper {
+                state: self,
+                op: StoreOp::Resources,
+            }),
+        );
+        rc.register_local_helper(
+            "fetch",
+            Box::new(StoreHelper {
+                state: self,
+                op: StoreOp::Fetch,
+            }),
+        );
+        rc.register_local_helper(
+            "get_single",
+            Box::new(StoreHelper {
+                state: self,
+                op: StoreOp::GetSingle,
+            }),
+        );
         rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
         rc.register_local_helper("register_file", Box::new(RegisterFile { state: self }));
-        rc.register_local_helper("render", Box::new(RenderSnippets { state: self, glob: false }));
-        rc.register_local_helper("render_glob", Box::new(RenderSnippets { state: self, glob: true }));
+        rc.register_local_helper(
+            "render",
+            Box::new(RenderSnippets {
+                state: self,
+                glob: false,
+            }),
+        );
+        rc.register_local_helper(
+            "render_glob",
+            Box::new(RenderSnippets {
+                state: self,
+                glob: true,
+            }),
+        );
     }
 
     fn store_names(&self) -> String {
         let names: Vec<&str> = self.stores.names().collect();
-        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
     }
 }
 
@@ -188,6 +250,61 @@ struct StoreHelper<'s> {
     op: StoreOp,
 }
 
+impl StoreHelper<'_> {
+    fn helper_name(&self) -> &'static str {
+        match self.op {
+            StoreOp::Resources => "resources",
+            StoreOp::Fetch => "fetch",
+            StoreOp::GetSingle => "get_single",
+        }
+    }
+
+    /// The store name and the positions (in list order) the call selects.
+    fn lookup(
+        &self,
+        helper: &Helper<'_>,
+    ) -> Result<(String, Arc<StoreSnapshot>, Range<usize>), HelperFailure> {
+        self.state.check_time()?;
+        let args = Args {
+            name: self.helper_name(),
+            helper,
+        };
+        let store = args.text(0)?.into_owned();
+        let snapshot = self.state.stores.get(&store).ok_or_else(|| {
+            misuse(format!(
+                "no watched resource named '{store}' (known: {})",
+                self.state.store_names()
+            ))
+        })?;
+        let keys: Vec<String> = (1..args.count())
+            .map(|i| args.text(i).map(|k| k.into_owned()))
+            .collect::<Result<_, _>>()?;
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let range = match self.op {
+            StoreOp::Resources => 0..snapshot.len(),
+            StoreOp::Fetch => snapshot
+                .fetch_range(&keys)
+                .map_err(|err| misuse(err.to_string()))?,
+            StoreOp::GetSingle => match snapshot
+                .single_position(&keys)
+                .map_err(|err| misuse(err.to_string()))?
+            {
+                Some(at) => at..at + 1,
+                None => 0..0,
+            },
+        };
+        Ok((store, Arc::clone(snapshot), range))
+    }
+}
+
+/// The list `build_context` copied `store` into, in the snapshot's order.
+fn list_in_context<'rc>(ctx: &'rc Context, store: &str) -> Option<&'rc Value> {
+    ctx.data()
+        .get("resources")
+        .and_then(|r| r.get(store))
+        .filter(|list| list.is_array())
+}
+
 impl HelperDef for StoreHelper<'_> {
     fn call_inner<'reg: 'rc, 'rc>(
         &self,
@@ -196,47 +313,94 @@ impl HelperDef for StoreHelper<'_> {
         ctx: &'rc Context,
         _: &mut HbRenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let name = match self.op {
-            StoreOp::Resources => "resources",
-            StoreOp::Fetch => "fetch",
-            StoreOp::GetSingle => "get_single",
+        let (store, snapshot, range) = self.lookup(helper)?;
+        let in_context = list_in_context(ctx, &store);
+        let copy = |range: Range<usize>| {
+            snapshot.entries()[range]
+                .iter()
+                .map(|e| (**e.object()).clone())
         };
-        self.state.check_time()?;
-        let args = Args { name, helper };
-        let store = args.text(0)?;
-        let snapshot = self.state.stores.get(&store).ok_or_else(|| {
-            misuse(format!("no watched resource named '{store}' (known: {})", self.state.store_names()))
-        })?;
-        // The list `build_context` copied this store into, in the snapshot's order.
-        let in_context_value =
-            ctx.data().get("resources").and_then(|r| r.get(store.as_ref())).filter(|list| list.is_array());
-        let in_context = in_context_value.and_then(Value::as_array);
-        let keys: Vec<String> =
-            (1..args.count()).map(|i| args.text(i).map(|k| k.into_owned())).collect::<Result<_, _>>()?;
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let store_error = |err: crate::pure::store::StoreError| misuse(err.to_string());
         let result = match self.op {
-            StoreOp::Resources => match in_context_value {
-                Some(list) => ScopedJson::Context(list, vec!["resources".to_string(), store.into_owned()]),
-                None => ScopedJson::Derived(Value::Array(snapshot.objects().map(|o| (**o).clone()).collect())),
+            StoreOp::Resources => match in_context {
+                Some(list) => ScopedJson::Context(list, vec!["resources".to_string(), store]),
+                None => ScopedJson::Derived(Value::Array(copy(range).collect())),
             },
-            StoreOp::Fetch => {
-                let range = snapshot.fetch_range(&keys).map_err(store_error)?;
-                ScopedJson::Derived(Value::Array(
-                    snapshot.entries()[range].iter().map(|e| (**e.object()).clone()).collect(),
-                ))
-            }
-            StoreOp::GetSingle => match snapshot.single_position(&keys).map_err(store_error)? {
-                None => ScopedJson::Derived(Value::Null),
-                Some(at) => match in_context.and_then(|list| list.get(at)) {
-                    Some(object) => {
-                        ScopedJson::Context(object, vec!["resources".to_string(), store.into_owned(), at.to_string()])
-                    }
-                    None => ScopedJson::Derived((**snapshot.entries()[at].object()).clone()),
-                },
+            StoreOp::Fetch => ScopedJson::Derived(Value::Array(copy(range).collect())),
+            StoreOp::GetSingle => match (
+                range.start,
+                in_context.and_then(|list| list.get(range.start)),
+            ) {
+                _ if range.is_empty() => ScopedJson::Derived(Value::Null),
+                (at, Some(object)) => ScopedJson::Context(
+                    object,
+                    vec!["resources".to_string(), store, at.to_string()],
+                ),
+                (_, None) => ScopedJson::Derived(copy(range).next().unwrap_or(Value::Null)),
             },
         };
         Ok(result)
+    }
+
+    /// As a block (`{{#fetch "endpointslices" ns svc as |slice|}}...{{else}}...{{/fetch}}`,
+    /// likewise `{{#resources "x"}}`), iterates the matches by their path in the context,
+    /// copying nothing; `@index`, `@first` and `@last` are set as in `each`.
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        registry: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut HbRenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let body = helper
+            .template()
+            .filter(|_| helper.is_block() && !matches!(self.op, StoreOp::GetSingle));
+        let Some(body) = body else {
+            let value = self.call_inner(helper, registry, ctx, rc)?;
+            out.write(&value.render())?;
+            return Ok(());
+        };
+        let (store, _, range) = self.lookup(helper)?;
+        if range.is_empty() {
+            return match helper.inverse() {
+                Some(inverse) => inverse.render(registry, ctx, rc, out),
+                None => Ok(()),
+            };
+        }
+        if list_in_context(ctx, &store)
+            .and_then(Value::as_array)
+            .is_none_or(|list| list.len() < range.end)
+        {
+            // `build_context` copies every store of the snapshot the state reads.
+            return Err(misuse(format!(
+                "store '{store}' is missing from the render context"
+            ))
+            .into());
+        }
+        let count = range.len();
+        for (n, at) in range.enumerate() {
+            self.state.check_time()?;
+            let mut block = BlockContext::new();
+            *block.base_path_mut() = vec!["resources".to_string(), store.clone(), at.to_string()];
+            block.set_local_var("index", Value::from(n));
+            block.set_local_var("first", Value::Bool(n == 0));
+            block.set_local_var("last", Value::Bool(n + 1 == count));
+            if let Some(name) = helper.block_param() {
+                let mut params = BlockParams::new();
+                params.add_path(name, Vec::new())?;
+                block.set_block_params(params);
+            } else if let Some((name, index)) = helper.block_param_pair() {
+                let mut params = BlockParams::new();
+                params.add_path(name, Vec::new())?;
+                params.add_value(index, Value::from(n))?;
+                block.set_block_params(params);
+            }
+            rc.push_block(block);
+            let result = body.render(registry, ctx, rc, out);
+            rc.pop_block();
+            result?;
+        }
+        Ok(())
     }
 }
 
@@ -246,8 +410,11 @@ struct PathFor<'s> {
 }
 
 fn parse_kind(helper: &str, kind: &str) -> Result<AuxKind, HelperFailure> {
-    AuxKind::parse(kind)
-        .ok_or_else(|| misuse(format!("{helper}: unknown file kind '{kind}' (expected map, file, cert or crt-list)")))
+    AuxKind::parse(kind).ok_or_else(|| {
+        misuse(format!(
+            "{helper}: unknown file kind '{kind}' (expected map, file, cert or crt-list)"
+        ))
+    })
 }
 
 impl HelperDef for PathFor<'_> {
@@ -258,10 +425,15 @@ impl HelperDef for PathFor<'_> {
         _: &'rc Context,
         _: &mut HbRenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let args = Args { name: "path_for", helper };
+        let args = Args {
+            name: "path_for",
+            helper,
+        };
         let name = args.text(0)?;
         let kind = parse_kind("path_for", &args.text(1)?)?;
-        Ok(ScopedJson::Derived(Value::String(self.state.paths.path(kind, &name))))
+        Ok(ScopedJson::Derived(Value::String(
+            self.state.paths.path(kind, &name),
+        )))
     }
 }
 
@@ -281,12 +453,19 @@ impl HelperDef for RegisterFile<'_> {
         _: &mut HbRenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
         self.state.check_time()?;
-        let args = Args { name: "register_file", helper };
+        let args = Args {
+            name: "register_file",
+            helper,
+        };
         let kind = parse_kind("register_file", &args.text(0)?)?;
         let name = args.text(1)?.into_owned();
         let content = args.text(2)?.into_owned();
         let path = self.state.paths.path(kind, &name);
-        let mut registered = self.state.registered.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registered = self
+            .state
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(existing) = registered.get(&path) {
             if existing.content != content {
                 return Err(misuse(format!(
@@ -296,7 +475,15 @@ impl HelperDef for RegisterFile<'_> {
                 .into());
             }
         } else {
-            registered.insert(path.clone(), AuxFile { kind, name, path: path.clone(), content });
+            registered.insert(
+                path.clone(),
+                AuxFile {
+                    kind,
+                    name,
+                    path: path.clone(),
+                    content,
+                },
+            );
         }
         Ok(ScopedJson::Derived(Value::String(path)))
     }
@@ -322,11 +509,23 @@ impl HelperDef for RenderSnippets<'_> {
         let args = Args { name, helper };
         let wanted = args.text(0)?;
         let chosen: Vec<&String> = if self.glob {
-            self.state.snippets.iter().filter(|s| glob_match(&wanted, s)).collect()
+            self.state
+                .snippets
+                .iter()
+                .filter(|s| glob_match(&wanted, s))
+                .collect()
         } else {
-            let found = self.state.snippets.iter().find(|s| **s == wanted).ok_or_else(|| {
-                misuse(format!("no template snippet named '{wanted}' (known: {})", self.state.snippets.join(", ")))
-            })?;
+            let found = self
+                .state
+                .snippets
+                .iter()
+                .find(|s| **s == wanted)
+                .ok_or_else(|| {
+                    misuse(format!(
+                        "no template snippet named '{wanted}' (known: {})",
+                        self.state.snippets.join(", ")
+                    ))
+                })?;
             vec![found]
         };
         let depth = self.state.depth.fetch_add(1, Ordering::Relaxed);
@@ -355,9 +554,9 @@ impl RenderSnippets<'_> {
         let current = rc.get_current_template_name();
         for snippet in chosen {
             self.state.check_time()?;
-            let template = registry
-                .get_template(snippet)
-                .ok_or_else(|| RenderError::from(RenderErrorReason::PartialNotFound(snippet.to_string())))?;
+            let template = registry.get_template(snippet).ok_or_else(|| {
+                RenderError::from(RenderErrorReason::PartialNotFound(snippet.to_string()))
+            })?;
             let result = template.render(registry, ctx, rc, out);
             rc.set_current_template_name(current);
             result?;
@@ -387,7 +586,13 @@ const WRITES_PER_CLOCK_CHECK: u32 = 64;
 
 impl<'s> GuardedOutput<'s> {
     pub(crate) fn new(state: &'s RenderState<'s>, remaining: usize) -> GuardedOutput<'s> {
-        GuardedOutput { text: String::new(), remaining, tripped: None, writes: 0, state }
+        GuardedOutput {
+            text: String::new(),
+            remaining,
+            tripped: None,
+            writes: 0,
+            state,
+        }
     }
 }
 
@@ -423,12 +628,23 @@ pub(crate) fn convert_render_error(
     state: &RenderState<'_>,
     output_limit: usize,
 ) -> TemplateError {
-    let template = err.template_name.clone().unwrap_or_else(|| top_template.to_string());
+    let template = err
+        .template_name
+        .clone()
+        .unwrap_or_else(|| top_template.to_string());
     let (line, column) = (err.line_no, err.column_no);
     if tripped == Some(Trip::Size) {
-        return TemplateError::OutputLimit { template, limit_bytes: output_limit };
+        return TemplateError::OutputLimit {
+            template,
+            limit_bytes: output_limit,
+        };
     }
-    let timed_out = || TemplateError::TimeLimit { template: template.clone(), line, column, limit: state.time_limit };
+    let timed_out = || TemplateError::TimeLimit {
+        template: template.clone(),
+        line,
+        column,
+        limit: state.time_limit,
+    };
     if tripped == Some(Trip::Time) {
         return timed_out();
     }
@@ -455,5 +671,10 @@ pub(crate) fn convert_render_error(
         }
         other => other.to_string(),
     };
-    TemplateError::Render { template, line, column, message }
+    TemplateError::Render {
+        template,
+        line,
+        column,
+        message,
+    }
 }

@@ -22,12 +22,17 @@ fn services() -> StoresSnapshot {
 }
 
 fn input(haproxy_config: &str) -> TemplateSetInput {
-    TemplateSetInput { haproxy_config: haproxy_config.to_string(), ..Default::default() }
+    TemplateSetInput {
+        haproxy_config: haproxy_config.to_string(),
+        ..Default::default()
+    }
 }
 
 fn render_text(template: &str) -> Result<String, TemplateError> {
     let set = TemplateSet::compile(input(template))?;
-    Ok(set.render(&RenderContext::new(services(), PathResolver::default()))?.haproxy_cfg)
+    Ok(set
+        .render(&RenderContext::new(services(), PathResolver::default()))?
+        .haproxy_cfg)
 }
 
 fn render_ok(template: &str) -> String {
@@ -38,12 +43,20 @@ fn render_ok(template: &str) -> String {
 
 #[test]
 fn resources_lists_a_store_in_list_order() {
-    let out = render_ok(r#"{{#each (resources "services")}}{{metadata.namespace}}/{{metadata.name}} {{/each}}"#);
+    let out = render_ok(
+        r#"{{#each (resources "services")}}{{metadata.namespace}}/{{metadata.name}} {{/each}}"#,
+    );
     let expected: Vec<String> = services()
         .get("services")
         .unwrap()
         .objects()
-        .map(|o| format!("{}/{}", o["metadata"]["namespace"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()))
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["metadata"]["namespace"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(out.split_whitespace().collect::<Vec<_>>(), expected);
 }
@@ -57,9 +70,30 @@ fn the_context_exposes_stores_under_resources() {
 fn fetch_accepts_a_key_prefix_and_get_single_a_full_key() {
     assert_eq!(render_ok(r#"{{len (fetch "services" "shop")}}"#), "2");
     assert_eq!(render_ok(r#"{{len (fetch "services" "none")}}"#), "0");
-    let port = render_ok(r#"{{#with (get_single "services" "shop" "web")}}{{spec.ports.0.port}}{{/with}}"#);
+    let port = render_ok(
+        r#"{{#with (get_single "services" "shop" "web")}}{{spec.ports.0.port}}{{/with}}"#,
+    );
     assert_eq!(port, "80", "whole floats are printed as integers");
-    assert_eq!(render_ok(r#"{{#if (get_single "services" "x" "y")}}found{{else}}absent{{/if}}"#), "absent");
+    assert_eq!(
+        render_ok(r#"{{#if (get_single "services" "x" "y")}}found{{else}}absent{{/if}}"#),
+        "absent"
+    );
+}
+
+#[test]
+fn fetch_as_a_block_iterates_the_matches_like_each_over_the_list() {
+    let as_block = render_ok(
+        r#"{{#fetch "services" "shop" as |svc|}}{{@index}}:{{svc.metadata.name}}{{#if @last}}.{{/if}} {{/fetch}}"#,
+    );
+    let as_list = render_ok(
+        r#"{{#each (fetch "services" "shop") as |svc|}}{{@index}}:{{svc.metadata.name}}{{#if @last}}.{{/if}} {{/each}}"#,
+    );
+    assert_eq!(as_block, as_list);
+    assert_eq!(as_block.split_whitespace().count(), 2);
+    let empty = render_ok(r#"{{#fetch "services" "nowhere"}}x{{else}}none{{/fetch}}"#);
+    assert_eq!(empty, "none");
+    let scoped = render_ok(r#"{{#fetch "services" "blog"}}{{metadata.namespace}}{{/fetch}}"#);
+    assert_eq!(scoped, "blog");
 }
 
 #[test]
@@ -74,7 +108,10 @@ fn an_unknown_store_is_named_with_the_known_ones() {
     let err = render_text("global\n  {{#each (resources \"ingressez\")}}{{/each}}").unwrap_err();
     let text = err.to_string();
     assert!(text.starts_with("template 'haproxy.cfg' line 2"), "{text}");
-    assert!(text.contains("no watched resource named 'ingressez'"), "{text}");
+    assert!(
+        text.contains("no watched resource named 'ingressez'"),
+        "{text}"
+    );
     assert!(text.contains("known: services"), "{text}");
 }
 
@@ -90,28 +127,43 @@ fn a_missing_variable_is_an_error_naming_template_and_line() {
 
 #[test]
 fn a_missing_variable_inside_a_loop_reports_the_loop_body_line() {
-    let err = render_text("{{#each (resources \"services\")}}\nserver {{metadata.nope}}\n{{/each}}").unwrap_err();
+    let err =
+        render_text("{{#each (resources \"services\")}}\nserver {{metadata.nope}}\n{{/each}}")
+            .unwrap_err();
     assert_eq!(err.line(), Some(2), "{err}");
 }
 
 #[test]
 fn fail_aborts_with_exactly_the_authors_message() {
-    let err = render_text("global\n{{#if true}}\n  {{fail \"no default certificate configured\"}}\n{{/if}}").unwrap_err();
+    let err = render_text(
+        "global\n{{#if true}}\n  {{fail \"no default certificate configured\"}}\n{{/if}}",
+    )
+    .unwrap_err();
     match &err {
-        TemplateError::Failed { template, line, message, .. } => {
+        TemplateError::Failed {
+            template,
+            line,
+            message,
+            ..
+        } => {
             assert_eq!(template, "haproxy.cfg");
             assert_eq!(*line, Some(3));
             assert_eq!(message, "no default certificate configured");
         }
         other => panic!("expected Failed, got {other:?}"),
     }
-    assert!(err.to_string().ends_with(": no default certificate configured"), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with(": no default certificate configured"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_syntax_error_names_template_line_and_column() {
     let mut set = input("global\n");
-    set.maps.insert("hosts.map".into(), "ok\n{{#each x}}\nno close".into());
+    set.maps
+        .insert("hosts.map".into(), "ok\n{{#each x}}\nno close".into());
     let err = TemplateSet::compile(set).unwrap_err();
     assert!(matches!(err, TemplateError::Compile { .. }), "{err:?}");
     assert_eq!(err.template(), Some("maps/hosts.map"));
@@ -128,23 +180,32 @@ fn an_unknown_helper_fails_at_compile_time() {
 #[test]
 fn a_partial_that_names_no_snippet_fails_at_compile_time() {
     let err = TemplateSet::compile(input("{{> backends}}")).unwrap_err();
-    assert!(err.message().contains("no template snippet named 'backends'"), "{err}");
+    assert!(
+        err.message()
+            .contains("no template snippet named 'backends'"),
+        "{err}"
+    );
 }
 
 #[test]
 fn snippets_including_each_other_are_rejected_at_compile_time() {
     let mut set = input("{{> a}}");
     set.snippets.insert("a".into(), "{{> b}}".into());
-    set.snippets.insert("b".into(), "{{render_glob \"a*\"}}".into());
+    set.snippets
+        .insert("b".into(), "{{render_glob \"a*\"}}".into());
     let err = TemplateSet::compile(set).unwrap_err();
     assert!(err.message().contains("cycle"), "{err}");
-    assert!(err.message().contains('a') && err.message().contains('b'), "{err}");
+    assert!(
+        err.message().contains('a') && err.message().contains('b'),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_snippet_rendering_itself_by_a_computed_name_stops_at_the_depth_limit() {
     let mut set = input("{{render \"loop\"}}");
-    set.snippets.insert("loop".into(), "x{{render (concat \"lo\" \"op\")}}".into());
+    set.snippets
+        .insert("loop".into(), "x{{render (concat \"lo\" \"op\")}}".into());
     let set = TemplateSet::compile(set).unwrap();
     let err = set.render(&RenderContext::default()).unwrap_err();
     assert!(err.message().contains("nests deeper"), "{err}");
@@ -152,7 +213,8 @@ fn a_snippet_rendering_itself_by_a_computed_name_stops_at_the_depth_limit() {
 
 #[test]
 fn inline_partial_decorators_are_rejected() {
-    let err = TemplateSet::compile(input("{{#*inline \"x\"}}{{> x}}{{/inline}}{{> x}}")).unwrap_err();
+    let err =
+        TemplateSet::compile(input("{{#*inline \"x\"}}{{> x}}{{/inline}}{{> x}}")).unwrap_err();
     assert!(err.message().contains("decorators"), "{err}");
 }
 
@@ -168,8 +230,14 @@ fn reserved_snippet_names_are_rejected() {
 #[test]
 fn an_error_inside_a_snippet_names_the_snippet() {
     let mut set = input("global\n{{> backends-010-web}}\n");
-    set.snippets.insert("backends-010-web".into(), "backend web\n  {{fail \"boom\"}}\n".into());
-    let err = TemplateSet::compile(set).unwrap().render(&RenderContext::default()).unwrap_err();
+    set.snippets.insert(
+        "backends-010-web".into(),
+        "backend web\n  {{fail \"boom\"}}\n".into(),
+    );
+    let err = TemplateSet::compile(set)
+        .unwrap()
+        .render(&RenderContext::default())
+        .unwrap_err();
     assert_eq!(err.template(), Some("backends-010-web"), "{err}");
     assert_eq!(err.line(), Some(2), "{err}");
 }
@@ -178,22 +246,44 @@ fn an_error_inside_a_snippet_names_the_snippet() {
 
 #[test]
 fn text_is_never_html_escaped() {
-    let context = RenderContext::default().with_value("acl", json!("hdr(host) -m str <a&b> \"q\" 'x'"));
+    let context =
+        RenderContext::default().with_value("acl", json!("hdr(host) -m str <a&b> \"q\" 'x'"));
     let set = TemplateSet::compile(input("{{acl}}|{{{acl}}}")).unwrap();
     let out = set.render(&context).unwrap().haproxy_cfg;
-    assert_eq!(out, "hdr(host) -m str <a&b> \"q\" 'x'|hdr(host) -m str <a&b> \"q\" 'x'");
+    assert_eq!(
+        out,
+        "hdr(host) -m str <a&b> \"q\" 'x'|hdr(host) -m str <a&b> \"q\" 'x'"
+    );
 }
 
 #[test]
 fn output_beyond_the_size_limit_is_an_error_naming_the_template() {
     let mut set = input("small");
-    set.maps.insert("big.map".into(), "{{#each (seq 1000)}}0123456789{{/each}}".into());
-    let limits = RenderLimits { max_output_bytes: 5_000, ..Default::default() };
+    set.maps.insert(
+        "big.map".into(),
+        "{{#each (seq 1000)}}0123456789{{/each}}".into(),
+    );
+    let limits = RenderLimits {
+        max_output_bytes: 5_000,
+        ..Default::default()
+    };
     let set = TemplateSet::compile(set).unwrap().with_limits(limits);
     let err = set.render(&RenderContext::default()).unwrap_err();
-    assert!(matches!(err, TemplateError::OutputLimit { limit_bytes: 5_000, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            TemplateError::OutputLimit {
+                limit_bytes: 5_000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(err.template(), Some("maps/big.map"));
-    let roomy = set.with_limits(RenderLimits { max_output_bytes: 20_000, ..Default::default() });
+    let roomy = set.with_limits(RenderLimits {
+        max_output_bytes: 20_000,
+        ..Default::default()
+    });
     assert!(roomy.render(&RenderContext::default()).is_ok());
 }
 
@@ -201,7 +291,10 @@ fn output_beyond_the_size_limit_is_an_error_naming_the_template() {
 fn a_render_past_its_time_limit_is_stopped() {
     let set = TemplateSet::compile(input("{{#each (seq 10000)}}{{this}}\n{{/each}}"))
         .unwrap()
-        .with_limits(RenderLimits { max_render_time: Duration::ZERO, ..Default::default() });
+        .with_limits(RenderLimits {
+            max_render_time: Duration::ZERO,
+            ..Default::default()
+        });
     let err = set.render(&RenderContext::default()).unwrap_err();
     assert!(matches!(err, TemplateError::TimeLimit { .. }), "{err:?}");
 }
@@ -209,17 +302,29 @@ fn a_render_past_its_time_limit_is_stopped() {
 #[test]
 fn aux_templates_land_at_resolved_paths() {
     let mut set = input("map_str {{path_for \"hosts.map\" \"map\"}}");
-    set.maps.insert("hosts.map".into(), "example.com web\n".into());
+    set.maps
+        .insert("hosts.map".into(), "example.com web\n".into());
     set.files.insert("503.http".into(), "HTTP/1.0 503\n".into());
-    set.ssl_certificates.insert("default/tls".into(), "PEM".into());
+    set.ssl_certificates
+        .insert("default/tls".into(), "PEM".into());
     let resolver = PathResolver::default();
-    let out = TemplateSet::compile(set).unwrap().render(&RenderContext::new(services(), resolver.clone())).unwrap();
+    let out = TemplateSet::compile(set)
+        .unwrap()
+        .render(&RenderContext::new(services(), resolver.clone()))
+        .unwrap();
     let map_path = resolver.path(AuxKind::Map, "hosts.map");
     assert_eq!(out.haproxy_cfg, format!("map_str {map_path}"));
-    assert_eq!(out.aux(AuxKind::Map, "hosts.map").map(|f| f.path.as_str()), Some(map_path.as_str()));
+    assert_eq!(
+        out.aux(AuxKind::Map, "hosts.map").map(|f| f.path.as_str()),
+        Some(map_path.as_str())
+    );
     assert_eq!(out.aux_files[&map_path].content, "example.com web\n");
     assert!(out.aux(AuxKind::File, "503.http").is_some());
-    assert_eq!(out.aux(AuxKind::Cert, "default/tls").map(|f| f.path.clone()), Some(resolver.path(AuxKind::Cert, "default/tls")));
+    assert_eq!(
+        out.aux(AuxKind::Cert, "default/tls")
+            .map(|f| f.path.clone()),
+        Some(resolver.path(AuxKind::Cert, "default/tls"))
+    );
 }
 
 #[test]
@@ -231,30 +336,44 @@ fn path_for_rejects_an_unknown_kind() {
 #[test]
 fn register_file_adds_a_file_and_returns_its_path() {
     let template = r#"crt-list {{register_file "crt-list" "certs.list" "a.pem\n"}} {{register_file "crt-list" "certs.list" "a.pem\n"}}"#;
-    let out = TemplateSet::compile(input(template)).unwrap().render(&RenderContext::default()).unwrap();
-    let file = out.aux(AuxKind::CrtList, "certs.list").expect("registered file");
+    let out = TemplateSet::compile(input(template))
+        .unwrap()
+        .render(&RenderContext::default())
+        .unwrap();
+    let file = out
+        .aux(AuxKind::CrtList, "certs.list")
+        .expect("registered file");
     assert_eq!(file.content, "a.pem\n");
     assert_eq!(out.haproxy_cfg, format!("crt-list {0} {0}", file.path));
 }
 
 #[test]
 fn register_file_with_conflicting_content_is_an_error() {
-    let template = "{{register_file \"file\" \"x\" \"one\"}}\n{{register_file \"file\" \"x\" \"two\"}}";
-    let err = TemplateSet::compile(input(template)).unwrap().render(&RenderContext::default()).unwrap_err();
+    let template =
+        "{{register_file \"file\" \"x\" \"one\"}}\n{{register_file \"file\" \"x\" \"two\"}}";
+    let err = TemplateSet::compile(input(template))
+        .unwrap()
+        .render(&RenderContext::default())
+        .unwrap_err();
     assert_eq!(err.line(), Some(2), "{err}");
     assert!(err.message().contains("different content"), "{err}");
 }
 
 #[test]
 fn concurrent_renders_keep_their_registered_files_apart() {
-    let set = Arc::new(TemplateSet::compile(input(r#"{{register_file "file" "who" who}}"#)).unwrap());
+    let set =
+        Arc::new(TemplateSet::compile(input(r#"{{register_file "file" "who" who}}"#)).unwrap());
     let handles: Vec<_> = (0..4)
         .map(|i| {
             let set = Arc::clone(&set);
             std::thread::spawn(move || {
-                let context = RenderContext::default().with_value("who", json!(format!("render-{i}")));
+                let context =
+                    RenderContext::default().with_value("who", json!(format!("render-{i}")));
                 (0..50)
-                    .map(|_| set.render(&context).map(|out| out.aux(AuxKind::File, "who").map(|f| f.content.clone())))
+                    .map(|_| {
+                        set.render(&context)
+                            .map(|out| out.aux(AuxKind::File, "who").map(|f| f.content.clone()))
+                    })
                     .collect::<Vec<_>>()
                     .into_iter()
                     .all(|content| content == Ok(Some(format!("render-{i}"))))
@@ -272,15 +391,21 @@ fn render_glob_renders_matching_snippets_in_name_order() {
     set.snippets.insert("backends-020-b".into(), "B".into());
     set.snippets.insert("backends-010-a".into(), "A".into());
     set.snippets.insert("frontends-000".into(), "F".into());
-    let out = TemplateSet::compile(set).unwrap().render(&RenderContext::default()).unwrap();
+    let out = TemplateSet::compile(set)
+        .unwrap()
+        .render(&RenderContext::default())
+        .unwrap();
     assert_eq!(out.haproxy_cfg, "AB");
 }
 
 #[test]
 fn a_partial_sees_the_current_scope() {
     let mut set = input(r#"{{#each (resources "services")}}{{> line}}{{/each}}"#);
-    set.snippets.insert("line".into(), "{{metadata.name}};".into());
-    let out = TemplateSet::compile(set).unwrap().render(&RenderContext::new(services(), PathResolver::default()));
+    set.snippets
+        .insert("line".into(), "{{metadata.name}};".into());
+    let out = TemplateSet::compile(set)
+        .unwrap()
+        .render(&RenderContext::new(services(), PathResolver::default()));
     assert_eq!(out.unwrap().haproxy_cfg.matches(';').count(), 3);
 }
 
@@ -291,25 +416,37 @@ fn extra_context_and_values_are_top_level() {
     let context = RenderContext::default()
         .with_value("dataplane", json!({"port": 5555.0}))
         .with_extra_context(json!({"debug": true}));
-    let set = TemplateSet::compile(input("{{dataplane.port}} {{#if debug}}debug{{/if}} {{paths.maps_dir}}")).unwrap();
+    let set = TemplateSet::compile(input(
+        "{{dataplane.port}} {{#if debug}}debug{{/if}} {{paths.maps_dir}}",
+    ))
+    .unwrap();
     let out = set.render(&context).unwrap().haproxy_cfg;
-    assert_eq!(out, format!("5555 debug {}", PathResolver::default().maps_dir));
+    assert_eq!(
+        out,
+        format!("5555 debug {}", PathResolver::default().maps_dir)
+    );
 }
 
 #[test]
 fn extra_context_cannot_shadow_built_in_values() {
     let set = TemplateSet::compile(input("x")).unwrap();
     for extra in [json!({"resources": 1}), json!({"dataplane": 1}), json!([1])] {
-        let context = RenderContext::default().with_value("dataplane", json!({})).with_extra_context(extra.clone());
+        let context = RenderContext::default()
+            .with_value("dataplane", json!({}))
+            .with_extra_context(extra.clone());
         let err = set.render(&context).unwrap_err();
-        assert!(matches!(err, TemplateError::Context { .. }), "{extra}: {err:?}");
+        assert!(
+            matches!(err, TemplateError::Context { .. }),
+            "{extra}: {err:?}"
+        );
     }
 }
 
 // ---------------------------------------------------------------- stateless helpers
 
 fn with_data(template: &str, data: serde_json::Value) -> String {
-    let set = TemplateSet::compile(input(template)).unwrap_or_else(|err| panic!("{template}: {err}"));
+    let set =
+        TemplateSet::compile(input(template)).unwrap_or_else(|err| panic!("{template}: {err}"));
     set.render(&RenderContext::default().with_value("d", data))
         .unwrap_or_else(|err| panic!("{template}: {err}"))
         .haproxy_cfg
@@ -320,88 +457,196 @@ fn sort_by_orders_by_fields_numerically_and_descending() {
     let data = json!([
         {"n": "b", "w": 10}, {"n": "a", "w": 9}, {"n": "c", "w": 10}, {"n": "d"}
     ]);
-    assert_eq!(with_data(r#"{{#each (sort_by d "w")}}{{n}}{{/each}}"#, data.clone()), "dabc");
-    assert_eq!(with_data(r#"{{#each (sort_by d "w:desc" "n:desc")}}{{n}}{{/each}}"#, data), "cbad");
+    assert_eq!(
+        with_data(r#"{{#each (sort_by d "w")}}{{n}}{{/each}}"#, data.clone()),
+        "dabc"
+    );
+    assert_eq!(
+        with_data(
+            r#"{{#each (sort_by d "w:desc" "n:desc")}}{{n}}{{/each}}"#,
+            data
+        ),
+        "cbad"
+    );
 }
 
 #[test]
 fn group_by_collects_items_under_each_value() {
     let data = json!([{"ns": "b", "n": 1}, {"ns": "a", "n": 2}, {"ns": "b", "n": 3}]);
-    let out = with_data(r#"{{#each (group_by d "ns")}}{{@key}}={{#each this}}{{n}}{{/each}};{{/each}}"#, data);
+    let out = with_data(
+        r#"{{#each (group_by d "ns")}}{{@key}}={{#each this}}{{n}}{{/each}};{{/each}}"#,
+        data,
+    );
     assert_eq!(out, "a=2;b=13;");
 }
 
 #[test]
 fn list_helpers_behave() {
     let data = json!({"list": ["x", 2, true], "obj": {"b": 1, "a": 2}, "empty": []});
-    assert_eq!(with_data(r#"{{join d.list ", "}}|{{join d.list}}"#, data.clone()), "x, 2, true|x,2,true");
-    assert_eq!(with_data(r#"{{join (keys d.obj) "+"}}"#, data.clone()), "a+b");
-    assert_eq!(with_data("{{first d.list}} {{last d.list}} [{{first d.empty}}]", data.clone()), "x true []");
+    assert_eq!(
+        with_data(r#"{{join d.list ", "}}|{{join d.list}}"#, data.clone()),
+        "x, 2, true|x,2,true"
+    );
+    assert_eq!(
+        with_data(r#"{{join (keys d.obj) "+"}}"#, data.clone()),
+        "a+b"
+    );
+    assert_eq!(
+        with_data(
+            "{{first d.list}} {{last d.list}} [{{first d.empty}}]",
+            data.clone()
+        ),
+        "x true []"
+    );
     assert_eq!(with_data("{{len d.list}}", data), "3");
-    assert_eq!(with_data(r#"{{join (seq 3) ","}} {{join (seq 2 4) ","}}"#, json!(null)), "0,1,2 2,3");
+    assert_eq!(
+        with_data(
+            r#"{{join (seq 3) ","}} {{join (seq 2 4) ","}}"#,
+            json!(null)
+        ),
+        "0,1,2 2,3"
+    );
 }
 
 #[test]
 fn dig_and_default_tolerate_missing_fields() {
-    let data = json!({"metadata": {"annotations": {"haproxy.org/timeout": "5s"}}, "list": [{"a": 1}]});
-    assert_eq!(with_data(r#"{{dig d "metadata" "annotations" "haproxy.org/timeout"}}"#, data.clone()), "5s");
-    assert_eq!(with_data(r#"[{{dig d "metadata" "labels" "x"}}]"#, data.clone()), "[]");
+    let data =
+        json!({"metadata": {"annotations": {"haproxy.org/timeout": "5s"}}, "list": [{"a": 1}]});
+    assert_eq!(
+        with_data(
+            r#"{{dig d "metadata" "annotations" "haproxy.org/timeout"}}"#,
+            data.clone()
+        ),
+        "5s"
+    );
+    assert_eq!(
+        with_data(r#"[{{dig d "metadata" "labels" "x"}}]"#, data.clone()),
+        "[]"
+    );
     assert_eq!(with_data(r#"{{dig d "list" 0 "a"}}"#, data.clone()), "1");
-    assert_eq!(with_data(r#"{{default d.metadata.nope "30s"}}"#, data.clone()), "30s");
-    assert_eq!(with_data(r#"{{fallback d.nope d.also_nope "x"}}"#, data.clone()), "x");
-    assert_eq!(with_data(r#"{{default (dig d "metadata" "annotations" "haproxy.org/timeout") "30s"}}"#, data), "5s");
+    assert_eq!(
+        with_data(r#"{{default d.metadata.nope "30s"}}"#, data.clone()),
+        "30s"
+    );
+    assert_eq!(
+        with_data(r#"{{fallback d.nope d.also_nope "x"}}"#, data.clone()),
+        "x"
+    );
+    assert_eq!(
+        with_data(
+            r#"{{default (dig d "metadata" "annotations" "haproxy.org/timeout") "30s"}}"#,
+            data
+        ),
+        "5s"
+    );
 }
 
 #[test]
 fn string_helpers_behave() {
     let data = json!("  Web.Example.COM  ");
-    assert_eq!(with_data("{{lower (trim d)}}|{{upper (trim d)}}", data.clone()), "web.example.com|WEB.EXAMPLE.COM");
-    assert_eq!(with_data(r#"{{replace (trim d) "." "_"}}"#, data.clone()), "Web_Example_COM");
     assert_eq!(
-        with_data(r#"{{contains d "Example"}} {{starts_with (trim d) "Web"}} {{ends_with d "x"}}"#, data),
+        with_data("{{lower (trim d)}}|{{upper (trim d)}}", data.clone()),
+        "web.example.com|WEB.EXAMPLE.COM"
+    );
+    assert_eq!(
+        with_data(r#"{{replace (trim d) "." "_"}}"#, data.clone()),
+        "Web_Example_COM"
+    );
+    assert_eq!(
+        with_data(
+            r#"{{contains d "Example"}} {{starts_with (trim d) "Web"}} {{ends_with d "x"}}"#,
+            data
+        ),
         "true true false"
     );
-    assert_eq!(with_data(r#"{{contains d "b"}} {{contains d "z"}}"#, json!(["a", "b"])), "true false");
-    assert_eq!(with_data(r#"{{join (split d "/") "|"}}"#, json!("a/b/c")), "a|b|c");
-    assert_eq!(with_data(r#"{{concat "be_" d "_" 80}}"#, json!("web")), "be_web_80");
+    assert_eq!(
+        with_data(
+            r#"{{contains d "b"}} {{contains d "z"}}"#,
+            json!(["a", "b"])
+        ),
+        "true false"
+    );
+    assert_eq!(
+        with_data(r#"{{join (split d "/") "|"}}"#, json!("a/b/c")),
+        "a|b|c"
+    );
+    assert_eq!(
+        with_data(r#"{{concat "be_" d "_" 80}}"#, json!("web")),
+        "be_web_80"
+    );
 }
 
 #[test]
 fn regex_helpers_match_and_replace() {
     let data = json!("/api/v1/users");
-    assert_eq!(with_data(r#"{{regex_match d "^/api/v[0-9]+"}} {{regex_match d "^/web"}}"#, data.clone()), "true false");
-    assert_eq!(with_data(r#"{{regex_replace d "^/api/(v[0-9]+)/.*" "$1"}}"#, data), "v1");
-    let err = TemplateSet::compile(input(r#"{{regex_match "x" "("}}"#)).unwrap().render(&RenderContext::default());
+    assert_eq!(
+        with_data(
+            r#"{{regex_match d "^/api/v[0-9]+"}} {{regex_match d "^/web"}}"#,
+            data.clone()
+        ),
+        "true false"
+    );
+    assert_eq!(
+        with_data(r#"{{regex_replace d "^/api/(v[0-9]+)/.*" "$1"}}"#, data),
+        "v1"
+    );
+    let err = TemplateSet::compile(input(r#"{{regex_match "x" "("}}"#))
+        .unwrap()
+        .render(&RenderContext::default());
     assert!(err.unwrap_err().message().contains("pattern '('"));
 }
 
 #[test]
 fn sanitize_makes_a_safe_haproxy_identifier() {
     let out = with_data("{{sanitize d}}", json!("shop/web svc#1"));
-    assert!(out.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)), "{out}");
+    assert!(
+        out.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)),
+        "{out}"
+    );
     assert!(out.starts_with("shop") && out.ends_with('1'), "{out}");
 }
 
 #[test]
 fn encodings_round_trip() {
-    assert_eq!(with_data("{{b64decode d}}", json!("LS0tLS1CRUdJTg==")), "-----BEGIN");
-    assert_eq!(with_data("{{b64decode (b64encode d)}}", json!("a<b>&c")), "a<b>&c");
-    assert_eq!(with_data("{{to_json d}}", json!({"a": [1, "x"]})), r#"{"a":[1,"x"]}"#);
+    assert_eq!(
+        with_data("{{b64decode d}}", json!("LS0tLS1CRUdJTg==")),
+        "-----BEGIN"
+    );
+    assert_eq!(
+        with_data("{{b64decode (b64encode d)}}", json!("a<b>&c")),
+        "a<b>&c"
+    );
+    assert_eq!(
+        with_data("{{to_json d}}", json!({"a": [1, "x"]})),
+        r#"{"a":[1,"x"]}"#
+    );
     assert_eq!(with_data("{{add (to_int d) 1}}", json!("41")), "42");
-    let err = TemplateSet::compile(input("{{b64decode \"%%%\"}}")).unwrap().render(&RenderContext::default());
+    let err = TemplateSet::compile(input("{{b64decode \"%%%\"}}"))
+        .unwrap()
+        .render(&RenderContext::default());
     assert!(err.unwrap_err().message().contains("base64"));
 }
 
 #[test]
 fn indent_prefixes_every_non_empty_line() {
-    assert_eq!(with_data("{{indent 2 d}}", json!("a\n\nb\n")), "  a\n\n  b\n");
+    assert_eq!(
+        with_data("{{indent 2 d}}", json!("a\n\nb\n")),
+        "  a\n\n  b\n"
+    );
 }
 
 #[test]
 fn arithmetic_keeps_integers_whole_and_refuses_division_by_zero() {
-    let out = with_data("{{add 2 3}} {{sub 2 3}} {{mul 4 5}} {{div 7 2}} {{mod 7 2}} {{div 1.0 4}} {{mul 0.5 4}}", json!(null));
+    let out = with_data(
+        "{{add 2 3}} {{sub 2 3}} {{mul 4 5}} {{div 7 2}} {{mod 7 2}} {{div 1.0 4}} {{mul 0.5 4}}",
+        json!(null),
+    );
     assert_eq!(out, "5 -1 20 3 1 0.25 2");
-    let err = TemplateSet::compile(input("{{div 1 0}}")).unwrap().render(&RenderContext::default()).unwrap_err();
+    let err = TemplateSet::compile(input("{{div 1 0}}"))
+        .unwrap()
+        .render(&RenderContext::default())
+        .unwrap_err();
     assert!(err.message().contains("division by zero"), "{err}");
 }
 
@@ -419,4 +664,16 @@ fn helper_misuse_names_the_helper_and_argument() {
     let err = render_text("{{lower undefined_thing}}").unwrap_err();
     assert!(err.message().contains("lower"), "{err}");
     assert!(err.message().contains("undefined_thing"), "{err}");
+}
+
+#[test]
+fn scratch_tilde() {
+    let mut outs = Vec::new();
+    for t in ["{{#if true~}}\n{{d}} {{d}}\n{{/if}}", "{{#if true~}}\n{{d}} {{> x}}\n{{/if}}", "{{#with (get_single \"services\" \"a\" \"b\")}}x{{/with}}"] {
+        let mut set = input(t);
+        set.snippets.insert("x".into(), "X".into());
+        let out = TemplateSet::compile(set).unwrap().render(&RenderContext::new(services(), PathResolver::default()).with_value("d", json!("D")));
+        outs.push(format!("{out:?}"));
+    }
+    panic!("{:#?}", outs);
 }

@@ -1,0 +1,779 @@
+//! The Commentator: keeps the most recent observability events in a bounded ring buffer
+//! ([`EventLog`], which `/debug/events` serves) and turns each event into one log line that a
+//! person can read, relating it to the earlier events of the same reconciliation by its
+//! correlation id ("deployment to haproxy-0 finished 234 ms after the EndpointSlice change
+//! default/web that triggered it"). The relating is the pure function [`comment_on`]; the
+//! actor only feeds it and logs its verdict through `tracing`.
+//!
+//! Events reach the actor through a pump task ([`spawn_event_pump`]) that forwards from the
+//! fan-out's bounded queue, so when the Commentator falls behind it is that queue that drops
+//! (and counts) events, never the actor's unbounded mailbox. The actor starts its own pump in
+//! `pre_start` from a [`SharedEventReceiver`], so a restarted Commentator picks up the same
+//! queue where its predecessor left it.
+//!
+//! `/debug/events` reads the shared [`EventLog`] directly rather than asking the actor: the
+//! log is handed to the actor in its arguments, so it survives restarts and stays readable
+//! while the actor is busy. [`CommentatorMsg::Recent`] answers the same snapshot over RPC.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, Message, RpcReplyPort};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::messages::events::{EventKind, ObservedEvent};
+
+/// How many events the Commentator keeps unless told otherwise.
+pub const DEFAULT_EVENT_LOG_CAPACITY: usize = 500;
+
+/// A bounded, shared ring buffer of recent events (cheap to clone; clones share the buffer).
+/// When full, the oldest event makes room for the newest.
+#[derive(Debug, Clone)]
+pub struct EventLog {
+    events: Arc<Mutex<VecDeque<ObservedEvent>>>,
+    capacity: usize,
+}
+
+impl Default for EventLog {
+    fn default() -> Self {
+        EventLog::new(DEFAULT_EVENT_LOG_CAPACITY)
+    }
+}
+
+impl EventLog {
+    /// An empty log holding at most `capacity` events (at least one).
+    pub fn new(capacity: usize) -> EventLog {
+        let capacity = capacity.max(1);
+        EventLog {
+            events: Arc::new(Mutex::new(VecDeque::with_capacity(capacity))),
+            capacity,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<ObservedEvent>> {
+        // A poisoned lock means a holder panicked between two plain VecDeque operations; the
+        // buffer is still a valid list of events, so keep using it.
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends an event, evicting the oldest when the log is full.
+    pub fn push(&self, event: ObservedEvent) {
+        push_bounded(&mut self.lock(), event, self.capacity);
+    }
+
+    /// Runs `f` over the history (oldest first) and then appends `event`, under one lock, so
+    /// the history `f` sees is exactly what preceded the event.
+    pub fn relate_and_push<T>(
+        &self,
+        event: ObservedEvent,
+        f: impl FnOnce(&VecDeque<ObservedEvent>, &ObservedEvent) -> T,
+    ) -> T {
+        let mut events = self.lock();
+        let result = f(&events, &event);
+        push_bounded(&mut events, event, self.capacity);
+        result
+    }
+
+    /// A copy of the log, oldest first.
+    pub fn snapshot(&self) -> Vec<ObservedEvent> {
+        self.lock().iter().cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+fn push_bounded(events: &mut VecDeque<ObservedEvent>, event: ObservedEvent, capacity: usize) {
+    while events.len() >= capacity {
+        events.pop_front();
+    }
+    events.push_back(event);
+}
+
+/// How loudly a comment is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommentLevel {
+    Debug,
+    Info,
+    Warn,
+}
+
+/// What the Commentator says about one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub level: CommentLevel,
+    pub text: String,
+}
+
+impl Comment {
+    fn new(level: CommentLevel, text: String) -> Comment {
+        Comment { level, text }
+    }
+}
+
+/// Formats a duration for a log line: milliseconds below ten seconds, else seconds.
+pub fn human_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis < 10_000 {
+        format!("{millis} ms")
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
+    }
+}
+
+fn elapsed_between(earlier: SystemTime, later: SystemTime) -> Duration {
+    later.duration_since(earlier).unwrap_or(Duration::ZERO)
+}
+
+/// The event that started the reconciliation `event` belongs to: the earliest
+/// `ResourceChanged` with the same correlation id, else the earliest
+/// `ReconciliationTriggered`. `None` for uncorrelated events or when the trigger has already
+/// left the ring buffer.
+pub fn find_trigger<'a>(
+    history: &'a VecDeque<ObservedEvent>,
+    event: &ObservedEvent,
+) -> Option<&'a ObservedEvent> {
+    let correlation = event.correlation?;
+    let same_reconciliation = || {
+        history
+            .iter()
+            .filter(move |e| e.correlation == Some(correlation))
+    };
+    same_reconciliation()
+        .find(|e| matches!(e.kind, EventKind::ResourceChanged { .. }))
+        .or_else(|| {
+            same_reconciliation()
+                .find(|e| matches!(e.kind, EventKind::ReconciliationTriggered { .. }))
+        })
+}
+
+/// Describes a triggering event as the object of a sentence ("the EndpointSlice change
+/// default/web").
+fn describe_trigger(trigger: &ObservedEvent) -> String {
+    match &trigger.kind {
+        EventKind::ResourceChanged {
+            resource,
+            object,
+            deleted: false,
+        } => format!("the {resource} change {object}"),
+        EventKind::ResourceChanged {
+            resource,
+            object,
+            deleted: true,
+        } => format!("the {resource} deletion {object}"),
+        EventKind::ReconciliationTriggered { reason } => {
+            format!("the reconciliation triggered by {reason}")
+        }
+        other => format!("the {} event", other.name()),
+    }
+}
+
+/// " N ms after the <trigger> that triggered it", or "" when the trigger is unknown.
+fn since_trigger(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> String {
+    match find_trigger(history, event) {
+        Some(trigger) => format!(
+            " {} after {} that triggered it",
+            human_duration(elapsed_between(trigger.at, event.at)),
+            describe_trigger(trigger)
+        ),
+        None => String::new(),
+    }
+}
+
+/// " (for the <trigger>)", or "" when the trigger is unknown.
+fn for_trigger(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> String {
+    match find_trigger(history, event) {
+        Some(trigger) => format!(" (for {})", describe_trigger(trigger)),
+        None => String::new(),
+    }
+}
+
+fn short_checksum(checksum: &str) -> &str {
+    checksum.get(..12).unwrap_or(checksum)
+}
+
+/// The most recent earlier event matching `pred`.
+fn last_matching<'a>(
+    history: &'a VecDeque<ObservedEvent>,
+    pred: impl Fn(&EventKind) -> bool,
+) -> Option<&'a ObservedEvent> {
+    history.iter().rev().find(|e| pred(&e.kind))
+}
+
+/// What to log about `event`, given the events before it (oldest first). Pure: the same
+/// history and event always give the same comment.
+pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> Comment {
+    use CommentLevel::{Debug, Info, Warn};
+    match &event.kind {
+        EventKind::ConfigAccepted { generation } => {
+            let generation = generation
+                .map(|g| format!(" (generation {g})"))
+                .unwrap_or_default();
+            Comment::new(Info, format!("configuration accepted{generation}"))
+        }
+        EventKind::ConfigRejected { errors } => Comment::new(
+            Warn,
+            format!(
+                "configuration rejected, the previous one keeps running: {}",
+                errors.join("; ")
+            ),
+        ),
+        EventKind::ResourceChanged {
+            resource,
+            object,
+            deleted,
+        } => {
+            let what = if *deleted { "deleted" } else { "changed" };
+            Comment::new(Debug, format!("{resource} {object} {what}"))
+        }
+        EventKind::IndexSynced { resource, objects } => Comment::new(
+            Info,
+            format!("{resource} index synced with {objects} objects"),
+        ),
+        EventKind::AllIndexesSynced => {
+            let first = history
+                .iter()
+                .find(|e| matches!(e.kind, EventKind::IndexSynced { .. }));
+            let took = first.map(|f| {
+                format!(
+                    " ({} after the first index synced)",
+                    human_duration(elapsed_between(f.at, event.at))
+                )
+            });
+            Comment::new(
+                Info,
+                format!(
+                    "all indexes synced; reconciliation can start{}",
+                    took.unwrap_or_default()
+                ),
+            )
+        }
+        EventKind::ReconciliationTriggered { reason } => Comment::new(
+            Debug,
+            format!(
+                "reconciliation triggered by {reason}{}",
+                for_trigger(history, event)
+            ),
+        ),
+        EventKind::RenderSucceeded { duration, checksum } => Comment::new(
+            Debug,
+            format!(
+                "rendered in {} (checksum {}){}",
+                human_duration(*duration),
+                short_checksum(checksum),
+                for_trigger(history, event)
+            ),
+        ),
+        EventKind::RenderFailed { error } => Comment::new(
+            Warn,
+            format!(
+                "render failed{}; the last good config keeps serving: {error}",
+                for_trigger(history, event)
+            ),
+        ),
+        EventKind::ValidationSucceeded {
+            duration,
+            cache_hit,
+        } => {
+            let how = if *cache_hit {
+                "from the validation cache"
+            } else {
+                "by haproxy -c"
+            };
+            Comment::new(
+                Debug,
+                format!(
+                    "validated {how} in {}{}",
+                    human_duration(*duration),
+                    for_trigger(history, event)
+                ),
+            )
+        }
+        EventKind::ValidationFailed { phase, error } => Comment::new(
+            Warn,
+            format!(
+                "validation failed in the {phase} phase{}; the last good config keeps serving: {error}",
+                for_trigger(history, event)
+            ),
+        ),
+        EventKind::DeploymentSucceeded {
+            instance,
+            duration,
+            reloaded,
+        } => {
+            let how = if *reloaded {
+                "with a reload"
+            } else {
+                "through the runtime API"
+            };
+            let after = since_trigger(history, event);
+            let after = if after.is_empty() {
+                format!(" in {}", human_duration(*duration))
+            } else {
+                after
+            };
+            Comment::new(
+                Info,
+                format!(
+                    "deployment to {instance} finished{after} ({how}, took {})",
+                    human_duration(*duration)
+                ),
+            )
+        }
+        EventKind::DeploymentFailed { instance, error } => Comment::new(
+            Warn,
+            format!(
+                "deployment to {instance} failed{}: {error}",
+                for_trigger(history, event)
+            ),
+        ),
+        EventKind::DeploymentFenced { instance, epoch } => Comment::new(
+            Warn,
+            format!(
+                "deployment to {instance} refused: a newer leader (epoch {epoch}) has taken over"
+            ),
+        ),
+        EventKind::InstancesDiscovered { instances } => {
+            let previous = last_matching(history, |k| {
+                matches!(k, EventKind::InstancesDiscovered { .. })
+            });
+            let change = match previous.map(|p| &p.kind) {
+                Some(EventKind::InstancesDiscovered { instances: before }) => {
+                    let added: Vec<&str> = instances
+                        .iter()
+                        .filter(|i| !before.contains(i))
+                        .map(String::as_str)
+                        .collect();
+                    let removed: Vec<&str> = before
+                        .iter()
+                        .filter(|i| !instances.contains(i))
+                        .map(String::as_str)
+                        .collect();
+                    let mut parts = Vec::new();
+                    if !added.is_empty() {
+                        parts.push(format!("added {}", added.join(", ")));
+                    }
+                    if !removed.is_empty() {
+                        parts.push(format!("removed {}", removed.join(", ")));
+                    }
+                    if parts.is_empty() {
+                        " (unchanged)".to_string()
+                    } else {
+                        format!(" ({})", parts.join("; "))
+                    }
+                }
+                _ => String::new(),
+            };
+            Comment::new(
+                Info,
+                format!(
+                    "{} HAProxy instances discovered: {}{change}",
+                    instances.len(),
+                    instances.join(", ")
+                ),
+            )
+        }
+        EventKind::LeadershipGained { epoch } => {
+            Comment::new(Info, format!("became the leader (epoch {epoch})"))
+        }
+        EventKind::LeadershipLost => {
+            let gained =
+                last_matching(history, |k| matches!(k, EventKind::LeadershipGained { .. }));
+            let held = match gained {
+                Some(
+                    g @ ObservedEvent {
+                        kind: EventKind::LeadershipGained { epoch },
+                        ..
+                    },
+                ) => {
+                    format!(
+                        " after leading epoch {epoch} for {}",
+                        human_duration(elapsed_between(g.at, event.at))
+                    )
+                }
+                _ => String::new(),
+            };
+            Comment::new(
+                Info,
+                format!("lost leadership{held}; leader-only actors stop"),
+            )
+        }
+        EventKind::ActorRestarted { actor, restarts } => Comment::new(
+            Warn,
+            format!("actor {actor} restarted (restart {restarts})"),
+        ),
+    }
+}
+
+fn log_comment(event: &ObservedEvent, comment: &Comment) {
+    let kind = event.kind.name();
+    let correlation = event.correlation;
+    match comment.level {
+        CommentLevel::Debug => tracing::debug!(event = kind, correlation, "{}", comment.text),
+        CommentLevel::Info => tracing::info!(event = kind, correlation, "{}", comment.text),
+        CommentLevel::Warn => tracing::warn!(event = kind, correlation, "{}", comment.text),
+    }
+}
+
+/// The receiving end of one fan-out subscriber queue, shareable so that each incarnation of
+/// an actor (across supervisor restarts) can take it over in turn.
+#[derive(Debug, Clone)]
+pub struct SharedEventReceiver(Arc<tokio::sync::Mutex<mpsc::Receiver<ObservedEvent>>>);
+
+impl SharedEventReceiver {
+    pub fn new(receiver: mpsc::Receiver<ObservedEvent>) -> SharedEventReceiver {
+        SharedEventReceiver(Arc::new(tokio::sync::Mutex::new(receiver)))
+    }
+}
+
+/// A running pump; dropping it stops the pump (and releases the receiver for the next one).
+#[derive(Debug)]
+pub struct EventPump(JoinHandle<()>);
+
+impl EventPump {
+    /// Whether the pump has stopped (its queue closed or its target stopped).
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl Drop for EventPump {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Forwards every event from `receiver` to `target`, wrapped by `wrap`, until the queue
+/// closes or the target stops. Waits for any earlier pump on the same receiver to stop
+/// first. The bounded queue behind `receiver` is what absorbs (and, when full, drops) a
+/// burst; the target's mailbox only ever holds what the pump has taken.
+pub fn spawn_event_pump<M: Message>(
+    receiver: SharedEventReceiver,
+    target: ActorRef<M>,
+    wrap: fn(ObservedEvent) -> M,
+) -> EventPump {
+    EventPump(tokio::spawn(async move {
+        let mut receiver = receiver.0.lock_owned().await;
+        while let Some(event) = receiver.recv().await {
+            if target.cast(wrap(event)).is_err() {
+                break;
+            }
+        }
+    }))
+}
+
+/// Messages the Commentator accepts.
+#[derive(Debug)]
+pub enum CommentatorMsg {
+    /// An event to record and comment on.
+    Event(ObservedEvent),
+    /// The ring buffer's contents, oldest first.
+    Recent(RpcReplyPort<Vec<ObservedEvent>>),
+}
+
+/// Start arguments of the Commentator. Cloned for every (re)start: the log and the queue are
+/// shared, so a restart loses neither.
+#[derive(Debug, Clone, Default)]
+pub struct CommentatorArgs {
+    pub log: EventLog,
+    /// The fan-out queue to pump from; `None` when events are sent to the actor directly.
+    pub events: Option<SharedEventReceiver>,
+}
+
+/// The Commentator actor (see the module documentation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Commentator;
+
+pub struct CommentatorState {
+    log: EventLog,
+    _pump: Option<EventPump>,
+}
+
+impl Actor for Commentator {
+    type Msg = CommentatorMsg;
+    type State = CommentatorState;
+    type Arguments = CommentatorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: CommentatorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let pump = args
+            .events
+            .map(|events| spawn_event_pump(events, myself, CommentatorMsg::Event));
+        Ok(CommentatorState {
+            log: args.log,
+            _pump: pump,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            CommentatorMsg::Event(event) => {
+                let logged = event.clone();
+                let comment = state.log.relate_and_push(event, comment_on);
+                log_comment(&logged, &comment);
+            }
+            CommentatorMsg::Recent(reply) => {
+                let _ = reply.send(state.log.snapshot());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(correlation: Option<u64>, millis: u64, kind: EventKind) -> ObservedEvent {
+        ObservedEvent {
+            correlation,
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
+            kind,
+        }
+    }
+
+    fn changed(correlation: u64, millis: u64, resource: &str, object: &str) -> ObservedEvent {
+        at(
+            Some(correlation),
+            millis,
+            EventKind::ResourceChanged {
+                resource: resource.into(),
+                object: object.into(),
+                deleted: false,
+            },
+        )
+    }
+
+    fn deployed(correlation: u64, millis: u64, instance: &str) -> ObservedEvent {
+        at(
+            Some(correlation),
+            millis,
+            EventKind::DeploymentSucceeded {
+                instance: instance.into(),
+                duration: Duration::from_millis(40),
+                reloaded: false,
+            },
+        )
+    }
+
+    #[test]
+    fn a_deployment_is_related_to_the_resource_change_of_its_correlation() {
+        let history: VecDeque<_> = [
+            changed(7, 1_000, "EndpointSlice", "default/other"),
+            changed(9, 1_100, "EndpointSlice", "default/web"),
+            at(
+                Some(9),
+                1_120,
+                EventKind::ReconciliationTriggered {
+                    reason: "resources changed".into(),
+                },
+            ),
+        ]
+        .into();
+        let comment = comment_on(&history, &deployed(9, 1_334, "haproxy-0"));
+        assert_eq!(comment.level, CommentLevel::Info);
+        assert!(
+            comment.text.starts_with("deployment to haproxy-0 finished 234 ms after the EndpointSlice change default/web that triggered it"),
+            "{}",
+            comment.text
+        );
+    }
+
+    #[test]
+    fn without_a_resource_change_the_reconciliation_trigger_is_named() {
+        let history: VecDeque<_> = [at(
+            Some(3),
+            500,
+            EventKind::ReconciliationTriggered {
+                reason: "drift".into(),
+            },
+        )]
+        .into();
+        let comment = comment_on(&history, &deployed(3, 600, "haproxy-1"));
+        assert!(
+            comment
+                .text
+                .contains("100 ms after the reconciliation triggered by drift"),
+            "{}",
+            comment.text
+        );
+    }
+
+    #[test]
+    fn a_deployment_whose_trigger_left_the_buffer_reports_only_its_own_duration() {
+        let history: VecDeque<_> = [changed(1, 0, "Service", "default/web")].into();
+        let comment = comment_on(&history, &deployed(2, 900, "haproxy-0"));
+        assert!(!comment.text.contains("triggered it"), "{}", comment.text);
+        assert!(
+            comment.text.contains("finished in 40 ms"),
+            "{}",
+            comment.text
+        );
+    }
+
+    #[test]
+    fn render_failures_are_warnings_carrying_the_error() {
+        let history: VecDeque<_> = [changed(4, 0, "Ingress", "shop/front")].into();
+        let event = at(
+            Some(4),
+            10,
+            EventKind::RenderFailed {
+                error: "haproxy.cfg line 12: unknown helper".into(),
+            },
+        );
+        let comment = comment_on(&history, &event);
+        assert_eq!(comment.level, CommentLevel::Warn);
+        assert!(
+            comment.text.contains("haproxy.cfg line 12: unknown helper"),
+            "{}",
+            comment.text
+        );
+        assert!(
+            comment.text.contains("the Ingress change shop/front"),
+            "{}",
+            comment.text
+        );
+    }
+
+    #[test]
+    fn losing_leadership_is_logged_at_info_with_how_long_it_was_held() {
+        let history: VecDeque<_> =
+            [at(None, 1_000, EventKind::LeadershipGained { epoch: 5 })].into();
+        let comment = comment_on(&history, &at(None, 4_000, EventKind::LeadershipLost));
+        assert_eq!(comment.level, CommentLevel::Info);
+        assert!(
+            comment.text.contains("epoch 5 for 3000 ms"),
+            "{}",
+            comment.text
+        );
+        let gained = comment_on(
+            &VecDeque::new(),
+            &at(None, 0, EventKind::LeadershipGained { epoch: 6 }),
+        );
+        assert_eq!(gained.level, CommentLevel::Info);
+        assert!(gained.text.contains("epoch 6"), "{}", gained.text);
+    }
+
+    #[test]
+    fn instance_discovery_names_the_instances_that_came_and_went() {
+        let history: VecDeque<_> = [at(
+            None,
+            0,
+            EventKind::InstancesDiscovered {
+                instances: vec!["a".into(), "b".into()],
+            },
+        )]
+        .into();
+        let event = at(
+            None,
+            1,
+            EventKind::InstancesDiscovered {
+                instances: vec!["b".into(), "c".into()],
+            },
+        );
+        let comment = comment_on(&history, &event);
+        assert!(comment.text.contains("added c"), "{}", comment.text);
+        assert!(comment.text.contains("removed a"), "{}", comment.text);
+    }
+
+    #[test]
+    fn the_event_log_keeps_only_the_newest_events_up_to_its_capacity() {
+        let log = EventLog::new(3);
+        for i in 0..5u64 {
+            log.push(at(Some(i), i, EventKind::AllIndexesSynced));
+        }
+        let kept: Vec<_> = log.snapshot().iter().map(|e| e.correlation).collect();
+        assert_eq!(kept, vec![Some(2), Some(3), Some(4)]);
+    }
+
+    #[test]
+    fn relating_sees_the_history_before_the_event_and_then_records_it() {
+        let log = EventLog::new(10);
+        log.push(changed(1, 0, "Service", "default/web"));
+        let seen = log.relate_and_push(deployed(1, 50, "haproxy-0"), |history, _| history.len());
+        assert_eq!(seen, 1);
+        assert_eq!(log.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_commentator_records_pumped_events_and_answers_recent() {
+        let (tx, rx) = mpsc::channel(8);
+        let log = EventLog::new(4);
+        let args = CommentatorArgs {
+            log: log.clone(),
+            events: Some(SharedEventReceiver::new(rx)),
+        };
+        let (actor, handle) = Actor::spawn(None, Commentator, args)
+            .await
+            .expect("commentator starts");
+        for i in 0..6u64 {
+            tx.send(at(Some(i), i, EventKind::AllIndexesSynced))
+                .await
+                .expect("queue open");
+        }
+        let mut recent = Vec::new();
+        for _ in 0..100 {
+            recent = ractor::call!(actor, CommentatorMsg::Recent).expect("commentator answers");
+            if recent.last().and_then(|e| e.correlation) == Some(5) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let correlations: Vec<_> = recent.iter().map(|e| e.correlation).collect();
+        assert_eq!(correlations, vec![Some(2), Some(3), Some(4), Some(5)]);
+        assert_eq!(log.len(), 4);
+        actor.stop(None);
+        handle.await.expect("commentator stops");
+    }
+
+    #[tokio::test]
+    async fn a_restarted_commentator_takes_over_the_same_queue() {
+        let (tx, rx) = mpsc::channel(8);
+        let log = EventLog::new(10);
+        let args = CommentatorArgs {
+            log: log.clone(),
+            events: Some(SharedEventReceiver::new(rx)),
+        };
+        let (first, handle) = Actor::spawn(None, Commentator, args.clone())
+            .await
+            .expect("commentator starts");
+        first.stop(None);
+        handle.await.expect("commentator stops");
+        let (second, handle) = Actor::spawn(None, Commentator, args)
+            .await
+            .expect("commentator restarts");
+        tx.send(at(Some(42), 0, EventKind::AllIndexesSynced))
+            .await
+            .expect("queue open");
+        for _ in 0..100 {
+            if !log.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(log.snapshot().first().and_then(|e| e.correlation), Some(42));
+        second.stop(None);
+        handle.await.expect("commentator stops");
+    }
+}

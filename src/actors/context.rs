@@ -1,0 +1,169 @@
+//! What the actors of one controller share: the process-wide [`Services`] (event fan-out,
+//! introspection, validator, sources), the pluggable [`Sources`] of configs, resources,
+//! leadership and instances, the per-iteration [`Wiring`] through which actors find each
+//! other (refreshed when one restarts), and the [`LatestState`] that is replayed into the
+//! leader-only subtree when this replica becomes leader.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::stream::BoxStream;
+use ractor::ActorRef;
+use tokio::sync::watch;
+
+use crate::actors::introspection::Introspection;
+use crate::messages::{
+    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance, IterationManagerMsg, Leadership, ReconcilerMsg,
+    ResourceEvent, ValidatedRender, ValidatorMsg,
+};
+use crate::messages::deploy::{RenderFailure, RenderedAndValidated};
+use crate::pure::config::{HAProxyTemplateConfig, WatchedResource};
+use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
+use crate::pure::store::{Stores, StoresSnapshot};
+
+/// Opens a stream of events for one watched resource (a Kubernetes watch, a manifest
+/// folder, a test channel). Called again when a watcher restarts.
+pub trait ResourceSourceFactory: Send + Sync {
+    fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent>;
+}
+
+/// Runs one render+validate step. The real one is [`FullPipeline`]; tests and benches plug
+/// in others.
+pub trait ReconcilePipeline: Send + Sync {
+    fn run(&self, compiled: &CompiledConfig, snapshot: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure>;
+}
+
+/// Render with the config's templates, then the three validation phases (cached).
+#[derive(Debug, Clone)]
+pub struct FullPipeline {
+    pub validator: Validator,
+}
+
+impl ReconcilePipeline for FullPipeline {
+    fn run(&self, compiled: &CompiledConfig, snapshot: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure> {
+        let started = Instant::now();
+        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
+            stage: "render".into(),
+            message: e.to_string(),
+            template: e.template().map(String::from),
+            line: e.line(),
+        })?;
+        let render_time = started.elapsed();
+        let validated = self.validator.validate(rendered).map_err(|e| match e {
+            PipelineError::Invalid(invalid) => RenderFailure {
+                stage: invalid.phase.to_string(),
+                line: invalid.problems.first().and_then(|p| p.line),
+                template: invalid.problems.first().map(|p| p.file.clone()),
+                message: invalid.to_string(),
+            },
+            PipelineError::Render(e) => RenderFailure { stage: "render".into(), message: e.to_string(), template: None, line: None },
+            PipelineError::CheckUnavailable(message) => RenderFailure { stage: "check".into(), message, template: None, line: None },
+        })?;
+        Ok(RenderedAndValidated {
+            rendered: validated.rendered,
+            checksum: validated.checksum,
+            render_time,
+            validate_time: validated.duration,
+            cache_hit: validated.from_cache,
+        })
+    }
+}
+
+/// Where the controller's inputs come from. Each is the latest value of a watch channel, so
+/// a restarted actor picks up the current state.
+#[derive(Clone)]
+pub struct Sources {
+    pub config: watch::Receiver<Option<Arc<HAProxyTemplateConfig>>>,
+    pub resources: Arc<dyn ResourceSourceFactory>,
+    pub leadership: watch::Receiver<Leadership>,
+    pub instances: watch::Receiver<Vec<Instance>>,
+}
+
+/// Timing settings of the actor system.
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerSettings {
+    /// How long each config validator may take before the config counts as invalid.
+    pub validator_timeout: Duration,
+    /// First retry delay of a failing Deployer; doubles up to `deploy_backoff_max`.
+    pub deploy_backoff_base: Duration,
+    pub deploy_backoff_max: Duration,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        ControllerSettings {
+            validator_timeout: Duration::from_secs(5),
+            deploy_backoff_base: Duration::from_millis(500),
+            deploy_backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Process-wide services every actor may use. Cheap to clone.
+#[derive(Clone)]
+pub struct Services {
+    pub fanout: EventFanout,
+    pub introspection: Introspection,
+    pub pipeline: Arc<dyn ReconcilePipeline>,
+    pub sources: Sources,
+    pub settings: ControllerSettings,
+    pub iteration_manager: Arc<RwLock<Option<ActorRef<IterationManagerMsg>>>>,
+}
+
+/// How the actors of one config iteration find each other. Each actor registers itself in
+/// `pre_start` (and again after a restart), so senders always reach the live instance.
+#[derive(Default)]
+pub struct Wiring {
+    pub reconciler: RwLock<Option<ActorRef<ReconcilerMsg>>>,
+    pub index_tracker: RwLock<Option<ActorRef<IndexTrackerMsg>>>,
+    pub coordinator: RwLock<Option<ActorRef<CoordinatorMsg>>>,
+    pub scheduler: RwLock<Option<ActorRef<DeploySchedulerMsg>>>,
+    pub publisher: RwLock<Option<ActorRef<ConfigPublisherMsg>>>,
+    pub validators: RwLock<Vec<(&'static str, ActorRef<ValidatorMsg>)>>,
+}
+
+/// Reads a wiring slot; a poisoned lock still holds a usable reference.
+pub fn current<T: Clone>(slot: &RwLock<T>) -> T {
+    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Writes a wiring slot.
+pub fn set<T>(slot: &RwLock<T>, value: T) {
+    *slot.write().unwrap_or_else(|p| p.into_inner()) = value;
+}
+
+/// The latest state of one config iteration: what the leader-only subtree needs when it
+/// starts (state replay), kept by the all-replica actors whether or not this replica leads.
+pub struct LatestState {
+    pub compiled: Arc<CompiledConfig>,
+    pub stores: Arc<Stores>,
+    pub leadership: Leadership,
+    pub all_synced: bool,
+    pub instances: Vec<Instance>,
+    pub last_render: Option<ValidatedRender>,
+}
+
+/// Everything one config iteration shares.
+pub struct Iteration {
+    pub services: Services,
+    pub wiring: Wiring,
+    pub latest: Mutex<LatestState>,
+}
+
+impl Iteration {
+    pub fn new(services: Services, compiled: Arc<CompiledConfig>, stores: Arc<Stores>) -> Arc<Iteration> {
+        let leadership = *services.sources.leadership.borrow();
+        let instances = services.sources.instances.borrow().clone();
+        Arc::new(Iteration {
+            services,
+            wiring: Wiring::default(),
+            latest: Mutex::new(LatestState { compiled, stores, leadership, all_synced: false, instances, last_render: None }),
+        })
+    }
+
+    /// Runs `f` on the latest state.
+    pub fn with_latest<T>(&self, f: impl FnOnce(&mut LatestState) -> T) -> T {
+        let mut guard = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+}

@@ -1,0 +1,159 @@
+//! The leader-only Coordinator: runs render+validate as one synchronous step on a blocking
+//! thread, one at a time. Triggers that arrive while a step runs coalesce into one pending
+//! trigger (the latest correlation wins), so a burst of N events costs at most one more
+//! render, and that render reads the stores after the last event. A successful step is
+//! numbered and handed to the DeployScheduler and recorded for state replay; a failure is
+//! reported with its template and line, and the last good configuration keeps serving.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::actors::context::{Iteration, current, set};
+use crate::actors::introspection::ErrorRecord;
+use crate::messages::deploy::{RenderFailure, RenderOutcome};
+use crate::messages::{ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind, ReconcilerMsg, ValidatedRender};
+
+#[derive(Clone)]
+pub struct Coordinator {
+    pub iteration: Arc<Iteration>,
+}
+
+pub struct CoordinatorState {
+    rendering: bool,
+    pending: Option<(CorrelationId, Instant)>,
+    renders: u64,
+    generation: u64,
+    /// The checksum this coordinator last handed on; starts empty so a new leader deploys
+    /// the replayed state even when it equals the previous leader's render.
+    last_checksum: Option<String>,
+}
+
+impl Coordinator {
+    fn start_render(&self, myself: &ActorRef<CoordinatorMsg>, state: &mut CoordinatorState, correlation: CorrelationId, at: Instant) {
+        state.rendering = true;
+        state.renders += 1;
+        let (compiled, stores) = self.iteration.with_latest(|l| (Arc::clone(&l.compiled), Arc::clone(&l.stores)));
+        let pipeline = Arc::clone(&self.iteration.services.pipeline);
+        let target = myself.clone();
+        tokio::spawn(async move {
+            let snapshot = stores.snapshot();
+            let result = tokio::task::spawn_blocking(move || pipeline.run(&compiled, snapshot))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(RenderFailure { stage: "render".into(), message: format!("the render task failed: {e}"), template: None, line: None })
+                });
+            let _ = target.cast(CoordinatorMsg::RenderFinished(Box::new(RenderOutcome { correlation, triggered_at: at, result })));
+        });
+    }
+
+    fn finish(&self, state: &mut CoordinatorState, outcome: RenderOutcome) {
+        let services = &self.iteration.services;
+        let correlation = Some(outcome.correlation);
+        match outcome.result {
+            Ok(done) => {
+                services.fanout.publish(correlation, EventKind::RenderSucceeded { duration: done.render_time, checksum: done.checksum.clone() });
+                services
+                    .fanout
+                    .publish(correlation, EventKind::ValidationSucceeded { duration: done.validate_time, cache_hit: done.cache_hit });
+                services.introspection.set_rendered(Arc::clone(&done.rendered));
+                services.introspection.update_state(|s| s.reconciliations += 1);
+                if state.last_checksum.as_deref() == Some(done.checksum.as_str()) {
+                    tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
+                    return;
+                }
+                state.generation += 1;
+                state.last_checksum = Some(done.checksum.clone());
+                let render = ValidatedRender {
+                    rendered: done.rendered,
+                    checksum: done.checksum,
+                    generation: state.generation,
+                    correlation: outcome.correlation,
+                    triggered_at: outcome.triggered_at,
+                };
+                self.iteration.with_latest(|l| l.last_render = Some(render.clone()));
+                if let Some(publisher) = current(&self.iteration.wiring.publisher) {
+                    let _ = publisher.cast(ConfigPublisherMsg::Publish(render.clone()));
+                }
+                if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
+                    let _ = scheduler.cast(DeploySchedulerMsg::Deploy(render));
+                }
+            }
+            Err(failure) => {
+                let kind = if failure.stage == "render" {
+                    EventKind::RenderFailed { error: failure.message.clone() }
+                } else {
+                    EventKind::ValidationFailed { phase: failure.stage.clone(), error: failure.message.clone() }
+                };
+                services.fanout.publish(correlation, kind);
+                tracing::warn!(stage = %failure.stage, error = %failure.message, "reconciliation failed; the last good configuration keeps serving");
+                services
+                    .introspection
+                    .record_error(ErrorRecord::new(failure.stage.clone(), failure.message).at(failure.template, failure.line));
+            }
+        }
+    }
+}
+
+impl Actor for Coordinator {
+    type Msg = CoordinatorMsg;
+    type State = CoordinatorState;
+    type Arguments = ();
+
+    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+        set(&self.iteration.wiring.coordinator, Some(myself));
+        // Replay: continue numbering after the last render this iteration produced.
+        let generation = self.iteration.with_latest(|l| l.last_render.as_ref().map_or(0, |r| r.generation));
+        Ok(CoordinatorState { rendering: false, pending: None, renders: 0, generation, last_checksum: None })
+    }
+
+    async fn post_start(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Tell the Reconciler a coordinator exists; it replays a trigger when indexes are synced.
+        if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
+            let _ = reconciler.cast(ReconcilerMsg::SetCoordinator(Some(myself)));
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        let _busy = self.iteration.services.introspection.busy("coordinator");
+        match msg {
+            CoordinatorMsg::Trigger { correlation, at, .. } => {
+                if state.rendering {
+                    // Latest wins; keep the earliest trigger time for latency accounting.
+                    let first_at = state.pending.map_or(at, |(_, earlier)| earlier.min(at));
+                    state.pending = Some((correlation, first_at));
+                } else {
+                    self.start_render(&myself, state, correlation, at);
+                }
+            }
+            CoordinatorMsg::RenderFinished(outcome) => {
+                state.rendering = false;
+                self.finish(state, *outcome);
+                if let Some((correlation, at)) = state.pending.take() {
+                    self.start_render(&myself, state, correlation, at);
+                }
+            }
+            CoordinatorMsg::ConfigUpdated(compiled) => {
+                self.iteration.with_latest(|l| l.compiled = compiled);
+            }
+            CoordinatorMsg::RenderCount(reply) => {
+                let _ = reply.send(state.renders);
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        let wiring = &self.iteration.wiring;
+        if current(&wiring.coordinator).is_some_and(|c| c.get_id() == myself.get_id()) {
+            set(&wiring.coordinator, None);
+        }
+        if let Some(reconciler) = current(&wiring.reconciler) {
+            let _ = reconciler.cast(ReconcilerMsg::SetCoordinator(None));
+        }
+        Ok(())
+    }
+}
+

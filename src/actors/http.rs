@@ -1,0 +1,444 @@
+//! haptor's HTTP servers: the metrics server (`/metrics`) and the debug and health server
+//! (`/debug/actors`, `/debug/events`, `/debug/vars`, `/healthz`, `/readyz`). Each is an
+//! [`HttpServer`] actor, supervised like any other (role `Server`): it binds its address in
+//! `pre_start` (a bind failure is a start failure naming the address), serves an axum
+//! [`Router`] on a background task, and shuts the server down gracefully in `post_stop`. If
+//! the server task ends on its own the actor fails, so its supervisor restarts it.
+//!
+//! The routers are built by plain functions ([`metrics_router`], [`debug_router`]) over
+//! shared handles — the [`Metrics`], the [`Introspection`] record, the Commentator's
+//! [`EventLog`] and a [`Readiness`] flag — so the handlers stay thin and never call into an
+//! actor that could be busy or restarting. The bound address (useful when configured with
+//! port 0) is answered by [`HttpServerMsg::LocalAddr`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::commentator::EventLog;
+use super::introspection::Introspection;
+use super::metrics::{METRICS_CONTENT_TYPE, Metrics};
+use crate::supervision::{ActorRole, ChildSpec, actor_tree};
+
+/// Where the metrics server listens unless configured otherwise.
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9090";
+/// Where the debug and health server listens unless configured otherwise.
+pub const DEFAULT_DEBUG_ADDR: &str = "0.0.0.0:8080";
+/// How long an actor may handle one message before `/healthz` reports it stalled.
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(60);
+/// The names `/debug/vars/{name}` answers.
+pub const DEBUG_VARS: [&str; 5] = ["config", "rendered", "resources", "state", "errors"];
+/// The supervisor child name of the metrics server.
+pub const METRICS_SERVER_NAME: &str = "metrics-server";
+/// The supervisor child name of the debug server.
+pub const DEBUG_SERVER_NAME: &str = "debug-server";
+
+/// How long `post_stop` waits for open connections to finish before dropping them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Problems starting or running an HTTP server.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpServerError {
+    #[error(
+        "cannot start the {server} server: binding {addr} failed: {source} (is another process using the port, or is the address mistyped?)"
+    )]
+    Bind {
+        server: String,
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the {server} server bound {addr} but cannot read its local address: {source}")]
+    LocalAddr {
+        server: String,
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the {server} server on {addr} stopped serving on its own: {reason}")]
+    Stopped {
+        server: String,
+        addr: SocketAddr,
+        reason: String,
+    },
+}
+
+/// Whether the controller is ready for traffic (`/readyz`): set once every watched resource
+/// has synchronised. Cheap to clone; clones share the flag.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn new() -> Readiness {
+        Readiness::default()
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What the debug server reads.
+#[derive(Debug, Clone)]
+pub struct DebugState {
+    pub introspection: Introspection,
+    /// The Commentator's ring buffer.
+    pub events: EventLog,
+    pub readiness: Readiness,
+    /// An actor busy with one message for longer than this makes `/healthz` fail.
+    pub stall_threshold: Duration,
+}
+
+impl DebugState {
+    /// A debug state with the default stall threshold.
+    pub fn new(introspection: Introspection, events: EventLog, readiness: Readiness) -> DebugState {
+        DebugState {
+            introspection,
+            events,
+            readiness,
+            stall_threshold: DEFAULT_STALL_THRESHOLD,
+        }
+    }
+}
+
+fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// The metrics server's routes: `GET /metrics`.
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .with_state(metrics)
+}
+
+async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.encode_text() {
+        Ok(body) => text(StatusCode::OK, METRICS_CONTENT_TYPE, body),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode metrics");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                e.to_string(),
+            )
+        }
+    }
+}
+
+/// The debug server's routes (see the module documentation).
+pub fn debug_router(state: DebugState) -> Router {
+    Router::new()
+        .route("/debug/actors", get(debug_actors))
+        .route("/debug/events", get(debug_events))
+        .route("/debug/vars", get(debug_vars_index))
+        .route("/debug/vars/{name}", get(debug_var))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found() -> Response {
+    json_error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint; try /debug/actors, /debug/events, /debug/vars, /healthz or /readyz",
+    )
+}
+
+async fn debug_actors(
+    State(state): State<DebugState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(root) = state.introspection.root() else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the actor tree has not started yet",
+        );
+    };
+    let tree = actor_tree(root);
+    match query.get("format").map(String::as_str) {
+        None | Some("json") => Json(tree).into_response(),
+        Some("text") => text(StatusCode::OK, "text/plain; charset=utf-8", tree.to_text()),
+        Some(other) => json_error(
+            StatusCode::BAD_REQUEST,
+            format!("unknown format {other:?}; use format=json or format=text"),
+        ),
+    }
+}
+
+async fn debug_events(State(state): State<DebugState>) -> Response {
+    Json(state.events.snapshot()).into_response()
+}
+
+async fn debug_vars_index() -> Response {
+    Json(json!({ "vars": DEBUG_VARS })).into_response()
+}
+
+async fn debug_var(State(state): State<DebugState>, Path(name): Path<String>) -> Response {
+    let introspection = &state.introspection;
+    let value = match name.as_str() {
+        "config" => json!(introspection.config()),
+        "rendered" => match introspection.rendered() {
+            Some(rendered) => {
+                let files: BTreeMap<&str, &str> = rendered
+                    .aux_files
+                    .iter()
+                    .map(|(path, file)| (path.as_str(), file.content.as_str()))
+                    .collect();
+                json!({ "haproxy.cfg": rendered.haproxy_cfg, "files": files })
+            }
+            None => serde_json::Value::Null,
+        },
+        "resources" => json!(introspection.resources()),
+        "state" => json!(introspection.state()),
+        "errors" => json!(introspection.errors()),
+        other => {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no debug variable named {other:?}; valid names are {}",
+                    DEBUG_VARS.join(", ")
+                ),
+            );
+        }
+    };
+    Json(value).into_response()
+}
+
+async fn healthz(State(state): State<DebugState>) -> Response {
+    let stalled = state.introspection.stalled(state.stall_threshold);
+    if stalled.is_empty() {
+        return Json(json!({ "status": "ok" })).into_response();
+    }
+    let stalled: Vec<_> = stalled
+        .iter()
+        .map(|(actor, busy)| json!({ "actor": actor, "busy_ms": busy.as_millis() as u64 }))
+        .collect();
+    let body = json!({
+        "status": "stalled",
+        "threshold_ms": state.stall_threshold.as_millis() as u64,
+        "stalled": stalled,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+async fn readyz(State(state): State<DebugState>) -> Response {
+    if state.readiness.is_ready() {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        let body = json!({
+            "status": "not ready",
+            "reason": "waiting for every watched resource to finish its initial sync",
+        });
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    }
+}
+
+/// Messages an HTTP server actor accepts.
+#[derive(Debug)]
+pub enum HttpServerMsg {
+    /// The address the server is bound to.
+    LocalAddr(RpcReplyPort<SocketAddr>),
+    /// Internal: the serving task ended without being asked to.
+    ServingEnded(String),
+}
+
+/// Start arguments of an HTTP server, cloned for every (re)start.
+#[derive(Debug, Clone)]
+pub struct HttpServerArgs {
+    /// The server's name in logs and errors (`metrics`, `debug`).
+    pub server: String,
+    /// The address to bind, e.g. `0.0.0.0:9090` or `127.0.0.1:0`.
+    pub addr: String,
+    pub router: Router,
+}
+
+/// An actor serving one axum router on one address (see the module documentation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpServer;
+
+pub struct HttpServerState {
+    server: String,
+    local_addr: SocketAddr,
+    /// Sending (or dropping, should the actor die without `post_stop`) starts the graceful
+    /// shutdown.
+    shutdown: Option<oneshot::Sender<()>>,
+    serving: Option<JoinHandle<()>>,
+}
+
+impl Actor for HttpServer {
+    type Msg = HttpServerMsg;
+    type State = HttpServerState;
+    type Arguments = HttpServerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: HttpServerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let HttpServerArgs {
+            server,
+            addr,
+            router,
+        } = args;
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| HttpServerError::Bind {
+                server: server.clone(),
+                addr: addr.clone(),
+                source,
+            })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| HttpServerError::LocalAddr {
+                server: server.clone(),
+                addr: addr.clone(),
+                source,
+            })?;
+        let (shutdown, shutdown_requested) = oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            let outcome = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = shutdown_requested.await;
+                })
+                .await;
+            let reason = match outcome {
+                Ok(()) => "the server shut down".to_string(),
+                Err(e) => e.to_string(),
+            };
+            // Once the actor is stopping nobody reads this; that is the expected case.
+            let _ = myself.cast(HttpServerMsg::ServingEnded(reason));
+        });
+        tracing::info!(server = %server, addr = %local_addr, "HTTP server listening");
+        Ok(HttpServerState {
+            server,
+            local_addr,
+            shutdown: Some(shutdown),
+            serving: Some(serving),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            HttpServerMsg::LocalAddr(reply) => {
+                let _ = reply.send(state.local_addr);
+                Ok(())
+            }
+            HttpServerMsg::ServingEnded(reason) => Err(HttpServerError::Stopped {
+                server: state.server.clone(),
+                addr: state.local_addr,
+                reason,
+            }
+            .into()),
+        }
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(shutdown) = state.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(mut serving) = state.serving.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving)
+                .await
+                .is_err()
+            {
+                tracing::warn!(server = %state.server, addr = %state.local_addr, "connections still open after the grace period; closing them");
+                serving.abort();
+            }
+        }
+        tracing::info!(server = %state.server, addr = %state.local_addr, "HTTP server stopped");
+        Ok(())
+    }
+}
+
+/// The supervisor child that serves `/metrics` on `addr` (named [`METRICS_SERVER_NAME`]).
+pub fn metrics_server_spec(addr: impl Into<String>, metrics: Arc<Metrics>) -> ChildSpec {
+    let args = HttpServerArgs {
+        server: "metrics".into(),
+        addr: addr.into(),
+        router: metrics_router(metrics),
+    };
+    ChildSpec::new(METRICS_SERVER_NAME, ActorRole::Server, HttpServer, args)
+}
+
+/// The supervisor child that serves the debug and health endpoints on `addr` (named
+/// [`DEBUG_SERVER_NAME`]).
+pub fn debug_server_spec(addr: impl Into<String>, state: DebugState) -> ChildSpec {
+    let args = HttpServerArgs {
+        server: "debug".into(),
+        addr: addr.into(),
+        router: debug_router(state),
+    };
+    ChildSpec::new(DEBUG_SERVER_NAME, ActorRole::Server, HttpServer, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn binding_an_address_in_use_fails_the_start_naming_the_address() {
+        let taken = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a free port");
+        let addr = taken.local_addr().expect("local addr").to_string();
+        let args = HttpServerArgs {
+            server: "debug".into(),
+            addr: addr.clone(),
+            router: Router::new(),
+        };
+        let error = Actor::spawn(None, HttpServer, args)
+            .await
+            .expect_err("the port is taken");
+        assert!(error.to_string().contains(&addr), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_stopped_server_releases_its_port() {
+        let args = HttpServerArgs {
+            server: "debug".into(),
+            addr: "127.0.0.1:0".into(),
+            router: Router::new(),
+        };
+        let (server, handle) = Actor::spawn(None, HttpServer, args)
+            .await
+            .expect("server starts");
+        let addr = ractor::call!(server, HttpServerMsg::LocalAddr).expect("server answers");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
+        server.stop(None);
+        handle.await.expect("server stops");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+        assert!(tokio::net::TcpListener::bind(addr).await.is_ok());
+    }
+}

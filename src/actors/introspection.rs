@@ -1,0 +1,222 @@
+//! What the debug and health endpoints show: a shared record that actors update as they
+//! work (the current config, the last render, resource counts, leadership, recent errors)
+//! and a stall detector. Actors mark themselves busy while they handle a message
+//! ([`Introspection::busy`]); an actor busy for longer than the stall threshold has stopped
+//! processing its mailbox, and `/healthz` reports it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use dashmap::DashMap;
+use ractor::ActorCell;
+use serde::Serialize;
+
+use crate::pure::rendered::RenderedConfig;
+
+/// How many recent errors `/debug/vars/errors` keeps.
+pub const RECENT_ERRORS: usize = 50;
+
+/// One error a user should see: where it came from and, for template and config errors,
+/// which template and line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorRecord {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u128,
+    /// The component that hit the error (`render`, `validation`, `config`, `deploy:<instance>`, ...).
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl ErrorRecord {
+    pub fn new(source: impl Into<String>, message: impl Into<String>) -> ErrorRecord {
+        ErrorRecord {
+            at_ms: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+            source: source.into(),
+            template: None,
+            line: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn at(mut self, template: Option<String>, line: Option<usize>) -> ErrorRecord {
+        self.template = template;
+        self.line = line;
+        self
+    }
+}
+
+/// The controller's state as `/debug/vars/state` shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ControllerState {
+    pub is_leader: bool,
+    pub epoch: u64,
+    pub all_indexes_synced: bool,
+    pub instances: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_rendered_checksum: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_deployed_checksum: Option<String>,
+    pub reconciliations: u64,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    config: Option<serde_json::Value>,
+    rendered: Option<Arc<RenderedConfig>>,
+    resources: BTreeMap<String, usize>,
+    state: ControllerState,
+    errors: VecDeque<ErrorRecord>,
+}
+
+/// The shared introspection record (cheap to clone; clones share the record).
+#[derive(Debug, Clone, Default)]
+pub struct Introspection {
+    record: Arc<RwLock<Record>>,
+    busy_since: Arc<DashMap<String, Instant>>,
+    root: Arc<OnceLock<ActorCell>>,
+}
+
+impl Introspection {
+    pub fn new() -> Introspection {
+        Introspection::default()
+    }
+
+    fn write(&self, f: impl FnOnce(&mut Record)) {
+        // A poisoned lock means a writer panicked mid-update; the record is still usable for
+        // debugging, so take it anyway.
+        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard);
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Record) -> T) -> T {
+        let guard = self.record.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
+    }
+
+    /// The root of the actor tree, for `/debug/actors`. Set once at start-up.
+    pub fn set_root(&self, root: ActorCell) {
+        let _ = self.root.set(root);
+    }
+
+    pub fn root(&self) -> Option<&ActorCell> {
+        self.root.get()
+    }
+
+    pub fn set_config(&self, config: serde_json::Value) {
+        self.write(|r| r.config = Some(config));
+    }
+
+    pub fn set_rendered(&self, rendered: Arc<RenderedConfig>) {
+        let checksum = rendered.checksum();
+        self.write(|r| {
+            r.rendered = Some(rendered);
+            r.state.last_rendered_checksum = Some(checksum);
+        });
+    }
+
+    pub fn set_resource_count(&self, resource: &str, count: usize) {
+        self.write(|r| {
+            r.resources.insert(resource.to_string(), count);
+        });
+    }
+
+    pub fn update_state(&self, f: impl FnOnce(&mut ControllerState)) {
+        self.write(|r| f(&mut r.state));
+    }
+
+    pub fn record_error(&self, error: ErrorRecord) {
+        self.write(|r| {
+            if r.errors.len() >= RECENT_ERRORS {
+                r.errors.pop_front();
+            }
+            r.errors.push_back(error);
+        });
+    }
+
+    pub fn config(&self) -> Option<serde_json::Value> {
+        self.read(|r| r.config.clone())
+    }
+
+    pub fn rendered(&self) -> Option<Arc<RenderedConfig>> {
+        self.read(|r| r.rendered.clone())
+    }
+
+    pub fn resources(&self) -> BTreeMap<String, usize> {
+        self.read(|r| r.resources.clone())
+    }
+
+    pub fn state(&self) -> ControllerState {
+        self.read(|r| r.state.clone())
+    }
+
+    /// Recent errors, oldest first.
+    pub fn errors(&self) -> Vec<ErrorRecord> {
+        self.read(|r| r.errors.iter().cloned().collect())
+    }
+
+    /// Marks `actor` busy until the returned guard is dropped.
+    pub fn busy(&self, actor: &str) -> BusyGuard {
+        self.busy_since.insert(actor.to_string(), Instant::now());
+        BusyGuard { map: Arc::clone(&self.busy_since), actor: actor.to_string() }
+    }
+
+    /// Actors that have been handling one message for longer than `threshold`, with how
+    /// long.
+    pub fn stalled(&self, threshold: Duration) -> Vec<(String, Duration)> {
+        let now = Instant::now();
+        let mut stalled: Vec<(String, Duration)> = self
+            .busy_since
+            .iter()
+            .map(|e| (e.key().clone(), now.duration_since(*e.value())))
+            .filter(|(_, busy)| *busy > threshold)
+            .collect();
+        stalled.sort();
+        stalled
+    }
+}
+
+/// Clears an actor's busy mark when dropped.
+#[derive(Debug)]
+pub struct BusyGuard {
+    map: Arc<DashMap<String, Instant>>,
+    actor: String,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.map.remove(&self.actor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_actor_busy_past_the_threshold_is_reported_stalled_until_it_finishes() {
+        let introspection = Introspection::new();
+        let guard = introspection.busy("coordinator");
+        std::thread::sleep(Duration::from_millis(20));
+        let stalled = introspection.stalled(Duration::from_millis(10));
+        assert_eq!(stalled.len(), 1);
+        assert_eq!(stalled[0].0, "coordinator");
+        drop(guard);
+        assert!(introspection.stalled(Duration::from_millis(10)).is_empty());
+    }
+
+    #[test]
+    fn only_the_most_recent_errors_are_kept() {
+        let introspection = Introspection::new();
+        for i in 0..(RECENT_ERRORS + 5) {
+            introspection.record_error(ErrorRecord::new("render", format!("error {i}")));
+        }
+        let errors = introspection.errors();
+        assert_eq!(errors.len(), RECENT_ERRORS);
+        assert_eq!(errors[0].message, "error 5");
+    }
+}

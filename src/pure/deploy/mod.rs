@@ -1,0 +1,179 @@
+//! Deploy targets: where a validated configuration goes. One trait, [`DeployTarget`], is all a
+//! Deployer actor knows about an HAProxy instance; the local target (files + master CLI +
+//! runtime API) and the Data Plane API target implement it, and [`RecordingTarget`] records
+//! what it was asked to do (tests, dry runs).
+//!
+//! Every request carries the leader's epoch. A target remembers the highest epoch it accepted
+//! and refuses lower ones ([`DeployError::Fenced`]): leader election alone does not stop a
+//! deposed leader's late write, fencing does.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use crate::pure::rendered::RenderedConfig;
+
+/// One deployment: the desired configuration, its checksum, the leader's epoch and a
+/// generation that grows with every render, so a target can refuse an older render.
+#[derive(Debug, Clone)]
+pub struct DeployRequest {
+    pub rendered: Arc<RenderedConfig>,
+    pub checksum: String,
+    pub epoch: u64,
+    pub generation: u64,
+}
+
+/// What a deployment did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeployOutcome {
+    /// HAProxy was reloaded (a new worker took over).
+    pub reloaded: bool,
+    /// Changes applied live through the runtime API.
+    pub runtime_changes: usize,
+    /// Nothing had to change (the instance already ran this configuration).
+    pub unchanged: bool,
+}
+
+/// Why a deployment did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeployError {
+    /// A request from an epoch lower than one already accepted: a deposed leader's write.
+    #[error("refused: epoch {offered} is older than epoch {accepted} already accepted by this instance")]
+    Fenced { offered: u64, accepted: u64 },
+    /// The instance could not be reached; worth retrying with backoff.
+    #[error("instance unreachable: {0}")]
+    Unreachable(String),
+    /// The instance refused the configuration (e.g. the reload failed); the old one still runs.
+    #[error("instance rejected the configuration: {0}")]
+    Rejected(String),
+    /// An older render than one already deployed.
+    #[error("refused: render generation {offered} is older than generation {deployed} already deployed")]
+    Stale { offered: u64, deployed: u64 },
+}
+
+impl DeployError {
+    /// Whether retrying later can help.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, DeployError::Unreachable(_) | DeployError::Rejected(_))
+    }
+}
+
+/// An HAProxy instance haptor can deploy to.
+pub trait DeployTarget: Send + Sync + fmt::Debug {
+    /// The instance's name (pod name, or `local`).
+    fn name(&self) -> &str;
+    /// Brings the instance to the requested configuration.
+    fn deploy<'a>(&'a self, request: &'a DeployRequest) -> BoxFuture<'a, Result<DeployOutcome, DeployError>>;
+    /// The checksum of what the instance runs now, as far as the target can tell (drift
+    /// detection); `None` when it runs nothing haptor deployed.
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>>;
+}
+
+/// A target that records what it was asked to deploy and enforces epoch fencing and
+/// generation ordering like a real one. Its instance is a memory cell.
+#[derive(Debug, Default)]
+pub struct RecordingTarget {
+    name: String,
+    state: Mutex<RecordingState>,
+}
+
+#[derive(Debug, Default)]
+struct RecordingState {
+    accepted_epoch: u64,
+    deployed_generation: u64,
+    deployed: Vec<DeployRequest>,
+    current_checksum: Option<String>,
+    unreachable: bool,
+}
+
+impl RecordingTarget {
+    pub fn new(name: impl Into<String>) -> RecordingTarget {
+        RecordingTarget { name: name.into(), state: Mutex::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecordingState> {
+        // The state is plain data; a panic elsewhere leaves it consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every accepted request, in order.
+    pub fn deployed(&self) -> Vec<DeployRequest> {
+        self.lock().deployed.clone()
+    }
+
+    /// Makes the instance unreachable (or reachable again).
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.lock().unreachable = unreachable;
+    }
+
+    /// Changes what the instance runs behind haptor's back (drift).
+    pub fn tamper(&self, checksum: &str) {
+        self.lock().current_checksum = Some(checksum.to_string());
+    }
+}
+
+impl DeployTarget for RecordingTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn deploy<'a>(&'a self, request: &'a DeployRequest) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            if state.unreachable {
+                return Err(DeployError::Unreachable(format!("{} is down", self.name)));
+            }
+            if request.epoch < state.accepted_epoch {
+                return Err(DeployError::Fenced { offered: request.epoch, accepted: state.accepted_epoch });
+            }
+            if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
+                return Err(DeployError::Stale { offered: request.generation, deployed: state.deployed_generation });
+            }
+            state.accepted_epoch = request.epoch;
+            state.deployed_generation = request.generation;
+            let unchanged = state.current_checksum.as_deref() == Some(request.checksum.as_str());
+            state.current_checksum = Some(request.checksum.clone());
+            state.deployed.push(request.clone());
+            Ok(DeployOutcome { reloaded: !unchanged, runtime_changes: 0, unchanged })
+        })
+    }
+
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+        Box::pin(async move {
+            let state = self.lock();
+            if state.unreachable {
+                return Err(DeployError::Unreachable(format!("{} is down", self.name)));
+            }
+            Ok(state.current_checksum.clone())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(epoch: u64, generation: u64, checksum: &str) -> DeployRequest {
+        DeployRequest { rendered: Arc::new(RenderedConfig::default()), checksum: checksum.into(), epoch, generation }
+    }
+
+    #[tokio::test]
+    async fn a_write_from_an_older_epoch_is_refused_and_changes_nothing() {
+        let target = RecordingTarget::new("pod-a");
+        target.deploy(&request(3, 1, "aaa")).await.expect("accepted");
+        let err = target.deploy(&request(2, 9, "bbb")).await.expect_err("fenced");
+        assert_eq!(err, DeployError::Fenced { offered: 2, accepted: 3 });
+        assert_eq!(target.deployed_checksum().await.expect("reachable"), Some("aaa".into()));
+        assert_eq!(target.deployed().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_older_render_never_lands_after_a_newer_one() {
+        let target = RecordingTarget::new("pod-a");
+        target.deploy(&request(1, 5, "new")).await.expect("accepted");
+        assert!(matches!(target.deploy(&request(1, 4, "old")).await, Err(DeployError::Stale { .. })));
+        assert_eq!(target.deployed_checksum().await.expect("reachable"), Some("new".into()));
+    }
+}
