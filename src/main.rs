@@ -10,7 +10,10 @@ fn main() -> ExitCode {
     let cli = haptor::cli::Cli::parse();
     // kube, reqwest and the HTTPS servers all use rustls; exactly one provider (ring) is
     // compiled in and installed here before any TLS object is built.
-    if rustls::crypto::ring::default_provider().install_default().is_err() {
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
         eprintln!("haptor: a rustls crypto provider was already installed; continuing with it");
     }
     haptor::telemetry::init_logging(cli.log_format, &cli.log_level);

@@ -21,8 +21,16 @@ pub fn init_logging(format: LogFormat, level: &str) {
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
-        LogFormat::Json => registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).try_init(),
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
     };
     if result.is_ok() {
         let _ = LEVEL_HANDLE.set(handle);
@@ -35,9 +43,12 @@ pub fn init_logging(format: LogFormat, level: &str) {
 /// Changes the log level of the running process. Returns an error message for a level that
 /// does not parse; the old level stays in force then.
 pub fn set_log_level(level: &str) -> Result<(), String> {
-    let filter = EnvFilter::try_new(level.to_ascii_lowercase()).map_err(|e| format!("invalid log level '{level}': {e}"))?;
+    let filter = EnvFilter::try_new(level.to_ascii_lowercase())
+        .map_err(|e| format!("invalid log level '{level}': {e}"))?;
     match LEVEL_HANDLE.get() {
-        Some(handle) => handle.reload(filter).map_err(|e| format!("could not change the log level: {e}")),
+        Some(handle) => handle
+            .reload(filter)
+            .map_err(|e| format!("could not change the log level: {e}")),
         None => Err("logging is not initialised".to_string()),
     }
 }

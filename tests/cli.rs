@@ -3,7 +3,10 @@
 use std::process::{Command, Output};
 
 fn haptor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haptor")).args(args).output().expect("the haptor binary runs")
+    Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(args)
+        .output()
+        .expect("the haptor binary runs")
 }
 
 fn stdout(output: &Output) -> String {
@@ -15,9 +18,12 @@ fn help_lists_every_subcommand() {
     let output = haptor(&["--help"]);
     assert!(output.status.success());
     let text = stdout(&output);
-    for command in ["run", "local", "validate", "render", "lint", "crd", "version"] {
+    for command in [
+        "run", "local", "validate", "render", "lint", "crd", "version",
+    ] {
         assert!(
-            text.lines().any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            text.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{command} "))),
             "--help does not list '{command}':\n{text}"
         );
     }
@@ -32,9 +38,13 @@ fn crd_prints_yaml_holding_both_custom_resources() {
         .split("---\n")
         .filter(|doc| !doc.trim().is_empty())
         .map(|doc| {
-            let value: serde_json::Value = serde_yaml_ng::from_str(doc).expect("each document is YAML");
+            let value: serde_json::Value =
+                serde_yaml_ng::from_str(doc).expect("each document is YAML");
             assert_eq!(value["kind"], "CustomResourceDefinition");
-            value["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string()
+            value["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
         })
         .collect();
     assert_eq!(kinds, vec!["HAProxyTemplateConfig", "HAProxyCfg"]);
@@ -43,8 +53,12 @@ fn crd_prints_yaml_holding_both_custom_resources() {
 #[test]
 fn the_checked_in_crds_match_the_generated_ones() {
     let generated = stdout(&haptor(&["crd"]));
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/crds/haptor.dev_crds.yaml");
-    let checked_in = std::fs::read_to_string(path).expect("deploy/crds/haptor.dev_crds.yaml exists");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/crds/haptor.dev_crds.yaml"
+    );
+    let checked_in =
+        std::fs::read_to_string(path).expect("deploy/crds/haptor.dev_crds.yaml exists");
     assert!(
         generated == checked_in,
         "deploy/crds/haptor.dev_crds.yaml is stale: regenerate it with `cargo run -- crd > deploy/crds/haptor.dev_crds.yaml`"

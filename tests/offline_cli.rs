@@ -6,11 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn haptor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haptor")).args(args).output().expect("the haptor binary runs")
+    Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(args)
+        .output()
+        .expect("the haptor binary runs")
 }
 
 fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 fn repo(path: &str) -> PathBuf {
@@ -24,7 +31,10 @@ fn example_config() -> String {
 /// Writes a changed copy of the example config and returns its path.
 fn broken_copy(dir: &tempfile::TempDir, from: &str, to: &str) -> PathBuf {
     let original = example_config();
-    assert!(original.contains(from), "the example no longer contains {from:?}");
+    assert!(
+        original.contains(from),
+        "the example no longer contains {from:?}"
+    );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, original.replacen(from, to, 1)).expect("write copy");
     path
@@ -32,7 +42,13 @@ fn broken_copy(dir: &tempfile::TempDir, from: &str, to: &str) -> PathBuf {
 
 #[test]
 fn the_example_configs_validation_tests_pass() {
-    let output = haptor(&["validate", "-f", repo("examples/ingress/config.yaml").to_str().expect("utf-8")]);
+    let output = haptor(&[
+        "validate",
+        "-f",
+        repo("examples/ingress/config.yaml")
+            .to_str()
+            .expect("utf-8"),
+    ]);
     let out = text(&output);
     assert!(output.status.success(), "{out}");
     let passed: usize = out
@@ -48,7 +64,11 @@ fn the_example_configs_validation_tests_pass() {
 #[test]
 fn a_broken_assertion_fails_validate_and_names_the_test() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = broken_copy(&dir, r"pattern: '^a\.example/ svc_default_web_80$'", r"pattern: '^a\.example/ svc_default_nope_80$'");
+    let config = broken_copy(
+        &dir,
+        r"pattern: '^a\.example/ svc_default_web_80$'",
+        r"pattern: '^a\.example/ svc_default_nope_80$'",
+    );
     let output = haptor(&["validate", "-f", config.to_str().expect("utf-8")]);
     let out = text(&output);
     assert_eq!(output.status.code(), Some(1), "{out}");
@@ -59,7 +79,15 @@ fn a_broken_assertion_fails_validate_and_names_the_test() {
 
 #[test]
 fn validate_speaks_json_for_machines() {
-    let output = haptor(&["validate", "-f", repo("examples/ingress/config.yaml").to_str().expect("utf-8"), "-o", "json"]);
+    let output = haptor(&[
+        "validate",
+        "-f",
+        repo("examples/ingress/config.yaml")
+            .to_str()
+            .expect("utf-8"),
+        "-o",
+        "json",
+    ]);
     assert!(output.status.success());
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
     assert_eq!(report["failed"], 0);
@@ -69,7 +97,11 @@ fn validate_speaks_json_for_machines() {
 #[test]
 fn a_template_syntax_error_is_reported_with_template_and_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = broken_copy(&dir, "{{#each (resources \"services\")}}", "{{#each (resources \"services\")");
+    let config = broken_copy(
+        &dir,
+        "{{#each (resources \"services\")}}",
+        "{{#each (resources \"services\")",
+    );
     let output = haptor(&["validate", "-f", config.to_str().expect("utf-8")]);
     let out = text(&output);
     assert_eq!(output.status.code(), Some(1), "{out}");
@@ -82,7 +114,9 @@ fn render_prints_the_config_and_its_map_and_validates_them() {
     let output = haptor(&[
         "render",
         "-f",
-        repo("examples/ingress/config.yaml").to_str().expect("utf-8"),
+        repo("examples/ingress/config.yaml")
+            .to_str()
+            .expect("utf-8"),
         "--fixtures",
         repo("examples/ingress/fixtures").to_str().expect("utf-8"),
         "--validate",
@@ -92,7 +126,10 @@ fn render_prints_the_config_and_its_map_and_validates_them() {
     assert!(out.contains("# ---- maps/routes.map"), "{out}");
     assert!(out.contains("web.example/ svc_default_web_80"), "{out}");
     assert!(out.contains("backend svc_default_api_8081"), "{out}");
-    assert!(out.contains("valid: syntax, schema and haproxy -c passed"), "{out}");
+    assert!(
+        out.contains("valid: syntax, schema and haproxy -c passed"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -102,19 +139,36 @@ fn render_reports_a_malformed_fixture_with_file_and_line_and_still_renders_the_r
         let entry = entry.expect("entry");
         std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
     }
-    std::fs::write(dir.path().join("zz-broken.yaml"), "apiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n").expect("write");
+    std::fs::write(
+        dir.path().join("zz-broken.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n",
+    )
+    .expect("write");
     let output = haptor(&[
         "render",
         "-f",
-        repo("examples/ingress/config.yaml").to_str().expect("utf-8"),
+        repo("examples/ingress/config.yaml")
+            .to_str()
+            .expect("utf-8"),
         "--fixtures",
         dir.path().to_str().expect("utf-8"),
     ]);
     let out = text(&output);
     assert_eq!(output.status.code(), Some(1), "{out}");
-    let reported = out.lines().find(|l| l.contains("zz-broken.yaml:")).unwrap_or_else(|| panic!("no error names the file: {out}"));
-    let line: usize = reported.split("zz-broken.yaml:").nth(1).and_then(|r| r.split(':').next()).and_then(|n| n.parse().ok()).expect("a line number");
-    assert!((4..=5).contains(&line), "the error points at the broken line or the end of the document: {reported}");
+    let reported = out
+        .lines()
+        .find(|l| l.contains("zz-broken.yaml:"))
+        .unwrap_or_else(|| panic!("no error names the file: {out}"));
+    let line: usize = reported
+        .split("zz-broken.yaml:")
+        .nth(1)
+        .and_then(|r| r.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a line number");
+    assert!(
+        (4..=5).contains(&line),
+        "the error points at the broken line or the end of the document: {reported}"
+    );
     assert!(reported.contains("malformed YAML"), "{reported}");
     assert!(out.contains("backend svc_default_web_80"), "{out}");
 }
@@ -135,8 +189,17 @@ fn lint_reports_an_unknown_directive_as_file_line_message() {
 fn lint_with_haproxy_reports_what_only_haproxy_sees() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("missing-backend.cfg");
-    std::fs::write(&file, "defaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18998\n  default_backend nowhere\n").expect("write");
-    assert!(haptor(&["lint", file.to_str().expect("utf-8")]).status.success(), "parser and schema accept it");
+    std::fs::write(
+        &file,
+        "defaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18998\n  default_backend nowhere\n",
+    )
+    .expect("write");
+    assert!(
+        haptor(&["lint", file.to_str().expect("utf-8")])
+            .status
+            .success(),
+        "parser and schema accept it"
+    );
     let output = haptor(&["lint", "--haproxy", file.to_str().expect("utf-8")]);
     let out = text(&output);
     assert_eq!(output.status.code(), Some(1), "{out}");
@@ -151,7 +214,9 @@ fn lint_dumps_the_structured_view_as_json() {
     let output = haptor(&["lint", "--dump", "json", file.to_str().expect("utf-8")]);
     assert!(output.status.success(), "{}", text(&output));
     let dump: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    let servers = dump["view"]["backends"][0]["servers"].as_array().expect("servers");
+    let servers = dump["view"]["backends"][0]["servers"]
+        .as_array()
+        .expect("servers");
     assert_eq!(servers.len(), 1);
     assert_eq!(servers[0]["name"], "s1");
 }
@@ -174,7 +239,11 @@ fn accepted_corpus_configs() -> Vec<PathBuf> {
 #[test]
 fn lint_accepts_every_corpus_config_haproxy_accepts() {
     let files = accepted_corpus_configs();
-    assert!(files.len() > 200, "expected the 256 accepted configs, found {}", files.len());
+    assert!(
+        files.len() > 200,
+        "expected the 256 accepted configs, found {}",
+        files.len()
+    );
     let mut args = vec!["lint".to_string()];
     args.extend(files.iter().map(|f| f.display().to_string()));
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();

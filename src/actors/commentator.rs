@@ -206,10 +206,10 @@ fn short_checksum(checksum: &str) -> &str {
 }
 
 /// The most recent earlier event matching `pred`.
-fn last_matching<'a>(
-    history: &'a VecDeque<ObservedEvent>,
+fn last_matching(
+    history: &VecDeque<ObservedEvent>,
     pred: impl Fn(&EventKind) -> bool,
-) -> Option<&'a ObservedEvent> {
+) -> Option<&ObservedEvent> {
     history.iter().rev().find(|e| pred(&e.kind))
 }
 

@@ -12,11 +12,11 @@ use ractor::ActorRef;
 use tokio::sync::watch;
 
 use crate::actors::introspection::Introspection;
-use crate::messages::{
-    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance, IterationManagerMsg, Leadership, ReconcilerMsg,
-    ResourceEvent, ValidatedRender, ValidatorMsg,
-};
 use crate::messages::deploy::{RenderFailure, RenderedAndValidated};
+use crate::messages::{
+    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance,
+    IterationManagerMsg, Leadership, ReconcilerMsg, ResourceEvent, ValidatedRender, ValidatorMsg,
+};
 use crate::pure::config::{HAProxyTemplateConfig, WatchedResource};
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
 use crate::pure::store::{Stores, StoresSnapshot};
@@ -30,7 +30,11 @@ pub trait ResourceSourceFactory: Send + Sync {
 /// Runs one render+validate step. The real one is [`FullPipeline`]; tests and benches plug
 /// in others.
 pub trait ReconcilePipeline: Send + Sync {
-    fn run(&self, compiled: &CompiledConfig, snapshot: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure>;
+    fn run(
+        &self,
+        compiled: &CompiledConfig,
+        snapshot: StoresSnapshot,
+    ) -> Result<RenderedAndValidated, RenderFailure>;
 }
 
 /// Render with the config's templates, then the three validation phases (cached).
@@ -40,7 +44,11 @@ pub struct FullPipeline {
 }
 
 impl ReconcilePipeline for FullPipeline {
-    fn run(&self, compiled: &CompiledConfig, snapshot: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure> {
+    fn run(
+        &self,
+        compiled: &CompiledConfig,
+        snapshot: StoresSnapshot,
+    ) -> Result<RenderedAndValidated, RenderFailure> {
         let started = Instant::now();
         let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
             stage: "render".into(),
@@ -56,8 +64,18 @@ impl ReconcilePipeline for FullPipeline {
                 template: invalid.problems.first().map(|p| p.file.clone()),
                 message: invalid.to_string(),
             },
-            PipelineError::Render(e) => RenderFailure { stage: "render".into(), message: e.to_string(), template: None, line: None },
-            PipelineError::CheckUnavailable(message) => RenderFailure { stage: "check".into(), message, template: None, line: None },
+            PipelineError::Render(e) => RenderFailure {
+                stage: "render".into(),
+                message: e.to_string(),
+                template: None,
+                line: None,
+            },
+            PipelineError::CheckUnavailable(message) => RenderFailure {
+                stage: "check".into(),
+                message,
+                template: None,
+                line: None,
+            },
         })?;
         Ok(RenderedAndValidated {
             rendered: validated.rendered,
@@ -151,13 +169,24 @@ pub struct Iteration {
 }
 
 impl Iteration {
-    pub fn new(services: Services, compiled: Arc<CompiledConfig>, stores: Arc<Stores>) -> Arc<Iteration> {
+    pub fn new(
+        services: Services,
+        compiled: Arc<CompiledConfig>,
+        stores: Arc<Stores>,
+    ) -> Arc<Iteration> {
         let leadership = *services.sources.leadership.borrow();
         let instances = services.sources.instances.borrow().clone();
         Arc::new(Iteration {
             services,
             wiring: Wiring::default(),
-            latest: Mutex::new(LatestState { compiled, stores, leadership, all_synced: false, instances, last_render: None }),
+            latest: Mutex::new(LatestState {
+                compiled,
+                stores,
+                leadership,
+                all_synced: false,
+                instances,
+                last_render: None,
+            }),
         })
     }
 

@@ -13,7 +13,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::actors::context::{Iteration, current, set};
 use crate::actors::introspection::ErrorRecord;
 use crate::messages::deploy::{RenderFailure, RenderOutcome};
-use crate::messages::{ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind, ReconcilerMsg, ValidatedRender};
+use crate::messages::{
+    ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind,
+    ReconcilerMsg, ValidatedRender,
+};
 
 #[derive(Clone)]
 pub struct Coordinator {
@@ -31,10 +34,18 @@ pub struct CoordinatorState {
 }
 
 impl Coordinator {
-    fn start_render(&self, myself: &ActorRef<CoordinatorMsg>, state: &mut CoordinatorState, correlation: CorrelationId, at: Instant) {
+    fn start_render(
+        &self,
+        myself: &ActorRef<CoordinatorMsg>,
+        state: &mut CoordinatorState,
+        correlation: CorrelationId,
+        at: Instant,
+    ) {
         state.rendering = true;
         state.renders += 1;
-        let (compiled, stores) = self.iteration.with_latest(|l| (Arc::clone(&l.compiled), Arc::clone(&l.stores)));
+        let (compiled, stores) = self
+            .iteration
+            .with_latest(|l| (Arc::clone(&l.compiled), Arc::clone(&l.stores)));
         let pipeline = Arc::clone(&self.iteration.services.pipeline);
         let target = myself.clone();
         tokio::spawn(async move {
@@ -42,9 +53,18 @@ impl Coordinator {
             let result = tokio::task::spawn_blocking(move || pipeline.run(&compiled, snapshot))
                 .await
                 .unwrap_or_else(|e| {
-                    Err(RenderFailure { stage: "render".into(), message: format!("the render task failed: {e}"), template: None, line: None })
+                    Err(RenderFailure {
+                        stage: "render".into(),
+                        message: format!("the render task failed: {e}"),
+                        template: None,
+                        line: None,
+                    })
                 });
-            let _ = target.cast(CoordinatorMsg::RenderFinished(Box::new(RenderOutcome { correlation, triggered_at: at, result })));
+            let _ = target.cast(CoordinatorMsg::RenderFinished(Box::new(RenderOutcome {
+                correlation,
+                triggered_at: at,
+                result,
+            })));
         });
     }
 
@@ -53,12 +73,26 @@ impl Coordinator {
         let correlation = Some(outcome.correlation);
         match outcome.result {
             Ok(done) => {
-                services.fanout.publish(correlation, EventKind::RenderSucceeded { duration: done.render_time, checksum: done.checksum.clone() });
+                services.fanout.publish(
+                    correlation,
+                    EventKind::RenderSucceeded {
+                        duration: done.render_time,
+                        checksum: done.checksum.clone(),
+                    },
+                );
+                services.fanout.publish(
+                    correlation,
+                    EventKind::ValidationSucceeded {
+                        duration: done.validate_time,
+                        cache_hit: done.cache_hit,
+                    },
+                );
                 services
-                    .fanout
-                    .publish(correlation, EventKind::ValidationSucceeded { duration: done.validate_time, cache_hit: done.cache_hit });
-                services.introspection.set_rendered(Arc::clone(&done.rendered));
-                services.introspection.update_state(|s| s.reconciliations += 1);
+                    .introspection
+                    .set_rendered(Arc::clone(&done.rendered));
+                services
+                    .introspection
+                    .update_state(|s| s.reconciliations += 1);
                 if state.last_checksum.as_deref() == Some(done.checksum.as_str()) {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
                     return;
@@ -72,7 +106,8 @@ impl Coordinator {
                     correlation: outcome.correlation,
                     triggered_at: outcome.triggered_at,
                 };
-                self.iteration.with_latest(|l| l.last_render = Some(render.clone()));
+                self.iteration
+                    .with_latest(|l| l.last_render = Some(render.clone()));
                 if let Some(publisher) = current(&self.iteration.wiring.publisher) {
                     let _ = publisher.cast(ConfigPublisherMsg::Publish(render.clone()));
                 }
@@ -82,15 +117,21 @@ impl Coordinator {
             }
             Err(failure) => {
                 let kind = if failure.stage == "render" {
-                    EventKind::RenderFailed { error: failure.message.clone() }
+                    EventKind::RenderFailed {
+                        error: failure.message.clone(),
+                    }
                 } else {
-                    EventKind::ValidationFailed { phase: failure.stage.clone(), error: failure.message.clone() }
+                    EventKind::ValidationFailed {
+                        phase: failure.stage.clone(),
+                        error: failure.message.clone(),
+                    }
                 };
                 services.fanout.publish(correlation, kind);
                 tracing::warn!(stage = %failure.stage, error = %failure.message, "reconciliation failed; the last good configuration keeps serving");
-                services
-                    .introspection
-                    .record_error(ErrorRecord::new(failure.stage.clone(), failure.message).at(failure.template, failure.line));
+                services.introspection.record_error(
+                    ErrorRecord::new(failure.stage.clone(), failure.message)
+                        .at(failure.template, failure.line),
+                );
             }
         }
     }
@@ -101,14 +142,30 @@ impl Actor for Coordinator {
     type State = CoordinatorState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.coordinator, Some(myself));
         // Replay: continue numbering after the last render this iteration produced.
-        let generation = self.iteration.with_latest(|l| l.last_render.as_ref().map_or(0, |r| r.generation));
-        Ok(CoordinatorState { rendering: false, pending: None, renders: 0, generation, last_checksum: None })
+        let generation = self
+            .iteration
+            .with_latest(|l| l.last_render.as_ref().map_or(0, |r| r.generation));
+        Ok(CoordinatorState {
+            rendering: false,
+            pending: None,
+            renders: 0,
+            generation,
+            last_checksum: None,
+        })
     }
 
-    async fn post_start(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // Tell the Reconciler a coordinator exists; it replays a trigger when indexes are synced.
         if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
             let _ = reconciler.cast(ReconcilerMsg::SetCoordinator(Some(myself)));
@@ -116,10 +173,17 @@ impl Actor for Coordinator {
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         let _busy = self.iteration.services.introspection.busy("coordinator");
         match msg {
-            CoordinatorMsg::Trigger { correlation, at, .. } => {
+            CoordinatorMsg::Trigger {
+                correlation, at, ..
+            } => {
                 if state.rendering {
                     // Latest wins; keep the earliest trigger time for latency accounting.
                     let first_at = state.pending.map_or(at, |(_, earlier)| earlier.min(at));
@@ -135,9 +199,6 @@ impl Actor for Coordinator {
                     self.start_render(&myself, state, correlation, at);
                 }
             }
-            CoordinatorMsg::ConfigUpdated(compiled) => {
-                self.iteration.with_latest(|l| l.compiled = compiled);
-            }
             CoordinatorMsg::RenderCount(reply) => {
                 let _ = reply.send(state.renders);
             }
@@ -145,7 +206,11 @@ impl Actor for Coordinator {
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         let wiring = &self.iteration.wiring;
         if current(&wiring.coordinator).is_some_and(|c| c.get_id() == myself.get_id()) {
             set(&wiring.coordinator, None);
@@ -156,4 +221,3 @@ impl Actor for Coordinator {
         Ok(())
     }
 }
-

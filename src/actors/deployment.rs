@@ -12,7 +12,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
 use crate::actors::introspection::ErrorRecord;
-use crate::messages::{ConfigPublisherMsg, DeploySchedulerMsg, DeployerMsg, DriftMonitorMsg, EventKind, Instance, ValidatedRender};
+use crate::messages::{
+    ConfigPublisherMsg, DeploySchedulerMsg, DeployerMsg, DriftMonitorMsg, EventKind, Instance,
+    ValidatedRender,
+};
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus, parse_duration};
 use crate::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
@@ -42,30 +45,64 @@ impl DeployScheduler {
     }
 
     fn dispatch(&self, state: &mut SchedulerState) {
-        let Some(render) = state.desired.clone() else { return };
+        let Some(render) = state.desired.clone() else {
+            return;
+        };
         state.pending = false;
         state.last_dispatch = Some(Instant::now());
         let epoch = self.epoch();
         for deployer in state.deployers.values() {
-            let _ = deployer.cast(DeployerMsg::Deploy { render: render.clone(), epoch });
+            let _ = deployer.cast(DeployerMsg::Deploy {
+                render: render.clone(),
+                epoch,
+            });
         }
     }
 
-    async fn sync_deployers(&self, myself: &ActorRef<DeploySchedulerMsg>, state: &mut SchedulerState, instances: Vec<Instance>) {
-        let Some(supervisor) = myself.try_get_supervisor().map(ActorRef::<SupervisorMsg>::from) else { return };
-        let wanted: BTreeMap<String, Instance> = instances.into_iter().map(|i| (i.name.clone(), i)).collect();
-        let gone: Vec<String> = state.deployers.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
+    async fn sync_deployers(
+        &self,
+        myself: &ActorRef<DeploySchedulerMsg>,
+        state: &mut SchedulerState,
+        instances: Vec<Instance>,
+    ) {
+        let Some(supervisor) = myself
+            .try_get_supervisor()
+            .map(ActorRef::<SupervisorMsg>::from)
+        else {
+            return;
+        };
+        let wanted: BTreeMap<String, Instance> =
+            instances.into_iter().map(|i| (i.name.clone(), i)).collect();
+        let gone: Vec<String> = state
+            .deployers
+            .keys()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
         for name in gone {
             state.deployers.remove(&name);
-            let _ = ractor::call!(supervisor, SupervisorMsg::StopChild, deployer_child_name(&name));
+            let _ = ractor::call!(
+                supervisor,
+                SupervisorMsg::StopChild,
+                deployer_child_name(&name)
+            );
         }
         let epoch = self.epoch();
         for (name, instance) in wanted {
             if state.deployers.contains_key(&name) {
                 continue;
             }
-            let deployer = Deployer { iteration: Arc::clone(&self.iteration), instance: name.clone(), target: Arc::clone(&instance.target) };
-            let spec = ChildSpec::new(deployer_child_name(&name), ActorRole::LeaderOnly, deployer, ());
+            let deployer = Deployer {
+                iteration: Arc::clone(&self.iteration),
+                instance: name.clone(),
+                target: Arc::clone(&instance.target),
+            };
+            let spec = ChildSpec::new(
+                deployer_child_name(&name),
+                ActorRole::LeaderOnly,
+                deployer,
+                (),
+            );
             match ractor::call!(supervisor, SupervisorMsg::StartChild, spec) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -77,18 +114,30 @@ impl DeployScheduler {
                     continue;
                 }
             }
-            let cell = ractor::call!(supervisor, SupervisorMsg::ChildCell, deployer_child_name(&name)).ok().flatten();
+            let cell = ractor::call!(
+                supervisor,
+                SupervisorMsg::ChildCell,
+                deployer_child_name(&name)
+            )
+            .ok()
+            .flatten();
             if let Some(cell) = cell {
                 let deployer = ActorRef::<DeployerMsg>::from(cell);
                 // A new instance gets the desired configuration at once, unpaced.
                 if let Some(render) = &state.desired {
-                    let _ = deployer.cast(DeployerMsg::Deploy { render: render.clone(), epoch });
+                    let _ = deployer.cast(DeployerMsg::Deploy {
+                        render: render.clone(),
+                        epoch,
+                    });
                 }
                 state.deployers.insert(name, deployer);
             }
         }
         let names: Vec<String> = state.deployers.keys().cloned().collect();
-        self.iteration.services.introspection.update_state(|s| s.instances = names);
+        self.iteration
+            .services
+            .introspection
+            .update_state(|s| s.instances = names);
     }
 }
 
@@ -97,27 +146,54 @@ impl Actor for DeployScheduler {
     type State = SchedulerState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.scheduler, Some(myself));
         let min_interval = self.iteration.with_latest(|l| {
-            parse_duration(&l.compiled.spec.dataplane.min_deployment_interval).unwrap_or(Duration::from_secs(2))
+            parse_duration(&l.compiled.spec.dataplane.min_deployment_interval)
+                .unwrap_or(Duration::from_secs(2))
         });
-        Ok(SchedulerState { desired: None, pending: false, timer_armed: false, last_dispatch: None, min_interval, deployers: BTreeMap::new() })
+        Ok(SchedulerState {
+            desired: None,
+            pending: false,
+            timer_armed: false,
+            last_dispatch: None,
+            min_interval,
+            deployers: BTreeMap::new(),
+        })
     }
 
-    async fn post_start(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // Replay the instances Discovery already knows.
         let instances = self.iteration.with_latest(|l| l.instances.clone());
         let _ = myself.cast(DeploySchedulerMsg::InstancesChanged(instances));
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let _busy = self.iteration.services.introspection.busy("deploy-scheduler");
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = self
+            .iteration
+            .services
+            .introspection
+            .busy("deploy-scheduler");
         match msg {
             DeploySchedulerMsg::Deploy(render) => {
                 state.desired = Some(render);
-                let wait = state.last_dispatch.map_or(Duration::ZERO, |t| state.min_interval.saturating_sub(t.elapsed()));
+                let wait = state.last_dispatch.map_or(Duration::ZERO, |t| {
+                    state.min_interval.saturating_sub(t.elapsed())
+                });
                 if wait.is_zero() {
                     self.dispatch(state);
                 } else {
@@ -138,10 +214,19 @@ impl Actor for DeployScheduler {
                     self.dispatch(state);
                 }
             }
-            DeploySchedulerMsg::InstancesChanged(instances) => self.sync_deployers(&myself, state, instances).await,
-            DeploySchedulerMsg::Deployed { instance, checksum, result } => {
+            DeploySchedulerMsg::InstancesChanged(instances) => {
+                self.sync_deployers(&myself, state, instances).await
+            }
+            DeploySchedulerMsg::Deployed {
+                instance,
+                checksum,
+                result,
+            } => {
                 if result.is_ok() {
-                    self.iteration.services.introspection.update_state(|s| s.last_deployed_checksum = Some(checksum.clone()));
+                    self.iteration
+                        .services
+                        .introspection
+                        .update_state(|s| s.last_deployed_checksum = Some(checksum.clone()));
                 }
                 tracing::debug!(%instance, %checksum, ok = result.is_ok(), "deployment reported");
             }
@@ -155,8 +240,13 @@ impl Actor for DeployScheduler {
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        if current(&self.iteration.wiring.scheduler).is_some_and(|s| s.get_id() == myself.get_id()) {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if current(&self.iteration.wiring.scheduler).is_some_and(|s| s.get_id() == myself.get_id())
+        {
             set(&self.iteration.wiring.scheduler, None);
         }
         Ok(())
@@ -184,19 +274,34 @@ pub struct DeployerState {
 impl Deployer {
     fn backoff(&self, failures: u32) -> Duration {
         let settings = self.iteration.services.settings;
-        settings.deploy_backoff_base.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16))).min(settings.deploy_backoff_max)
+        settings
+            .deploy_backoff_base
+            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+            .min(settings.deploy_backoff_max)
     }
 
-    async fn attempt(&self, myself: &ActorRef<DeployerMsg>, state: &mut DeployerState, force: bool) {
+    async fn attempt(
+        &self,
+        myself: &ActorRef<DeployerMsg>,
+        state: &mut DeployerState,
+        force: bool,
+    ) {
         if state.fenced {
             return;
         }
-        let Some((render, epoch)) = state.wanted.clone() else { return };
+        let Some((render, epoch)) = state.wanted.clone() else {
+            return;
+        };
         if !force && state.deployed_checksum.as_deref() == Some(render.checksum.as_str()) {
             return;
         }
         let services = &self.iteration.services;
-        let request = DeployRequest { rendered: Arc::clone(&render.rendered), checksum: render.checksum.clone(), epoch, generation: render.generation };
+        let request = DeployRequest {
+            rendered: Arc::clone(&render.rendered),
+            checksum: render.checksum.clone(),
+            epoch,
+            generation: render.generation,
+        };
         let started = Instant::now();
         let result = self.target.deploy(&request).await;
         let correlation = Some(render.correlation);
@@ -206,22 +311,44 @@ impl Deployer {
                 state.deployed_checksum = Some(render.checksum.clone());
                 services.fanout.publish(
                     correlation,
-                    EventKind::DeploymentSucceeded { instance: self.instance.clone(), duration: render.triggered_at.elapsed(), reloaded: outcome.reloaded },
+                    EventKind::DeploymentSucceeded {
+                        instance: self.instance.clone(),
+                        duration: render.triggered_at.elapsed(),
+                        reloaded: outcome.reloaded,
+                    },
                 );
                 tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, took_ms = started.elapsed().as_millis() as u64, "deployed");
                 Ok(outcome.clone())
             }
             Err(DeployError::Fenced { accepted, .. }) => {
                 state.fenced = true;
-                services.fanout.publish(correlation, EventKind::DeploymentFenced { instance: self.instance.clone(), epoch: *accepted });
+                services.fanout.publish(
+                    correlation,
+                    EventKind::DeploymentFenced {
+                        instance: self.instance.clone(),
+                        epoch: *accepted,
+                    },
+                );
                 tracing::error!(instance = %self.instance, accepted_epoch = accepted, our_epoch = epoch, "a newer leader has written to this instance; this deployer stops deploying");
-                services.introspection.record_error(ErrorRecord::new(format!("deploy:{}", self.instance), result_text(&result)));
+                services.introspection.record_error(ErrorRecord::new(
+                    format!("deploy:{}", self.instance),
+                    result_text(&result),
+                ));
                 Err(result_text(&result))
             }
             Err(error) => {
                 state.failures += 1;
-                services.fanout.publish(correlation, EventKind::DeploymentFailed { instance: self.instance.clone(), error: error.to_string() });
-                services.introspection.record_error(ErrorRecord::new(format!("deploy:{}", self.instance), error.to_string()));
+                services.fanout.publish(
+                    correlation,
+                    EventKind::DeploymentFailed {
+                        instance: self.instance.clone(),
+                        error: error.to_string(),
+                    },
+                );
+                services.introspection.record_error(ErrorRecord::new(
+                    format!("deploy:{}", self.instance),
+                    error.to_string(),
+                ));
                 if error.is_retryable() && !state.retry_armed {
                     state.retry_armed = true;
                     let delay = self.backoff(state.failures);
@@ -236,10 +363,18 @@ impl Deployer {
             }
         };
         if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
-            let _ = scheduler.cast(DeploySchedulerMsg::Deployed { instance: self.instance.clone(), checksum: render.checksum.clone(), result: report.clone() });
+            let _ = scheduler.cast(DeploySchedulerMsg::Deployed {
+                instance: self.instance.clone(),
+                checksum: render.checksum.clone(),
+                result: report.clone(),
+            });
         }
         if let Some(publisher) = current(&self.iteration.wiring.publisher) {
-            let _ = publisher.cast(ConfigPublisherMsg::InstanceResult { instance: self.instance.clone(), checksum: render.checksum, result: report });
+            let _ = publisher.cast(ConfigPublisherMsg::InstanceResult {
+                instance: self.instance.clone(),
+                checksum: render.checksum,
+                result: report,
+            });
         }
     }
 }
@@ -256,16 +391,39 @@ impl Actor for Deployer {
     type State = DeployerState;
     type Arguments = ();
 
-    async fn pre_start(&self, _: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
-        Ok(DeployerState { wanted: None, deployed_checksum: None, failures: 0, retry_armed: false, fenced: false })
+    async fn pre_start(
+        &self,
+        _: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(DeployerState {
+            wanted: None,
+            deployed_checksum: None,
+            failures: 0,
+            retry_armed: false,
+            fenced: false,
+        })
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let _busy = self.iteration.services.introspection.busy(&deployer_child_name(&self.instance));
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = self
+            .iteration
+            .services
+            .introspection
+            .busy(&deployer_child_name(&self.instance));
         match msg {
             DeployerMsg::Deploy { render, epoch } => {
                 // Never go back to an older render than the one wanted already.
-                if state.wanted.as_ref().is_some_and(|(w, _)| w.generation > render.generation) {
+                if state
+                    .wanted
+                    .as_ref()
+                    .is_some_and(|(w, _)| w.generation > render.generation)
+                {
                     return Ok(());
                 }
                 state.wanted = Some((render, epoch));
@@ -276,17 +434,25 @@ impl Actor for Deployer {
                 self.attempt(&myself, state, true).await;
             }
             DeployerMsg::CheckDrift { desired, epoch } => {
-                if state.wanted.as_ref().is_none_or(|(w, _)| w.generation <= desired.generation) {
+                if state
+                    .wanted
+                    .as_ref()
+                    .is_none_or(|(w, _)| w.generation <= desired.generation)
+                {
                     state.wanted = Some((desired, epoch));
                 }
-                let Some((wanted, _)) = &state.wanted else { return Ok(()) };
+                let Some((wanted, _)) = &state.wanted else {
+                    return Ok(());
+                };
                 match self.target.deployed_checksum().await {
                     Ok(actual) if actual.as_deref() == Some(wanted.checksum.as_str()) => {}
                     Ok(actual) => {
                         tracing::warn!(instance = %self.instance, expected = %wanted.checksum, actual = ?actual, "drift detected; redeploying");
                         self.attempt(&myself, state, true).await;
                     }
-                    Err(e) => tracing::warn!(instance = %self.instance, error = %e, "drift check failed"),
+                    Err(e) => {
+                        tracing::warn!(instance = %self.instance, error = %e, "drift check failed")
+                    }
                 }
             }
         }
@@ -309,9 +475,14 @@ impl Actor for DriftMonitor {
     type State = DriftMonitorState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         let interval = self.iteration.with_latest(|l| {
-            parse_duration(&l.compiled.spec.dataplane.drift_prevention_interval).unwrap_or(Duration::from_secs(60))
+            parse_duration(&l.compiled.spec.dataplane.drift_prevention_interval)
+                .unwrap_or(Duration::from_secs(60))
         });
         let ticker = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
@@ -326,22 +497,49 @@ impl Actor for DriftMonitor {
         Ok(DriftMonitorState { ticker })
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         let DriftMonitorMsg::Tick = msg;
-        let Some(scheduler) = current(&self.iteration.wiring.scheduler) else { return Ok(()) };
-        let Ok(Some(desired)) = ractor::call!(scheduler, DeploySchedulerMsg::Desired) else { return Ok(()) };
+        let Some(scheduler) = current(&self.iteration.wiring.scheduler) else {
+            return Ok(());
+        };
+        let Ok(Some(desired)) = ractor::call!(scheduler, DeploySchedulerMsg::Desired) else {
+            return Ok(());
+        };
         let epoch = self.iteration.with_latest(|l| l.leadership.epoch);
-        let Some(supervisor) = myself.try_get_supervisor().map(ActorRef::<SupervisorMsg>::from) else { return Ok(()) };
-        let Ok(instances) = ractor::call!(scheduler, DeploySchedulerMsg::Instances) else { return Ok(()) };
+        let Some(supervisor) = myself
+            .try_get_supervisor()
+            .map(ActorRef::<SupervisorMsg>::from)
+        else {
+            return Ok(());
+        };
+        let Ok(instances) = ractor::call!(scheduler, DeploySchedulerMsg::Instances) else {
+            return Ok(());
+        };
         for instance in instances {
-            if let Ok(Some(cell)) = ractor::call!(supervisor, SupervisorMsg::ChildCell, deployer_child_name(&instance)) {
-                let _ = ActorRef::<DeployerMsg>::from(cell).cast(DeployerMsg::CheckDrift { desired: desired.clone(), epoch });
+            if let Ok(Some(cell)) = ractor::call!(
+                supervisor,
+                SupervisorMsg::ChildCell,
+                deployer_child_name(&instance)
+            ) {
+                let _ = ActorRef::<DeployerMsg>::from(cell).cast(DeployerMsg::CheckDrift {
+                    desired: desired.clone(),
+                    epoch,
+                });
             }
         }
         Ok(())
     }
 
-    async fn post_stop(&self, _: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         state.ticker.abort();
         Ok(())
     }
@@ -382,15 +580,29 @@ impl Actor for ConfigPublisher {
     type State = PublisherState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.publisher, Some(myself));
-        Ok(PublisherState { spec: None, status: HAProxyCfgStatus::default() })
+        Ok(PublisherState {
+            spec: None,
+            status: HAProxyCfgStatus::default(),
+        })
     }
 
-    async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             ConfigPublisherMsg::Publish(render) => {
-                let path = self.iteration.with_latest(|l| l.compiled.spec.dataplane.config_file.clone());
+                let path = self
+                    .iteration
+                    .with_latest(|l| l.compiled.spec.dataplane.config_file.clone());
                 state.spec = Some(HAProxyCfgSpec {
                     path,
                     content: render.rendered.haproxy_cfg.clone(),
@@ -398,14 +610,31 @@ impl Actor for ConfigPublisher {
                     auxiliary_files: Default::default(),
                 });
             }
-            ConfigPublisherMsg::InstanceResult { instance, checksum, result } => {
+            ConfigPublisherMsg::InstanceResult {
+                instance,
+                checksum,
+                result,
+            } => {
                 let now = now_rfc3339();
-                let entry = match state.status.instances.iter_mut().find(|i| i.name == instance) {
+                let entry = match state
+                    .status
+                    .instances
+                    .iter_mut()
+                    .find(|i| i.name == instance)
+                {
                     Some(entry) => entry,
                     None => {
-                        state.status.instances.push(InstanceStatus { name: instance.clone(), ..Default::default() });
+                        state.status.instances.push(InstanceStatus {
+                            name: instance.clone(),
+                            ..Default::default()
+                        });
                         state.status.instances.sort_by(|a, b| a.name.cmp(&b.name));
-                        match state.status.instances.iter_mut().find(|i| i.name == instance) {
+                        match state
+                            .status
+                            .instances
+                            .iter_mut()
+                            .find(|i| i.name == instance)
+                        {
                             Some(entry) => entry,
                             None => return Ok(()),
                         }
@@ -434,8 +663,13 @@ impl Actor for ConfigPublisher {
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        if current(&self.iteration.wiring.publisher).is_some_and(|p| p.get_id() == myself.get_id()) {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if current(&self.iteration.wiring.publisher).is_some_and(|p| p.get_id() == myself.get_id())
+        {
             set(&self.iteration.wiring.publisher, None);
         }
         Ok(())
@@ -443,11 +677,19 @@ impl Actor for ConfigPublisher {
 }
 
 fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
 }
 
 /// Days since 1970-01-01 to a (year, month, day) civil date (Howard Hinnant's algorithm).

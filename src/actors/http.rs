@@ -368,14 +368,13 @@ impl Actor for HttpServer {
         if let Some(shutdown) = state.shutdown.take() {
             let _ = shutdown.send(());
         }
-        if let Some(mut serving) = state.serving.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving)
+        if let Some(mut serving) = state.serving.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut serving)
                 .await
                 .is_err()
-            {
-                tracing::warn!(server = %state.server, addr = %state.local_addr, "connections still open after the grace period; closing them");
-                serving.abort();
-            }
+        {
+            tracing::warn!(server = %state.server, addr = %state.local_addr, "connections still open after the grace period; closing them");
+            serving.abort();
         }
         tracing::info!(server = %state.server, addr = %state.local_addr, "HTTP server stopped");
         Ok(())

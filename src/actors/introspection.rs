@@ -35,7 +35,10 @@ pub struct ErrorRecord {
 impl ErrorRecord {
     pub fn new(source: impl Into<String>, message: impl Into<String>) -> ErrorRecord {
         ErrorRecord {
-            at_ms: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+            at_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
             source: source.into(),
             template: None,
             line: None,
@@ -162,7 +165,10 @@ impl Introspection {
     /// Marks `actor` busy until the returned guard is dropped.
     pub fn busy(&self, actor: &str) -> BusyGuard {
         self.busy_since.insert(actor.to_string(), Instant::now());
-        BusyGuard { map: Arc::clone(&self.busy_since), actor: actor.to_string() }
+        BusyGuard {
+            map: Arc::clone(&self.busy_since),
+            actor: actor.to_string(),
+        }
     }
 
     /// Actors that have been handling one message for longer than `threshold`, with how

@@ -2,13 +2,16 @@
 //! `crate::pure` to do the work, and exchange the typed messages of `crate::messages`.
 //! [`introspection`] is the shared, read-mostly record the debug endpoints serve.
 
+pub mod commentator;
 pub mod context;
 pub mod coordinator;
 pub mod deployment;
+pub mod http;
 pub mod introspection;
+pub mod leadership;
+pub mod metrics;
 pub mod reconciler;
+pub mod sources;
+pub mod tree;
 pub mod validators;
 pub mod watcher;
-pub mod commentator;
-pub mod metrics;
-pub mod http;

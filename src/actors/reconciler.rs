@@ -26,12 +26,23 @@ pub struct ReconcilerState {
 
 impl Reconciler {
     fn trigger(&self, state: &ReconcilerState, reason: String, correlation: u64) {
-        let Some(coordinator) = &state.coordinator else { return };
+        let Some(coordinator) = &state.coordinator else {
+            return;
+        };
         if !state.synced {
             return;
         }
-        self.iteration.services.fanout.publish(Some(correlation), EventKind::ReconciliationTriggered { reason: reason.clone() });
-        let _ = coordinator.cast(CoordinatorMsg::Trigger { reason, correlation, at: Instant::now() });
+        self.iteration.services.fanout.publish(
+            Some(correlation),
+            EventKind::ReconciliationTriggered {
+                reason: reason.clone(),
+            },
+        );
+        let _ = coordinator.cast(CoordinatorMsg::Trigger {
+            reason,
+            correlation,
+            at: Instant::now(),
+        });
     }
 }
 
@@ -40,15 +51,27 @@ impl Actor for Reconciler {
     type State = ReconcilerState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.reconciler, Some(myself));
         // After a restart, pick up what the iteration already knows.
         let synced = self.iteration.with_latest(|l| l.all_synced);
         let coordinator = crate::actors::context::current(&self.iteration.wiring.coordinator);
-        Ok(ReconcilerState { synced, coordinator })
+        Ok(ReconcilerState {
+            synced,
+            coordinator,
+        })
     }
 
-    async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             ReconcilerMsg::AllSynced => {
                 if !state.synced {
@@ -56,14 +79,26 @@ impl Actor for Reconciler {
                     self.trigger(state, "initial sync complete".into(), new_correlation_id());
                 }
             }
-            ReconcilerMsg::ResourcesChanged { resource, changes, correlation } => {
-                self.trigger(state, format!("{changes} change(s) to {resource}"), correlation);
+            ReconcilerMsg::ResourcesChanged {
+                resource,
+                changes,
+                correlation,
+            } => {
+                self.trigger(
+                    state,
+                    format!("{changes} change(s) to {resource}"),
+                    correlation,
+                );
             }
             ReconcilerMsg::SetCoordinator(coordinator) => {
                 let became_available = coordinator.is_some();
                 state.coordinator = coordinator;
                 if became_available {
-                    self.trigger(state, "leadership gained: replaying the latest state".into(), new_correlation_id());
+                    self.trigger(
+                        state,
+                        "leadership gained: replaying the latest state".into(),
+                        new_correlation_id(),
+                    );
                 }
             }
             ReconcilerMsg::Trigger { reason } => self.trigger(state, reason, new_correlation_id()),

@@ -36,7 +36,10 @@ impl ValidatorKind {
     /// Runs the check (pure; the actor only wraps it).
     pub fn check(self, spec: &HAProxyTemplateConfigSpec) -> Vec<String> {
         match self {
-            ValidatorKind::Basic => validate_spec(spec).iter().map(ToString::to_string).collect(),
+            ValidatorKind::Basic => validate_spec(spec)
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             ValidatorKind::Template => match TemplateSet::compile(template_input(spec)) {
                 Ok(_) => vec![],
                 Err(e) => vec![e.to_string()],
@@ -44,13 +47,18 @@ impl ValidatorKind {
             ValidatorKind::JsonPath => {
                 let mut problems = Vec::new();
                 for (name, watched) in &spec.watched_resources {
-                    if let Err(e) = ResourceStore::new(name.clone(), watched.index_by.clone(), spec.watched_resources_ignore_fields.clone()) {
+                    if let Err(e) = ResourceStore::new(
+                        name.clone(),
+                        watched.index_by.clone(),
+                        spec.watched_resources_ignore_fields.clone(),
+                    ) {
                         problems.push(format!("spec.watchedResources.{name}: {e}"));
                     }
                     if let Some(selector) = watched.field_selector.as_deref() {
                         let path = selector.split(['=', '!']).next().unwrap_or_default().trim();
                         if let Err(e) = crate::pure::store::FieldPath::parse(path) {
-                            problems.push(format!("spec.watchedResources.{name}.fieldSelector: {e}"));
+                            problems
+                                .push(format!("spec.watchedResources.{name}.fieldSelector: {e}"));
                         }
                     }
                 }
@@ -72,21 +80,41 @@ impl Actor for ConfigValidator {
     type State = ();
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<(), ActorProcessingErr> {
-        let mut validators = self.iteration.wiring.validators.read().unwrap_or_else(|p| p.into_inner()).clone();
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        let mut validators = self
+            .iteration
+            .wiring
+            .validators
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         validators.retain(|(name, _)| *name != self.kind.name());
         validators.push((self.kind.name(), myself));
         set(&self.iteration.wiring.validators, validators);
         Ok(())
     }
 
-    async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, _: &mut ()) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
         let ValidatorMsg::Validate(spec, reply) = msg;
         let _busy = self.iteration.services.introspection.busy(self.kind.name());
         let kind = self.kind;
         // Template compilation can be slow for large configs; keep it off the async workers.
-        let problems = tokio::task::spawn_blocking(move || kind.check(&spec)).await.unwrap_or_else(|e| vec![format!("validator crashed: {e}")]);
-        let _ = reply.send(ValidatorVerdict { validator: kind.name(), problems });
+        let problems = tokio::task::spawn_blocking(move || kind.check(&spec))
+            .await
+            .unwrap_or_else(|e| vec![format!("validator crashed: {e}")]);
+        let _ = reply.send(ValidatorVerdict {
+            validator: kind.name(),
+            problems,
+        });
         Ok(())
     }
 }
@@ -101,14 +129,19 @@ pub async fn gather_verdicts(
     let asks = validators.iter().map(|(name, validator)| {
         let spec = Arc::clone(&spec);
         async move {
-            match validator.call(|reply| ValidatorMsg::Validate(spec, reply), Some(timeout)).await {
+            match validator
+                .call(|reply| ValidatorMsg::Validate(spec, reply), Some(timeout))
+                .await
+            {
                 Ok(ractor::rpc::CallResult::Success(verdict)) => verdict,
-                Ok(ractor::rpc::CallResult::Timeout) => {
-                    ValidatorVerdict { validator: name, problems: vec![format!("validator {name} timed out after {timeout:?}")] }
-                }
-                Ok(ractor::rpc::CallResult::SenderError) | Err(_) => {
-                    ValidatorVerdict { validator: name, problems: vec![format!("validator {name} is not running")] }
-                }
+                Ok(ractor::rpc::CallResult::Timeout) => ValidatorVerdict {
+                    validator: name,
+                    problems: vec![format!("validator {name} timed out after {timeout:?}")],
+                },
+                Ok(ractor::rpc::CallResult::SenderError) | Err(_) => ValidatorVerdict {
+                    validator: name,
+                    problems: vec![format!("validator {name} is not running")],
+                },
             }
         }
     });
@@ -131,11 +164,20 @@ mod tests {
         type State = Vec<RpcReplyPort<ValidatorVerdict>>;
         type Arguments = ();
 
-        async fn pre_start(&self, _: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+        async fn pre_start(
+            &self,
+            _: ActorRef<Self::Msg>,
+            _: (),
+        ) -> Result<Self::State, ActorProcessingErr> {
             Ok(vec![])
         }
 
-        async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, held: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        async fn handle(
+            &self,
+            _: ActorRef<Self::Msg>,
+            msg: Self::Msg,
+            held: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
             let ValidatorMsg::Validate(_, reply) = msg;
             held.push(reply);
             Ok(())
@@ -154,29 +196,55 @@ mod tests {
             Ok(())
         }
 
-        async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, _: &mut ()) -> Result<(), ActorProcessingErr> {
+        async fn handle(
+            &self,
+            _: ActorRef<Self::Msg>,
+            msg: Self::Msg,
+            _: &mut (),
+        ) -> Result<(), ActorProcessingErr> {
             let ValidatorMsg::Validate(spec, reply) = msg;
-            let _ = reply.send(ValidatorVerdict { validator: "basic", problems: ValidatorKind::Basic.check(&spec) });
+            let _ = reply.send(ValidatorVerdict {
+                validator: "basic",
+                problems: ValidatorKind::Basic.check(&spec),
+            });
             Ok(())
         }
     }
 
     #[tokio::test]
     async fn a_validator_that_never_answers_makes_the_config_invalid_within_the_timeout() {
-        let (stuck, _) = Actor::spawn(None, StuckValidator, ()).await.expect("spawns");
-        let (quick, _) = Actor::spawn(None, QuickValidator, ()).await.expect("spawns");
+        let (stuck, _) = Actor::spawn(None, StuckValidator, ())
+            .await
+            .expect("spawns");
+        let (quick, _) = Actor::spawn(None, QuickValidator, ())
+            .await
+            .expect("spawns");
         let spec = Arc::new(HAProxyTemplateConfigSpec {
-            haproxy_config: crate::pure::config::HaproxyConfigTemplate { template: "global\n".into(), post_processing: vec![] },
+            haproxy_config: crate::pure::config::HaproxyConfigTemplate {
+                template: "global\n".into(),
+                post_processing: vec![],
+            },
             ..Default::default()
         });
         let timeout = Duration::from_millis(200);
         let started = Instant::now();
-        let verdicts = gather_verdicts(&[("basic", quick.clone()), ("template", stuck.clone())], spec, timeout).await;
+        let verdicts = gather_verdicts(
+            &[("basic", quick.clone()), ("template", stuck.clone())],
+            spec,
+            timeout,
+        )
+        .await;
         let elapsed = started.elapsed();
-        assert!(elapsed < timeout + Duration::from_millis(150), "answered after {elapsed:?}");
+        assert!(
+            elapsed < timeout + Duration::from_millis(150),
+            "answered after {elapsed:?}"
+        );
         assert_eq!(verdicts.len(), 2);
         assert!(verdicts[0].problems.is_empty(), "{:?}", verdicts[0]);
-        assert_eq!(verdicts[1].problems, vec!["validator template timed out after 200ms".to_string()]);
+        assert_eq!(
+            verdicts[1].problems,
+            vec!["validator template timed out after 200ms".to_string()]
+        );
         stuck.stop(None);
         quick.stop(None);
     }
@@ -184,7 +252,10 @@ mod tests {
     #[test]
     fn each_validator_kind_catches_its_own_problems() {
         let mut spec = HAProxyTemplateConfigSpec {
-            haproxy_config: crate::pure::config::HaproxyConfigTemplate { template: "{{#if}}".into(), post_processing: vec![] },
+            haproxy_config: crate::pure::config::HaproxyConfigTemplate {
+                template: "{{#if}}".into(),
+                post_processing: vec![],
+            },
             ..Default::default()
         };
         spec.watched_resources.insert(

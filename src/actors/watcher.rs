@@ -41,8 +41,17 @@ pub struct WatcherState {
 
 impl ResourceWatcher {
     fn publish_change(&self, object: &serde_json::Value, deleted: bool) {
-        let name = crate::pure::store::ObjectRef::of(object).map(|r| format!("{}/{}", r.namespace, r.name)).unwrap_or_default();
-        self.iteration.services.fanout.publish(None, EventKind::ResourceChanged { resource: self.resource.clone(), object: name, deleted });
+        let name = crate::pure::store::ObjectRef::of(object)
+            .map(|r| format!("{}/{}", r.namespace, r.name))
+            .unwrap_or_default();
+        self.iteration.services.fanout.publish(
+            None,
+            EventKind::ResourceChanged {
+                resource: self.resource.clone(),
+                object: name,
+                deleted,
+            },
+        );
     }
 
     fn notify_reconciler(&self, state: &mut WatcherState) {
@@ -52,7 +61,11 @@ impl ResourceWatcher {
         }
         if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
             let correlation = new_correlation_id();
-            let _ = reconciler.cast(ReconcilerMsg::ResourcesChanged { resource: self.resource.clone(), changes, correlation });
+            let _ = reconciler.cast(ReconcilerMsg::ResourcesChanged {
+                resource: self.resource.clone(),
+                changes,
+                correlation,
+            });
         }
     }
 }
@@ -62,12 +75,21 @@ impl Actor for ResourceWatcher {
     type State = WatcherState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         let store = self
             .iteration
             .with_latest(|l| l.stores.get(&self.resource).cloned())
             .ok_or_else(|| format!("no store for watched resource {}", self.resource))?;
-        let mut stream = self.iteration.services.sources.resources.open(&self.resource, &self.watched);
+        let mut stream = self
+            .iteration
+            .services
+            .sources
+            .resources
+            .open(&self.resource, &self.watched);
         let target = myself.clone();
         let source_task = tokio::spawn(async move {
             while let Some(event) = stream.next().await {
@@ -88,9 +110,16 @@ impl Actor for ResourceWatcher {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         let services = &self.iteration.services;
-        let _busy = services.introspection.busy(&format!("watcher-{}", self.resource));
+        let _busy = services
+            .introspection
+            .busy(&format!("watcher-{}", self.resource));
         let compiled = self.iteration.with_latest(|l| Arc::clone(&l.compiled));
         match msg {
             WatcherMsg::Event(ResourceEvent::InitStart) => state.initial = Some(Vec::new()),
@@ -104,11 +133,16 @@ impl Actor for ResourceWatcher {
                 for error in state.store.replace_all(objects) {
                     tracing::warn!(resource = %self.resource, %error, "object not stored");
                 }
-                services.introspection.set_resource_count(&self.resource, state.store.len());
+                services
+                    .introspection
+                    .set_resource_count(&self.resource, state.store.len());
                 if !state.synced {
                     state.synced = true;
                     if let Some(tracker) = current(&self.iteration.wiring.index_tracker) {
-                        let _ = tracker.cast(IndexTrackerMsg::Synced { resource: self.resource.clone(), objects: state.store.len() });
+                        let _ = tracker.cast(IndexTrackerMsg::Synced {
+                            resource: self.resource.clone(),
+                            objects: state.store.len(),
+                        });
                     }
                 } else {
                     // A relist after a watch restart counts as one change.
@@ -144,9 +178,13 @@ impl Actor for ResourceWatcher {
                 self.notify_reconciler(state);
                 return Ok(());
             }
-            WatcherMsg::SourceEnded => return Err(format!("the source of {} ended", self.resource).into()),
+            WatcherMsg::SourceEnded => {
+                return Err(format!("the source of {} ended", self.resource).into());
+            }
         }
-        services.introspection.set_resource_count(&self.resource, state.store.len());
+        services
+            .introspection
+            .set_resource_count(&self.resource, state.store.len());
         if !state.synced || state.pending_changes == 0 {
             return Ok(());
         }
@@ -164,7 +202,11 @@ impl Actor for ResourceWatcher {
         Ok(())
     }
 
-    async fn post_stop(&self, _: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         state.source_task.abort();
         Ok(())
     }
@@ -186,20 +228,46 @@ impl Actor for IndexTracker {
     type State = IndexTrackerState;
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, _: ()) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.index_tracker, Some(myself));
-        let expected = self.iteration.with_latest(|l| l.compiled.spec.watched_resources.keys().cloned().collect::<BTreeSet<_>>());
+        let expected = self.iteration.with_latest(|l| {
+            l.compiled
+                .spec
+                .watched_resources
+                .keys()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+        });
         if expected.is_empty() {
             self.all_synced();
         }
-        Ok(IndexTrackerState { expected, synced: BTreeSet::new() })
+        Ok(IndexTrackerState {
+            expected,
+            synced: BTreeSet::new(),
+        })
     }
 
-    async fn handle(&self, _: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             IndexTrackerMsg::Synced { resource, objects } => {
-                self.iteration.services.fanout.publish(None, EventKind::IndexSynced { resource: resource.clone(), objects });
-                let newly_complete = state.synced.insert(resource) && state.synced.is_superset(&state.expected);
+                self.iteration.services.fanout.publish(
+                    None,
+                    EventKind::IndexSynced {
+                        resource: resource.clone(),
+                        objects,
+                    },
+                );
+                let newly_complete =
+                    state.synced.insert(resource) && state.synced.is_superset(&state.expected);
                 if newly_complete {
                     self.all_synced();
                 }
@@ -215,8 +283,14 @@ impl Actor for IndexTracker {
 impl IndexTracker {
     fn all_synced(&self) {
         self.iteration.with_latest(|l| l.all_synced = true);
-        self.iteration.services.introspection.update_state(|s| s.all_indexes_synced = true);
-        self.iteration.services.fanout.publish(None, EventKind::AllIndexesSynced);
+        self.iteration
+            .services
+            .introspection
+            .update_state(|s| s.all_indexes_synced = true);
+        self.iteration
+            .services
+            .fanout
+            .publish(None, EventKind::AllIndexesSynced);
         if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
             let _ = reconciler.cast(ReconcilerMsg::AllSynced);
         }

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, RenderArgs, ValidateArgs};
+use super::{
+    DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, RenderArgs, ValidateArgs,
+};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
 use crate::pure::haproxy::{check_schema, parse_config, view};
 use crate::pure::manifests;
@@ -72,13 +74,30 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
         OutputFormat::Summary => {
             for test in &report.tests {
                 let verdict = if test.passed { "PASS" } else { "FAIL" };
-                println!("{verdict} {} ({:.1} ms)", test.name, test.duration.as_secs_f64() * 1000.0);
+                println!(
+                    "{verdict} {} ({:.1} ms)",
+                    test.name,
+                    test.duration.as_secs_f64() * 1000.0
+                );
                 if let Some(error) = &test.error {
                     println!("     {error}");
                 }
-                for (i, assertion) in test.assertions.iter().enumerate().filter(|(_, a)| !a.passed) {
-                    let kind = serde_json::to_value(assertion.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-                    println!("     assertion {} ({kind} on {}): {}", i + 1, assertion.target, assertion.message);
+                for (i, assertion) in test
+                    .assertions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| !a.passed)
+                {
+                    let kind = serde_json::to_value(assertion.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default();
+                    println!(
+                        "     assertion {} ({kind} on {}): {}",
+                        i + 1,
+                        assertion.target,
+                        assertion.message
+                    );
                 }
                 if args.dump_rendered && !test.passed {
                     if let Some(rendered) = &test.rendered {
@@ -89,10 +108,17 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
             if report.tests.is_empty() {
                 println!("no validation tests in {}", args.file.display());
             }
-            println!("validation tests: {} passed, {} failed", report.passed, report.failed);
+            println!(
+                "validation tests: {} passed, {} failed",
+                report.passed, report.failed
+            );
         }
     }
-    if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROBLEMS) }
+    if report.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_PROBLEMS)
+    }
 }
 
 pub fn render(args: &RenderArgs) -> ExitCode {
@@ -135,7 +161,11 @@ pub fn render(args: &RenderArgs) -> ExitCode {
                 eprintln!("{e}");
                 return ExitCode::from(EXIT_UNUSABLE);
             }
-            eprintln!("wrote haproxy.cfg and {} auxiliary file(s) to {}", rendered.aux_files.len(), out.display());
+            eprintln!(
+                "wrote haproxy.cfg and {} auxiliary file(s) to {}",
+                rendered.aux_files.len(),
+                out.display()
+            );
         }
         None => print_rendered(&rendered),
     }
@@ -146,7 +176,10 @@ pub fn render(args: &RenderArgs) -> ExitCode {
                 for warning in &validated.warnings {
                     eprintln!("warning: {warning}");
                 }
-                eprintln!("valid: syntax, schema and haproxy -c passed (checksum {})", validated.checksum);
+                eprintln!(
+                    "valid: syntax, schema and haproxy -c passed (checksum {})",
+                    validated.checksum
+                );
             }
             Err(PipelineError::Invalid(invalid)) => {
                 for problem in &invalid.problems {
@@ -160,16 +193,25 @@ pub fn render(args: &RenderArgs) -> ExitCode {
             }
         }
     }
-    if had_problems { ExitCode::from(EXIT_PROBLEMS) } else { ExitCode::SUCCESS }
+    if had_problems {
+        ExitCode::from(EXIT_PROBLEMS)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Loads a folder of manifests into the stores of the watched resources they belong to.
 /// Returns the problems of documents that could not be used.
-fn load_fixture_dir(compiled: &CompiledConfig, stores: &Stores, dir: &Path) -> Result<Vec<String>, String> {
+fn load_fixture_dir(
+    compiled: &CompiledConfig,
+    stores: &Stores,
+    dir: &Path,
+) -> Result<Vec<String>, String> {
     let set = manifests::load_dir(dir).map_err(|e| e.to_string())?;
     let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
     for manifest in &set.manifests {
-        let Some(resource) = compiled.watched_resource_for(manifest.api_version(), manifest.kind()) else {
+        let Some(resource) = compiled.watched_resource_for(manifest.api_version(), manifest.kind())
+        else {
             tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
             continue;
         };
@@ -178,7 +220,11 @@ fn load_fixture_dir(compiled: &CompiledConfig, stores: &Stores, dir: &Path) -> R
         }
         if let Some(store) = stores.get(resource) {
             if let Err(e) = store.apply(manifest.object.clone()) {
-                problems.push(format!("{}:{}: {e}", manifest.file.display(), manifest.line));
+                problems.push(format!(
+                    "{}:{}: {e}",
+                    manifest.file.display(),
+                    manifest.line
+                ));
             }
         }
     }
@@ -200,7 +246,8 @@ fn print_rendered(rendered: &RenderedConfig) {
 fn write_rendered(out: &Path, rendered: &RenderedConfig) -> Result<(), String> {
     let write = |path: &Path, content: &str| -> Result<(), String> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: cannot create: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("{}: cannot create: {e}", parent.display()))?;
         }
         std::fs::write(path, content).map_err(|e| format!("{}: cannot write: {e}", path.display()))
     };
@@ -241,7 +288,9 @@ pub fn lint(args: &LintArgs) -> ExitCode {
                 Ok(messages) => {
                     for message in messages.iter().filter(|m| m.severity == Severity::Alert) {
                         match &message.location {
-                            Some((_, line)) => println!("{name}:{line}: {} (haproxy -c)", message.text),
+                            Some((_, line)) => {
+                                println!("{name}:{line}: {} (haproxy -c)", message.text)
+                            }
                             None => println!("{name}: {} (haproxy -c)", message.text),
                         }
                         problems += 1;
@@ -258,7 +307,11 @@ pub fn lint(args: &LintArgs) -> ExitCode {
         }
     }
     if args.dump == Some(DumpFormat::Json) {
-        let out = if dumps.len() == 1 { dumps.remove(0) } else { serde_json::Value::Array(dumps) };
+        let out = if dumps.len() == 1 {
+            dumps.remove(0)
+        } else {
+            serde_json::Value::Array(dumps)
+        };
         match serde_json::to_string_pretty(&out) {
             Ok(json) => println!("{json}"),
             Err(e) => eprintln!("cannot serialise the structured view: {e}"),
@@ -268,7 +321,10 @@ pub fn lint(args: &LintArgs) -> ExitCode {
         eprintln!("{} file(s) checked, no problems", args.files.len());
         ExitCode::SUCCESS
     } else {
-        eprintln!("{} file(s) checked, {problems} problem(s)", args.files.len());
+        eprintln!(
+            "{} file(s) checked, {problems} problem(s)",
+            args.files.len()
+        );
         ExitCode::from(EXIT_PROBLEMS)
     }
 }
@@ -289,6 +345,10 @@ fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessag
     if matches!(code, Some(0) | Some(2)) || messages.iter().any(|m| m.severity == Severity::Alert) {
         Ok(messages)
     } else {
-        Err(format!("haproxy -c failed ({}) without an alert: {}", output.status, text.trim()))
+        Err(format!(
+            "haproxy -c failed ({}) without an alert: {}",
+            output.status,
+            text.trim()
+        ))
     }
 }

@@ -19,7 +19,10 @@ pub struct ValidatorVerdict {
 /// Messages of the Basic, Template and JsonPath validators.
 pub enum ValidatorMsg {
     /// Check a spec and answer with a verdict.
-    Validate(Arc<HAProxyTemplateConfigSpec>, RpcReplyPort<ValidatorVerdict>),
+    Validate(
+        Arc<HAProxyTemplateConfigSpec>,
+        RpcReplyPort<ValidatorVerdict>,
+    ),
 }
 
 /// Messages of the ConfigLoader.

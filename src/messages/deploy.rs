@@ -9,7 +9,6 @@ use ractor::RpcReplyPort;
 
 use super::events::CorrelationId;
 use crate::pure::deploy::{DeployOutcome, DeployTarget};
-use crate::pure::pipeline::CompiledConfig;
 use crate::pure::rendered::RenderedConfig;
 
 /// A render that passed validation, ready to deploy.
@@ -64,9 +63,11 @@ pub struct RenderFailure {
 pub enum CoordinatorMsg {
     /// Render and validate now (or once the running render finishes; triggers that arrive
     /// meanwhile coalesce into one, the latest correlation winning).
-    Trigger { reason: String, correlation: CorrelationId, at: Instant },
-    /// A new config with the same watched resources: render with it from now on.
-    ConfigUpdated(Arc<CompiledConfig>),
+    Trigger {
+        reason: String,
+        correlation: CorrelationId,
+        at: Instant,
+    },
     /// Internal: the render started by the coordinator finished.
     RenderFinished(Box<RenderOutcome>),
     /// How many renders ran so far.
@@ -82,7 +83,11 @@ pub enum DeploySchedulerMsg {
     /// Internal: the pacing interval has passed; deploy the pending render.
     PacingElapsed,
     /// A Deployer finished a deployment.
-    Deployed { instance: String, checksum: String, result: Result<DeployOutcome, String> },
+    Deployed {
+        instance: String,
+        checksum: String,
+        result: Result<DeployOutcome, String>,
+    },
     /// The desired render, for drift repair.
     Desired(RpcReplyPort<Option<ValidatedRender>>),
     /// Names of the instances that have a Deployer.
@@ -96,7 +101,10 @@ pub enum DeployerMsg {
     /// Internal: retry the last failed deployment after backoff.
     Retry,
     /// Compare the instance with the desired checksum and redeploy on drift.
-    CheckDrift { desired: ValidatedRender, epoch: u64 },
+    CheckDrift {
+        desired: ValidatedRender,
+        epoch: u64,
+    },
 }
 
 /// Messages of the DriftMonitor.
@@ -110,7 +118,11 @@ pub enum ConfigPublisherMsg {
     /// Publish a validated render (the HAProxyCfg resource).
     Publish(ValidatedRender),
     /// Record an instance's deployment result in the published status.
-    InstanceResult { instance: String, checksum: String, result: Result<DeployOutcome, String> },
+    InstanceResult {
+        instance: String,
+        checksum: String,
+        result: Result<DeployOutcome, String>,
+    },
 }
 
 /// Messages of Discovery.

@@ -33,12 +33,19 @@ pub struct ObservedEvent {
 
 impl ObservedEvent {
     pub fn new(correlation: Option<CorrelationId>, kind: EventKind) -> ObservedEvent {
-        ObservedEvent { correlation, at: SystemTime::now(), kind }
+        ObservedEvent {
+            correlation,
+            at: SystemTime::now(),
+            kind,
+        }
     }
 }
 
 fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let millis = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let millis = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
     s.serialize_u128(millis)
 }
 
@@ -51,42 +58,73 @@ fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum EventKind {
     /// A config was read and passed every validator.
-    ConfigAccepted { generation: Option<i64> },
+    ConfigAccepted {
+        generation: Option<i64>,
+    },
     /// A config was refused; the previous one keeps running.
-    ConfigRejected { errors: Vec<String> },
+    ConfigRejected {
+        errors: Vec<String>,
+    },
     /// A watched object was added, changed or removed.
-    ResourceChanged { resource: String, object: String, deleted: bool },
+    ResourceChanged {
+        resource: String,
+        object: String,
+        deleted: bool,
+    },
     /// A watcher's initial list is complete.
-    IndexSynced { resource: String, objects: usize },
+    IndexSynced {
+        resource: String,
+        objects: usize,
+    },
     /// Every watcher has synchronised; reconciliation may start.
     AllIndexesSynced,
     /// A reconciliation was requested (`reason` names the trigger).
-    ReconciliationTriggered { reason: String },
+    ReconciliationTriggered {
+        reason: String,
+    },
     RenderSucceeded {
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         checksum: String,
     },
-    RenderFailed { error: String },
+    RenderFailed {
+        error: String,
+    },
     ValidationSucceeded {
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         cache_hit: bool,
     },
-    ValidationFailed { phase: String, error: String },
+    ValidationFailed {
+        phase: String,
+        error: String,
+    },
     DeploymentSucceeded {
         instance: String,
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         reloaded: bool,
     },
-    DeploymentFailed { instance: String, error: String },
+    DeploymentFailed {
+        instance: String,
+        error: String,
+    },
     /// A deployment was refused because a newer leader's epoch was seen.
-    DeploymentFenced { instance: String, epoch: u64 },
-    InstancesDiscovered { instances: Vec<String> },
-    LeadershipGained { epoch: u64 },
+    DeploymentFenced {
+        instance: String,
+        epoch: u64,
+    },
+    InstancesDiscovered {
+        instances: Vec<String>,
+    },
+    LeadershipGained {
+        epoch: u64,
+    },
     LeadershipLost,
-    ActorRestarted { actor: String, restarts: u32 },
+    ActorRestarted {
+        actor: String,
+        restarts: u32,
+    },
 }
 
 impl EventKind {
@@ -132,15 +170,28 @@ struct Subscriber {
 impl EventFanout {
     /// A fan-out with one bounded queue (of `capacity` events) per named subscriber. Returns
     /// the receivers in the same order as the names.
-    pub fn new(names: &[&'static str], capacity: usize) -> (EventFanout, Vec<mpsc::Receiver<ObservedEvent>>) {
+    pub fn new(
+        names: &[&'static str],
+        capacity: usize,
+    ) -> (EventFanout, Vec<mpsc::Receiver<ObservedEvent>>) {
         let mut subscribers = Vec::new();
         let mut receivers = Vec::new();
         for name in names {
             let (tx, rx) = mpsc::channel(capacity.max(1));
-            subscribers.push(Subscriber { name, queue: tx, dropped: AtomicU64::new(0) });
+            subscribers.push(Subscriber {
+                name,
+                queue: tx,
+                dropped: AtomicU64::new(0),
+            });
             receivers.push(rx);
         }
-        (EventFanout { subscribers: Arc::new(subscribers), dropped: Arc::new(AtomicU64::new(0)) }, receivers)
+        (
+            EventFanout {
+                subscribers: Arc::new(subscribers),
+                dropped: Arc::new(AtomicU64::new(0)),
+            },
+            receivers,
+        )
     }
 
     /// A fan-out with no subscribers: events go nowhere (tests, offline commands).
@@ -166,7 +217,10 @@ impl EventFanout {
 
     /// Events dropped so far, per subscriber name.
     pub fn dropped_by_subscriber(&self) -> Vec<(&'static str, u64)> {
-        self.subscribers.iter().map(|s| (s.name, s.dropped.load(Ordering::Relaxed))).collect()
+        self.subscribers
+            .iter()
+            .map(|s| (s.name, s.dropped.load(Ordering::Relaxed)))
+            .collect()
     }
 }
 
@@ -182,11 +236,17 @@ mod tests {
         }
         // Both queues hold 2; 3 dropped for each.
         assert_eq!(fanout.dropped_total(), 6);
-        assert_eq!(fanout.dropped_by_subscriber(), vec![("slow", 3), ("fast", 3)]);
+        assert_eq!(
+            fanout.dropped_by_subscriber(),
+            vec![("slow", 3), ("fast", 3)]
+        );
         let fast = &mut receivers[1];
         assert!(fast.recv().await.is_some());
         fanout.publish(Some(7), EventKind::LeadershipLost);
-        assert_eq!(fanout.dropped_by_subscriber(), vec![("slow", 4), ("fast", 3)]);
+        assert_eq!(
+            fanout.dropped_by_subscriber(),
+            vec![("slow", 4), ("fast", 3)]
+        );
     }
 
     #[test]

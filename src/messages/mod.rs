@@ -9,9 +9,13 @@ pub mod deploy;
 pub mod events;
 pub mod resources;
 
-pub use config::{ConfigLoaderMsg, IterationManagerMsg, LeaderElectorMsg, Leadership, ValidatorMsg, ValidatorVerdict};
+pub use config::{
+    ConfigLoaderMsg, IterationManagerMsg, LeaderElectorMsg, Leadership, ValidatorMsg,
+    ValidatorVerdict,
+};
 pub use deploy::{
-    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, DeployerMsg, DiscoveryMsg, DriftMonitorMsg, Instance, ValidatedRender,
+    ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, DeployerMsg, DiscoveryMsg,
+    DriftMonitorMsg, Instance, ValidatedRender,
 };
 pub use events::{CorrelationId, EventFanout, EventKind, ObservedEvent};
 pub use resources::{IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};

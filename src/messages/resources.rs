@@ -43,7 +43,11 @@ pub enum ReconcilerMsg {
     /// Every index is synchronised: reconciliation may begin.
     AllSynced,
     /// Objects of `resource` changed (after the watcher's debounce).
-    ResourcesChanged { resource: String, changes: usize, correlation: CorrelationId },
+    ResourcesChanged {
+        resource: String,
+        changes: usize,
+        correlation: CorrelationId,
+    },
     /// The leader-only Coordinator started (Some) or stopped (None).
     SetCoordinator(Option<ActorRef<CoordinatorMsg>>),
     /// A trigger for reasons other than resources (config change).

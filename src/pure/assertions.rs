@@ -33,7 +33,11 @@ pub struct AssertionOutcome {
 }
 
 /// Evaluates one assertion against a rendered output.
-pub fn evaluate(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dyn AssertionEnvironment) -> AssertionOutcome {
+pub fn evaluate(
+    assertion: &Assertion,
+    rendered: &RenderedConfig,
+    env: &mut dyn AssertionEnvironment,
+) -> AssertionOutcome {
     let result = evaluate_inner(assertion, rendered, env);
     AssertionOutcome {
         kind: assertion.kind,
@@ -44,7 +48,11 @@ pub fn evaluate(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dyn 
     }
 }
 
-fn evaluate_inner(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dyn AssertionEnvironment) -> Result<(), String> {
+fn evaluate_inner(
+    assertion: &Assertion,
+    rendered: &RenderedConfig,
+    env: &mut dyn AssertionEnvironment,
+) -> Result<(), String> {
     match assertion.kind {
         AssertionKind::HaproxyValid => env.haproxy_valid(rendered),
         AssertionKind::Deterministic => {
@@ -61,7 +69,11 @@ fn evaluate_inner(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dy
             let found = regex.find(text);
             match (assertion.kind, found) {
                 (AssertionKind::Contains, Some(_)) | (AssertionKind::NotContains, None) => Ok(()),
-                (AssertionKind::Contains, None) => Err(format!("{} does not match /{}/", assertion.target, regex.as_str())),
+                (AssertionKind::Contains, None) => Err(format!(
+                    "{} does not match /{}/",
+                    assertion.target,
+                    regex.as_str()
+                )),
                 (_, None) => Ok(()),
                 (_, Some(m)) => Err(format!(
                     "{} matches /{}/ at line {}: '{}'",
@@ -78,7 +90,11 @@ fn evaluate_inner(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dy
             if text == expected {
                 Ok(())
             } else {
-                Err(format!("{} differs from the expected text: {}", assertion.target, describe_text_difference(expected, text)))
+                Err(format!(
+                    "{} differs from the expected text: {}",
+                    assertion.target,
+                    describe_text_difference(expected, text)
+                ))
             }
         }
         AssertionKind::MatchCount => {
@@ -93,7 +109,11 @@ fn evaluate_inner(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dy
             if found == expected {
                 Ok(())
             } else {
-                Err(format!("/{}/ matches {found} times in {}, expected {expected}", regex.as_str(), assertion.target))
+                Err(format!(
+                    "/{}/ matches {found} times in {}, expected {expected}",
+                    regex.as_str(),
+                    assertion.target
+                ))
             }
         }
         AssertionKind::MatchOrder => {
@@ -125,12 +145,14 @@ fn evaluate_inner(assertion: &Assertion, rendered: &RenderedConfig, env: &mut dy
                 ));
             }
             let path_text = assertion.jsonpath.as_deref().unwrap_or_default();
-            let path = serde_json_path::JsonPath::parse(path_text).map_err(|e| format!("invalid JSONPath '{path_text}': {e}"))?;
+            let path = serde_json_path::JsonPath::parse(path_text)
+                .map_err(|e| format!("invalid JSONPath '{path_text}': {e}"))?;
             let view = env.structured_view(&rendered.haproxy_cfg)?;
             let nodes = path.query(&view).all();
             let actual = match nodes.as_slice() {
                 [single] => scalar_text(single),
-                many => serde_json::Value::Array(many.iter().map(|v| (*v).clone()).collect()).to_string(),
+                many => serde_json::Value::Array(many.iter().map(|v| (*v).clone()).collect())
+                    .to_string(),
             };
             let expected = assertion.expected.as_deref().unwrap_or_default();
             if actual == expected {
@@ -152,10 +174,25 @@ pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<&'r
         .split_once(':')
         .and_then(|(k, n)| AuxKind::parse(k).map(|kind| (kind, n)))
         .ok_or_else(|| format!("unknown target '{target}' (use haproxy.cfg, map:NAME, file:NAME, cert:NAME or crt-list:NAME)"))?;
-    rendered.aux(kind, name).map(|f| f.content.as_str()).ok_or_else(|| {
-        let known: Vec<String> = rendered.aux_files.values().filter(|f| f.kind == kind).map(|f| f.name.clone()).collect();
-        format!("the render produced no {kind} named '{name}' (it produced: {})", if known.is_empty() { "none".into() } else { known.join(", ") })
-    })
+    rendered
+        .aux(kind, name)
+        .map(|f| f.content.as_str())
+        .ok_or_else(|| {
+            let known: Vec<String> = rendered
+                .aux_files
+                .values()
+                .filter(|f| f.kind == kind)
+                .map(|f| f.name.clone())
+                .collect();
+            format!(
+                "the render produced no {kind} named '{name}' (it produced: {})",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
 }
 
 fn compile(pattern: Option<&str>) -> Result<regex::Regex, String> {
@@ -189,17 +226,29 @@ fn describe_text_difference(expected: &str, actual: &str) -> String {
             return format!("line {} is '{a}', expected '{e}'", index + 1);
         }
     }
-    format!("it has {} lines, expected {}", actual.lines().count(), expected.lines().count())
+    format!(
+        "it has {} lines, expected {}",
+        actual.lines().count(),
+        expected.lines().count()
+    )
 }
 
 fn first_difference(first: &RenderedConfig, second: &RenderedConfig) -> String {
     if first.haproxy_cfg != second.haproxy_cfg {
-        return format!("two renders of haproxy.cfg differ: {}", describe_text_difference(&first.haproxy_cfg, &second.haproxy_cfg));
+        return format!(
+            "two renders of haproxy.cfg differ: {}",
+            describe_text_difference(&first.haproxy_cfg, &second.haproxy_cfg)
+        );
     }
     for (path, file) in &first.aux_files {
         match second.aux_files.get(path) {
             Some(other) if other.content == file.content => {}
-            Some(other) => return format!("two renders of {path} differ: {}", describe_text_difference(&file.content, &other.content)),
+            Some(other) => {
+                return format!(
+                    "two renders of {path} differ: {}",
+                    describe_text_difference(&file.content, &other.content)
+                );
+            }
             None => return format!("{path} is missing from the second render"),
         }
     }
@@ -217,27 +266,50 @@ mod tests {
 
     impl AssertionEnvironment for FakeEnvironment {
         fn haproxy_valid(&mut self, rendered: &RenderedConfig) -> Result<(), String> {
-            if rendered.haproxy_cfg.contains("bogus") { Err("unknown keyword 'bogus'".into()) } else { Ok(()) }
+            if rendered.haproxy_cfg.contains("bogus") {
+                Err("unknown keyword 'bogus'".into())
+            } else {
+                Ok(())
+            }
         }
         fn render_again(&mut self) -> Result<RenderedConfig, String> {
             Ok(self.again.clone())
         }
         fn structured_view(&mut self, haproxy_cfg: &str) -> Result<serde_json::Value, String> {
-            Ok(serde_json::json!({ "backends": haproxy_cfg.lines().filter_map(|l| l.strip_prefix("backend ")).map(|n| serde_json::json!({"name": n})).collect::<Vec<_>>() }))
+            Ok(
+                serde_json::json!({ "backends": haproxy_cfg.lines().filter_map(|l| l.strip_prefix("backend ")).map(|n| serde_json::json!({"name": n})).collect::<Vec<_>>() }),
+            )
         }
     }
 
     fn rendered() -> RenderedConfig {
-        let mut r = RenderedConfig { haproxy_cfg: "global\n  daemon\nbackend web\n  server s1 10.0.0.1:80\nbackend api\n".into(), ..Default::default() };
+        let mut r = RenderedConfig {
+            haproxy_cfg: "global\n  daemon\nbackend web\n  server s1 10.0.0.1:80\nbackend api\n"
+                .into(),
+            ..Default::default()
+        };
         r.aux_files.insert(
             "maps/hosts.map".into(),
-            AuxFile { kind: AuxKind::Map, name: "hosts.map".into(), path: "maps/hosts.map".into(), content: "a.example web\n".into() },
+            AuxFile {
+                kind: AuxKind::Map,
+                name: "hosts.map".into(),
+                path: "maps/hosts.map".into(),
+                content: "a.example web\n".into(),
+            },
         );
         r
     }
 
     fn assertion(kind: AssertionKind) -> Assertion {
-        Assertion { kind, target: "haproxy.cfg".into(), description: None, pattern: None, patterns: vec![], expected: None, jsonpath: None }
+        Assertion {
+            kind,
+            target: "haproxy.cfg".into(),
+            description: None,
+            pattern: None,
+            patterns: vec![],
+            expected: None,
+            jsonpath: None,
+        }
     }
 
     fn run(a: &Assertion) -> AssertionOutcome {
@@ -272,7 +344,10 @@ mod tests {
         a.expected = Some("2".into());
         assert!(run(&a).passed);
         a.expected = Some("3".into());
-        assert_eq!(run(&a).message, "/^backend / matches 2 times in haproxy.cfg, expected 3");
+        assert_eq!(
+            run(&a).message,
+            "/^backend / matches 2 times in haproxy.cfg, expected 3"
+        );
     }
 
     #[test]
@@ -283,7 +358,11 @@ mod tests {
         a.patterns.reverse();
         let outcome = run(&a);
         assert!(!outcome.passed);
-        assert!(outcome.message.contains("only before the previous pattern"), "{}", outcome.message);
+        assert!(
+            outcome.message.contains("only before the previous pattern"),
+            "{}",
+            outcome.message
+        );
     }
 
     #[test]
@@ -293,7 +372,10 @@ mod tests {
         a.pattern = Some("a.example web".into());
         assert!(run(&a).passed);
         a.target = "map:other.map".into();
-        assert_eq!(run(&a).message, "the render produced no map named 'other.map' (it produced: hosts.map)");
+        assert_eq!(
+            run(&a).message,
+            "the render produced no map named 'other.map' (it produced: hosts.map)"
+        );
     }
 
     #[test]
@@ -301,7 +383,10 @@ mod tests {
         let mut a = assertion(AssertionKind::Equals);
         a.target = "map:hosts.map".into();
         a.expected = Some("a.example api\n".into());
-        assert_eq!(run(&a).message, "map:hosts.map differs from the expected text: line 1 is 'a.example web', expected 'a.example api'");
+        assert_eq!(
+            run(&a).message,
+            "map:hosts.map differs from the expected text: line 1 is 'a.example web', expected 'a.example api'"
+        );
     }
 
     #[test]
@@ -311,7 +396,10 @@ mod tests {
         a.expected = Some("api".into());
         assert!(run(&a).passed);
         a.expected = Some("web".into());
-        assert_eq!(run(&a).message, "$.backends[1].name yields api, expected web");
+        assert_eq!(
+            run(&a).message,
+            "$.backends[1].name yields api, expected web"
+        );
     }
 
     #[test]
@@ -330,6 +418,9 @@ mod tests {
         let mut bad = rendered();
         bad.haproxy_cfg.push_str("bogus\n");
         assert!(evaluate(&a, &rendered(), &mut env).passed);
-        assert_eq!(evaluate(&a, &bad, &mut env).message, "unknown keyword 'bogus'");
+        assert_eq!(
+            evaluate(&a, &bad, &mut env).message,
+            "unknown keyword 'bogus'"
+        );
     }
 }

@@ -19,18 +19,30 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn api_version(&self) -> &str {
-        self.object.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default()
+        self.object
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
     }
 
     pub fn kind(&self) -> &str {
-        self.object.get("kind").and_then(|v| v.as_str()).unwrap_or_default()
+        self.object
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
     }
 
     /// `namespace/name` (namespace `default` when unset), for messages.
     pub fn display_name(&self) -> String {
         let meta = self.object.get("metadata");
-        let name = meta.and_then(|m| m.get("name")).and_then(|v| v.as_str()).unwrap_or("<unnamed>");
-        let namespace = meta.and_then(|m| m.get("namespace")).and_then(|v| v.as_str()).unwrap_or("default");
+        let name = meta
+            .and_then(|m| m.get("name"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("<unnamed>");
+        let namespace = meta
+            .and_then(|m| m.get("namespace"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
         format!("{} {namespace}/{name}", self.kind())
     }
 }
@@ -71,13 +83,24 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
         }) {
             continue;
         }
-        let problem = |line: Option<usize>, message: String| ManifestError { file: file.to_path_buf(), line, message };
-        let value = match serde_yaml_ng::Deserializer::from_str(doc_text).next().map(serde_json::Value::deserialize) {
+        let problem = |line: Option<usize>, message: String| ManifestError {
+            file: file.to_path_buf(),
+            line,
+            message,
+        };
+        let value = match serde_yaml_ng::Deserializer::from_str(doc_text)
+            .next()
+            .map(serde_json::Value::deserialize)
+        {
             Some(Ok(v)) => v,
             Some(Err(e)) => {
-                let line = e.location().map(|l| start_line + l.line() - 1).unwrap_or(start_line);
+                let line = e
+                    .location()
+                    .map(|l| start_line + l.line() - 1)
+                    .unwrap_or(start_line);
                 let message = strip_location(&e.to_string());
-                set.problems.push(problem(Some(line), format!("malformed YAML: {message}")));
+                set.problems
+                    .push(problem(Some(line), format!("malformed YAML: {message}")));
                 continue;
             }
             None => continue,
@@ -86,11 +109,19 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
             continue;
         }
         let Some(object) = value.as_object() else {
-            set.problems.push(problem(Some(start_line), "a manifest must be a mapping with apiVersion, kind and metadata".into()));
+            set.problems.push(problem(
+                Some(start_line),
+                "a manifest must be a mapping with apiVersion, kind and metadata".into(),
+            ));
             continue;
         };
         if object.get("kind").and_then(|k| k.as_str()) == Some("List") {
-            for item in object.get("items").and_then(|i| i.as_array()).into_iter().flatten() {
+            for item in object
+                .get("items")
+                .and_then(|i| i.as_array())
+                .into_iter()
+                .flatten()
+            {
                 push_object(&mut set, file, start_line, item.clone());
             }
             continue;
@@ -102,16 +133,32 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
 
 fn push_object(set: &mut ManifestSet, file: &Path, line: usize, object: serde_json::Value) {
     let missing: Vec<&str> = [
-        ("apiVersion", object.get("apiVersion").and_then(|v| v.as_str()).is_some()),
-        ("kind", object.get("kind").and_then(|v| v.as_str()).is_some()),
-        ("metadata.name", object.pointer("/metadata/name").and_then(|v| v.as_str()).is_some()),
+        (
+            "apiVersion",
+            object.get("apiVersion").and_then(|v| v.as_str()).is_some(),
+        ),
+        (
+            "kind",
+            object.get("kind").and_then(|v| v.as_str()).is_some(),
+        ),
+        (
+            "metadata.name",
+            object
+                .pointer("/metadata/name")
+                .and_then(|v| v.as_str())
+                .is_some(),
+        ),
     ]
     .into_iter()
     .filter(|(_, present)| !present)
     .map(|(field, _)| field)
     .collect();
     if missing.is_empty() {
-        set.manifests.push(Manifest { object, file: file.to_path_buf(), line });
+        set.manifests.push(Manifest {
+            object,
+            file: file.to_path_buf(),
+            line,
+        });
     } else {
         set.problems.push(ManifestError {
             file: file.to_path_buf(),
@@ -135,7 +182,11 @@ pub fn load_dir(dir: &Path) -> Result<ManifestSet, ManifestError> {
                 set.manifests.extend(parsed.manifests);
                 set.problems.extend(parsed.problems);
             }
-            Err(e) => set.problems.push(ManifestError { file: file.clone(), line: None, message: format!("cannot read: {e}") }),
+            Err(e) => set.problems.push(ManifestError {
+                file: file.clone(),
+                line: None,
+                message: format!("cannot read: {e}"),
+            }),
         }
     }
     Ok(set)
@@ -164,7 +215,10 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError
 
 /// Whether a path names a manifest file by its extension.
 pub fn is_manifest_file(path: &Path) -> bool {
-    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
 }
 
 /// Splits YAML text at `---` document markers, returning each document with the 1-based
@@ -203,8 +257,18 @@ mod tests {
         let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n---\n# comment only\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: b\n";
         let set = parse_manifests(Path::new("m.yaml"), text);
         assert!(set.problems.is_empty(), "{:?}", set.problems);
-        let found: Vec<(String, usize)> = set.manifests.iter().map(|m| (m.display_name(), m.line)).collect();
-        assert_eq!(found, vec![("Service default/a".to_string(), 1), ("Secret default/b".to_string(), 8)]);
+        let found: Vec<(String, usize)> = set
+            .manifests
+            .iter()
+            .map(|m| (m.display_name(), m.line))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("Service default/a".to_string(), 1),
+                ("Secret default/b".to_string(), 8)
+            ]
+        );
     }
 
     #[test]
@@ -215,31 +279,56 @@ mod tests {
         assert_eq!(set.problems.len(), 1);
         let problem = set.problems[0].to_string();
         assert!(problem.starts_with("dir/m.yaml:"), "{problem}");
-        let line: usize = problem.split(':').nth(1).and_then(|l| l.parse().ok()).expect("a line number");
-        assert!((9..=10).contains(&line), "line {line} should point into the second document: {problem}");
+        let line: usize = problem
+            .split(':')
+            .nth(1)
+            .and_then(|l| l.parse().ok())
+            .expect("a line number");
+        assert!(
+            (9..=10).contains(&line),
+            "line {line} should point into the second document: {problem}"
+        );
     }
 
     #[test]
     fn a_document_without_kind_or_name_is_a_problem() {
         let set = parse_manifests(Path::new("m.yaml"), "apiVersion: v1\nmetadata: {}\n");
         assert!(set.manifests.is_empty());
-        assert_eq!(set.problems[0].to_string(), "m.yaml:1: the document has no kind, metadata.name");
+        assert_eq!(
+            set.problems[0].to_string(),
+            "m.yaml:1: the document has no kind, metadata.name"
+        );
     }
 
     #[test]
     fn a_list_document_yields_its_items() {
         let text = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: x}}\n- {apiVersion: v1, kind: Service, metadata: {name: y}}\n";
-        assert_eq!(parse_manifests(Path::new("l.yaml"), text).manifests.len(), 2);
+        assert_eq!(
+            parse_manifests(Path::new("l.yaml"), text).manifests.len(),
+            2
+        );
     }
 
     #[test]
     fn a_folder_is_read_in_path_order_skipping_hidden_entries() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("b.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: b}\n").expect("write");
-        std::fs::write(dir.path().join("a.yml"), "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n").expect("write");
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: b}\n",
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("a.yml"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n",
+        )
+        .expect("write");
         std::fs::write(dir.path().join("notes.txt"), "not a manifest").expect("write");
         std::fs::create_dir(dir.path().join(".haptor")).expect("mkdir");
-        std::fs::write(dir.path().join(".haptor/x.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: hidden}\n").expect("write");
+        std::fs::write(
+            dir.path().join(".haptor/x.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: hidden}\n",
+        )
+        .expect("write");
         let set = load_dir(dir.path()).expect("reads");
         let names: Vec<String> = set.manifests.iter().map(Manifest::display_name).collect();
         assert_eq!(names, vec!["Service default/a", "Service default/b"]);

@@ -72,7 +72,9 @@ pub struct RenderedConfig {
 impl RenderedConfig {
     /// Finds an auxiliary file by kind and template-chosen name.
     pub fn aux(&self, kind: AuxKind, name: &str) -> Option<&AuxFile> {
-        self.aux_files.values().find(|f| f.kind == kind && f.name == name)
+        self.aux_files
+            .values()
+            .find(|f| f.kind == kind && f.name == name)
     }
 
     /// SHA-256 over the configuration and every auxiliary file (path and content), hex
@@ -129,7 +131,12 @@ impl Default for PathResolver {
 
 impl PathResolver {
     /// Builds a resolver from the dataplane directories of a config.
-    pub fn from_dirs(config_file: &str, maps_dir: &str, general_dir: &str, certs_dir: &str) -> Self {
+    pub fn from_dirs(
+        config_file: &str,
+        maps_dir: &str,
+        general_dir: &str,
+        certs_dir: &str,
+    ) -> Self {
         let base = match config_file.rsplit_once('/') {
             Some(("", _)) => "/".to_string(),
             Some((dir, _)) => dir.to_string(),
@@ -137,7 +144,10 @@ impl PathResolver {
         };
         let relative = |dir: &str, fallback: &str| -> String {
             let trimmed = dir.trim_end_matches('/');
-            match trimmed.strip_prefix(&base).and_then(|rest| rest.strip_prefix('/')) {
+            match trimmed
+                .strip_prefix(&base)
+                .and_then(|rest| rest.strip_prefix('/'))
+            {
                 Some(rest) if !rest.is_empty() => rest.to_string(),
                 _ => fallback.to_string(),
             }
@@ -156,9 +166,19 @@ impl PathResolver {
     pub fn path(&self, kind: AuxKind, name: &str) -> String {
         let clean: String = name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
-        let clean = if clean.starts_with('.') { format!("_{}", &clean[1..]) } else { clean };
+        let clean = if clean.starts_with('.') {
+            format!("_{}", &clean[1..])
+        } else {
+            clean
+        };
         let dir = match kind {
             AuxKind::Map => &self.maps_dir,
             AuxKind::File | AuxKind::CrtList => &self.files_dir,
@@ -182,7 +202,10 @@ mod tests {
         );
         assert_eq!(r.base_dir, "/etc/haproxy");
         assert_eq!(r.path(AuxKind::Map, "hosts.map"), "maps/hosts.map");
-        assert_eq!(r.path(AuxKind::Cert, "default/tls-secret.pem"), "ssl/default_tls-secret.pem");
+        assert_eq!(
+            r.path(AuxKind::Cert, "default/tls-secret.pem"),
+            "ssl/default_tls-secret.pem"
+        );
         assert_eq!(r.path(AuxKind::CrtList, "certs.list"), "general/certs.list");
     }
 
@@ -196,11 +219,19 @@ mod tests {
 
     #[test]
     fn checksum_changes_when_an_auxiliary_file_changes() {
-        let mut a = RenderedConfig { haproxy_cfg: "global\n".into(), ..Default::default() };
+        let mut a = RenderedConfig {
+            haproxy_cfg: "global\n".into(),
+            ..Default::default()
+        };
         let before = a.checksum();
         a.aux_files.insert(
             "maps/a.map".into(),
-            AuxFile { kind: AuxKind::Map, name: "a.map".into(), path: "maps/a.map".into(), content: "x y\n".into() },
+            AuxFile {
+                kind: AuxKind::Map,
+                name: "a.map".into(),
+                path: "maps/a.map".into(),
+                content: "x y\n".into(),
+            },
         );
         assert_ne!(before, a.checksum());
         assert_eq!(a.checksum().len(), 64);

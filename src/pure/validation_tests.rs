@@ -73,14 +73,20 @@ pub fn run_suite(config: &CompiledConfig, validator: &Validator, only: &[String]
             name: missing.clone(),
             description: None,
             passed: false,
-            error: Some(format!("no validation test named '{missing}' in this config")),
+            error: Some(format!(
+                "no validation test named '{missing}' in this config"
+            )),
             assertions: vec![],
             duration: Duration::ZERO,
             rendered: None,
         });
     }
     let passed = reports.iter().filter(|r| r.passed).count();
-    SuiteReport { passed, failed: reports.len() - passed, tests: reports }
+    SuiteReport {
+        passed,
+        failed: reports.len() - passed,
+        tests: reports,
+    }
 }
 
 /// Loads fixtures into fresh stores: the shared ones first, then the test's own (an object
@@ -94,12 +100,16 @@ pub fn fixture_stores(
     let sources = global.into_iter().chain(std::iter::once(test));
     for source in sources {
         for (resource, objects) in &source.fixtures {
-            let store = stores.get(resource).ok_or_else(|| format!("fixtures name '{resource}', which is not a watched resource"))?;
+            let store = stores.get(resource).ok_or_else(|| {
+                format!("fixtures name '{resource}', which is not a watched resource")
+            })?;
             for (i, object) in objects.iter().enumerate() {
                 if !config.selects(resource, object) {
                     continue;
                 }
-                store.apply(object.clone()).map_err(|e| format!("fixture {resource}[{i}]: {e}"))?;
+                store
+                    .apply(object.clone())
+                    .map_err(|e| format!("fixture {resource}[{i}]: {e}"))?;
             }
         }
     }
@@ -142,8 +152,17 @@ fn run_test(
             return report;
         }
     };
-    let mut env = RunnerEnvironment { config, validator, stores: &stores, extra };
-    report.assertions = test.assertions.iter().map(|a| assertions::evaluate(a, &rendered, &mut env)).collect();
+    let mut env = RunnerEnvironment {
+        config,
+        validator,
+        stores: &stores,
+        extra,
+    };
+    report.assertions = test
+        .assertions
+        .iter()
+        .map(|a| assertions::evaluate(a, &rendered, &mut env))
+        .collect();
     report.passed = report.assertions.iter().all(|a| a.passed);
     report.rendered = Some(rendered);
     report.duration = started.elapsed();
@@ -167,11 +186,16 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
     }
 
     fn render_again(&mut self) -> Result<RenderedConfig, String> {
-        self.config.render(self.stores.snapshot(), self.extra).map_err(|e| e.to_string())
+        self.config
+            .render(self.stores.snapshot(), self.extra)
+            .map_err(|e| e.to_string())
     }
 
     fn structured_view(&mut self, haproxy_cfg: &str) -> Result<Value, String> {
-        let rendered = RenderedConfig { haproxy_cfg: haproxy_cfg.to_string(), aux_files: BTreeMap::new() };
+        let rendered = RenderedConfig {
+            haproxy_cfg: haproxy_cfg.to_string(),
+            aux_files: BTreeMap::new(),
+        };
         let parsed = check_offline(&rendered).map_err(|e| e.to_string())?;
         serde_json::to_value(crate::pure::haproxy::view(&parsed)).map_err(|e| e.to_string())
     }

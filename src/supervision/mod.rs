@@ -9,4 +9,6 @@ pub mod registry;
 mod supervisor;
 
 pub use registry::{ActorInfo, ActorRole, ActorTreeNode, actor_tree};
-pub use supervisor::{ChildSpec, ChildStatus, RestartPolicy, Restart, Supervisor, SupervisorArgs, SupervisorMsg};
+pub use supervisor::{
+    ChildSpec, ChildStatus, Restart, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,
+};

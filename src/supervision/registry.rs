@@ -81,7 +81,10 @@ impl ActorTreeNode {
     }
 
     fn write_text(&self, out: &mut String, depth: usize) {
-        let role = self.role.map(|r| format!("{r:?}")).unwrap_or_else(|| "unregistered".into());
+        let role = self
+            .role
+            .map(|r| format!("{r:?}"))
+            .unwrap_or_else(|| "unregistered".into());
         out.push_str(&format!(
             "{}{} [{}] {} {} restarts={}\n",
             "  ".repeat(depth),

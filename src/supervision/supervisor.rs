@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr,
+    SupervisionEvent,
+};
 use serde::Serialize;
 
 use super::registry::{self, ActorInfo, ActorRole};
@@ -45,11 +48,14 @@ impl Default for RestartPolicy {
 impl RestartPolicy {
     fn backoff(&self, recent_restarts: usize) -> Duration {
         let exponent = recent_restarts.saturating_sub(1).min(16) as u32;
-        self.backoff_base.saturating_mul(2u32.saturating_pow(exponent)).min(self.backoff_max)
+        self.backoff_base
+            .saturating_mul(2u32.saturating_pow(exponent))
+            .min(self.backoff_max)
     }
 }
 
-type SpawnFn = Arc<dyn Fn(ActorCell) -> BoxFuture<'static, Result<ActorCell, SpawnErr>> + Send + Sync>;
+type SpawnFn =
+    Arc<dyn Fn(ActorCell) -> BoxFuture<'static, Result<ActorCell, SpawnErr>> + Send + Sync>;
 
 /// How to start (and restart) one child.
 #[derive(Clone)]
@@ -62,14 +68,23 @@ pub struct ChildSpec {
 
 impl std::fmt::Debug for ChildSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChildSpec").field("name", &self.name).field("role", &self.role).field("restart", &self.restart).finish()
+        f.debug_struct("ChildSpec")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("restart", &self.restart)
+            .finish()
     }
 }
 
 impl ChildSpec {
     /// A child built from an actor value and its start arguments, both cloned for every
     /// (re)start.
-    pub fn new<A>(name: impl Into<String>, role: ActorRole, actor: A, args: A::Arguments) -> ChildSpec
+    pub fn new<A>(
+        name: impl Into<String>,
+        role: ActorRole,
+        actor: A,
+        args: A::Arguments,
+    ) -> ChildSpec
     where
         A: Actor + Clone,
         A::Arguments: Clone + Sync,
@@ -82,7 +97,12 @@ impl ChildSpec {
                 Ok(actor_ref.get_cell())
             })
         });
-        ChildSpec { name: name.into(), role, restart: Restart::Permanent, spawn }
+        ChildSpec {
+            name: name.into(),
+            role,
+            restart: Restart::Permanent,
+            spawn,
+        }
     }
 
     /// Makes the child transient: a clean stop is not restarted.
@@ -145,9 +165,18 @@ pub struct SupervisorState {
 
 impl SupervisorState {
     async fn start(&mut self, myself: &ActorCell, name: &str) -> Result<(), SpawnErr> {
-        let Some(slot) = self.slots.get_mut(name) else { return Ok(()) };
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
         let cell = (slot.spec.spawn)(myself.clone()).await?;
-        registry::register(cell.get_id(), ActorInfo { name: slot.spec.name.clone(), role: slot.spec.role, restarts: slot.restarts });
+        registry::register(
+            cell.get_id(),
+            ActorInfo {
+                name: slot.spec.name.clone(),
+                role: slot.spec.role,
+                restarts: slot.restarts,
+            },
+        );
         self.by_id.insert(cell.get_id(), name.to_string());
         slot.cell = Some(cell);
         Ok(())
@@ -158,9 +187,15 @@ impl SupervisorState {
     fn note_restart(&mut self, name: &str) -> Result<(Duration, u64), ActorProcessingErr> {
         let policy = self.policy;
         let supervisor = self.name.clone();
-        let Some(slot) = self.slots.get_mut(name) else { return Err(format!("unknown child {name}").into()) };
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Err(format!("unknown child {name}").into());
+        };
         let now = Instant::now();
-        while slot.recent.front().is_some_and(|t| now.duration_since(*t) > policy.window) {
+        while slot
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > policy.window)
+        {
             slot.recent.pop_front();
         }
         if slot.recent.len() >= policy.max_restarts {
@@ -176,7 +211,11 @@ impl SupervisorState {
         Ok((policy.backoff(slot.recent.len()), slot.generation))
     }
 
-    async fn restart_or_escalate(&mut self, myself: &ActorRef<SupervisorMsg>, name: &str) -> Result<(), ActorProcessingErr> {
+    async fn restart_or_escalate(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        name: &str,
+    ) -> Result<(), ActorProcessingErr> {
         let (delay, generation) = self.note_restart(name)?;
         tracing::warn!(supervisor = %self.name, child = name, delay_ms = delay.as_millis() as u64, "restarting child");
         if delay.is_zero() {
@@ -192,7 +231,11 @@ impl SupervisorState {
         Ok(())
     }
 
-    async fn restart_now(&mut self, myself: &ActorRef<SupervisorMsg>, name: &str) -> Result<(), ActorProcessingErr> {
+    async fn restart_now(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        name: &str,
+    ) -> Result<(), ActorProcessingErr> {
         match self.start(&myself.get_cell(), name).await {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -208,17 +251,43 @@ impl Actor for Supervisor {
     type State = SupervisorState;
     type Arguments = SupervisorArgs;
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, args: SupervisorArgs) -> Result<Self::State, ActorProcessingErr> {
-        let mut state = SupervisorState { name: args.name, policy: args.policy, slots: BTreeMap::new(), by_id: HashMap::new() };
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = SupervisorState {
+            name: args.name,
+            policy: args.policy,
+            slots: BTreeMap::new(),
+            by_id: HashMap::new(),
+        };
         for spec in args.children {
             let name = spec.name.clone();
-            state.slots.insert(name.clone(), ChildSlot { spec, cell: None, restarts: 0, recent: VecDeque::new(), generation: 0 });
-            state.start(&myself.get_cell(), &name).await.map_err(|e| format!("{}: child {name} failed to start: {e}", state.name))?;
+            state.slots.insert(
+                name.clone(),
+                ChildSlot {
+                    spec,
+                    cell: None,
+                    restarts: 0,
+                    recent: VecDeque::new(),
+                    generation: 0,
+                },
+            );
+            state
+                .start(&myself.get_cell(), &name)
+                .await
+                .map_err(|e| format!("{}: child {name} failed to start: {e}", state.name))?;
         }
         Ok(state)
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::StartChild(spec, reply) => {
                 let name = spec.name.clone();
@@ -226,8 +295,20 @@ impl Actor for Supervisor {
                     let _ = reply.send(Err(format!("a child named {name} already exists")));
                     return Ok(());
                 }
-                state.slots.insert(name.clone(), ChildSlot { spec, cell: None, restarts: 0, recent: VecDeque::new(), generation: 0 });
-                let result = state.start(&myself.get_cell(), &name).await.map_err(|e| e.to_string());
+                state.slots.insert(
+                    name.clone(),
+                    ChildSlot {
+                        spec,
+                        cell: None,
+                        restarts: 0,
+                        recent: VecDeque::new(),
+                        generation: 0,
+                    },
+                );
+                let result = state
+                    .start(&myself.get_cell(), &name)
+                    .await
+                    .map_err(|e| e.to_string());
                 if result.is_err() {
                     state.slots.remove(&name);
                 }
@@ -239,7 +320,12 @@ impl Actor for Supervisor {
                         if let Some(cell) = slot.cell {
                             state.by_id.remove(&cell.get_id());
                             registry::unregister(cell.get_id());
-                            let _ = cell.stop_and_wait(Some("stopped by supervisor".into()), Some(Duration::from_secs(10))).await;
+                            let _ = cell
+                                .stop_and_wait(
+                                    Some("stopped by supervisor".into()),
+                                    Some(Duration::from_secs(10)),
+                                )
+                                .await;
                         }
                         true
                     }
@@ -251,7 +337,11 @@ impl Actor for Supervisor {
                 let children = state
                     .slots
                     .values()
-                    .map(|s| ChildStatus { name: s.spec.name.clone(), running: s.cell.is_some(), restarts: s.restarts })
+                    .map(|s| ChildStatus {
+                        name: s.spec.name.clone(),
+                        running: s.cell.is_some(),
+                        restarts: s.restarts,
+                    })
                     .collect();
                 let _ = reply.send(children);
             }
@@ -259,7 +349,10 @@ impl Actor for Supervisor {
                 let _ = reply.send(state.slots.get(&name).and_then(|s| s.cell.clone()));
             }
             SupervisorMsg::RestartChild { name, generation } => {
-                let current = state.slots.get(&name).is_some_and(|s| s.generation == generation && s.cell.is_none());
+                let current = state
+                    .slots
+                    .get(&name)
+                    .is_some_and(|s| s.generation == generation && s.cell.is_none());
                 if current {
                     state.restart_now(&myself, &name).await?;
                 }
@@ -281,8 +374,12 @@ impl Actor for Supervisor {
         };
         let id = cell.get_id();
         registry::unregister(id);
-        let Some(name) = state.by_id.remove(&id) else { return Ok(()) };
-        let Some(slot) = state.slots.get_mut(&name) else { return Ok(()) };
+        let Some(name) = state.by_id.remove(&id) else {
+            return Ok(());
+        };
+        let Some(slot) = state.slots.get_mut(&name) else {
+            return Ok(());
+        };
         slot.cell = None;
         match (&failure, slot.spec.restart) {
             (None, Restart::Transient) => {
@@ -297,11 +394,20 @@ impl Actor for Supervisor {
         }
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // Stop children before this supervisor disappears, so none keeps running and each
         // gets its post_stop. Their unregistration happens here because this supervisor will
         // not process their termination events any more.
-        myself.stop_children_and_wait(Some("supervisor stopping".into()), Some(Duration::from_secs(10))).await;
+        myself
+            .stop_children_and_wait(
+                Some("supervisor stopping".into()),
+                Some(Duration::from_secs(10)),
+            )
+            .await;
         for id in state.by_id.keys() {
             registry::unregister(*id);
         }

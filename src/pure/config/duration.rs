@@ -14,7 +14,10 @@ pub struct DurationError {
 /// Parses a Go-style duration: one or more `<number><unit>` pairs with units `ns`, `us`,
 /// `µs`, `ms`, `s`, `m`, `h`. A bare `0` is zero. Negative durations are refused.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let err = |reason| DurationError { text: text.to_string(), reason };
+    let err = |reason| DurationError {
+        text: text.to_string(),
+        reason,
+    };
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err(err("it is empty"));
@@ -28,13 +31,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let mut total_nanos: u128 = 0;
     let mut rest = trimmed.strip_prefix('+').unwrap_or(trimmed);
     while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if number_len == 0 {
             return Err(err("a unit is not preceded by a number"));
         }
-        let number: f64 = rest[..number_len].parse().map_err(|_| err("a number is malformed"))?;
+        let number: f64 = rest[..number_len]
+            .parse()
+            .map_err(|_| err("a number is malformed"))?;
         rest = &rest[number_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let nanos_per_unit: f64 = match &rest[..unit_len] {
             "ns" => 1.0,
             "us" | "µs" => 1e3,

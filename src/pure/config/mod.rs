@@ -491,26 +491,44 @@ pub struct InstanceStatus {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigDocumentError {
     #[error("{source_name}: not a valid HAProxyTemplateConfig: {message}")]
-    Malformed { source_name: String, message: String },
-    #[error("{source_name}: expected kind HAProxyTemplateConfig (apiVersion {GROUP}/{VERSION}), found kind '{found}'")]
+    Malformed {
+        source_name: String,
+        message: String,
+    },
+    #[error(
+        "{source_name}: expected kind HAProxyTemplateConfig (apiVersion {GROUP}/{VERSION}), found kind '{found}'"
+    )]
     WrongKind { source_name: String, found: String },
 }
 
 /// Reads a `HAProxyTemplateConfig` from YAML (or JSON) text. `source_name` names the file in
 /// errors; YAML errors carry their line and column.
-pub fn config_from_yaml(source_name: &str, text: &str) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
-    let value: serde_json::Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigDocumentError::Malformed {
-        source_name: source_name.to_string(),
-        message: e.to_string(),
-    })?;
+pub fn config_from_yaml(
+    source_name: &str,
+    text: &str,
+) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
+    let value: serde_json::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigDocumentError::Malformed {
+            source_name: source_name.to_string(),
+            message: e.to_string(),
+        })?;
     config_from_value(source_name, value)
 }
 
 /// Reads a `HAProxyTemplateConfig` from a JSON value already parsed from a manifest.
-pub fn config_from_value(source_name: &str, value: serde_json::Value) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+pub fn config_from_value(
+    source_name: &str,
+    value: serde_json::Value,
+) -> Result<HAProxyTemplateConfig, ConfigDocumentError> {
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
     if kind != "HAProxyTemplateConfig" {
-        return Err(ConfigDocumentError::WrongKind { source_name: source_name.to_string(), found: kind.to_string() });
+        return Err(ConfigDocumentError::WrongKind {
+            source_name: source_name.to_string(),
+            found: kind.to_string(),
+        });
     }
     serde_json::from_value(value).map_err(|e| ConfigDocumentError::Malformed {
         source_name: source_name.to_string(),

@@ -34,7 +34,10 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
     }
     if let Some(selector) = &spec.pod_selector {
         if selector.match_labels.is_empty() {
-            problems.push("spec.podSelector.matchLabels", "needs at least one label, or every pod would be an HAProxy instance");
+            problems.push(
+                "spec.podSelector.matchLabels",
+                "needs at least one label, or every pod would be an HAProxy instance",
+            );
         }
     }
 
@@ -49,7 +52,10 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
         ("configFile", &dp.config_file),
     ] {
         if !dir.starts_with('/') {
-            problems.push(&format!("spec.dataplane.{field}"), &format!("must be an absolute path, got '{dir}'"));
+            problems.push(
+                &format!("spec.dataplane.{field}"),
+                &format!("must be an absolute path, got '{dir}'"),
+            );
         }
     }
     for (field, text) in [
@@ -76,30 +82,52 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
 
     if let Some(level) = &spec.logging.level {
         if !level.is_empty() && !LOG_LEVELS.contains(&level.to_ascii_uppercase().as_str()) {
-            problems.push("spec.logging.level", &format!("'{level}' is not one of {}", LOG_LEVELS.join(", ")));
+            problems.push(
+                "spec.logging.level",
+                &format!("'{level}' is not one of {}", LOG_LEVELS.join(", ")),
+            );
         }
     }
 
     for (name, watched) in &spec.watched_resources {
         let base = format!("spec.watchedResources.{name}");
         if !is_template_identifier(name) {
-            problems.push(&base, "the name must be letters, digits, '_' or '-' (templates refer to it)");
+            problems.push(
+                &base,
+                "the name must be letters, digits, '_' or '-' (templates refer to it)",
+            );
         }
         if watched.api_version.trim().is_empty() {
-            problems.push(&format!("{base}.apiVersion"), "is required (e.g. networking.k8s.io/v1, or v1 for core resources)");
+            problems.push(
+                &format!("{base}.apiVersion"),
+                "is required (e.g. networking.k8s.io/v1, or v1 for core resources)",
+            );
         } else if watched.api_version.split('/').count() > 2 || watched.api_version.ends_with('/') {
-            problems.push(&format!("{base}.apiVersion"), &format!("'{}' is not group/version or version", watched.api_version));
+            problems.push(
+                &format!("{base}.apiVersion"),
+                &format!("'{}' is not group/version or version", watched.api_version),
+            );
         }
         if watched.resources.trim().is_empty() {
-            problems.push(&format!("{base}.resources"), "is required: the plural resource name, e.g. ingresses");
-        } else if watched.resources.chars().any(|c| c.is_ascii_uppercase() || c.is_whitespace()) {
+            problems.push(
+                &format!("{base}.resources"),
+                "is required: the plural resource name, e.g. ingresses",
+            );
+        } else if watched
+            .resources
+            .chars()
+            .any(|c| c.is_ascii_uppercase() || c.is_whitespace())
+        {
             problems.push(
                 &format!("{base}.resources"),
                 &format!("'{}' must be the lower-case plural resource name (e.g. ingresses), not the kind", watched.resources),
             );
         }
         if watched.index_by.is_empty() {
-            problems.push(&format!("{base}.indexBy"), "needs at least one JSONPath, e.g. metadata.namespace");
+            problems.push(
+                &format!("{base}.indexBy"),
+                "needs at least one JSONPath, e.g. metadata.namespace",
+            );
         }
         for (i, path) in watched.index_by.iter().enumerate() {
             if path.trim().is_empty() {
@@ -108,7 +136,10 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
         }
         if let Some(selector) = &watched.field_selector {
             if !selector.contains('=') {
-                problems.push(&format!("{base}.fieldSelector"), &format!("'{selector}' must have the form path=value"));
+                problems.push(
+                    &format!("{base}.fieldSelector"),
+                    &format!("'{selector}' must have the form path=value"),
+                );
             }
         }
         if let Some(debounce) = &watched.debounce {
@@ -118,19 +149,32 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
 
     for (i, path) in spec.watched_resources_ignore_fields.iter().enumerate() {
         if path.trim().is_empty() {
-            problems.push(&format!("spec.watchedResourcesIgnoreFields[{i}]"), "is empty");
+            problems.push(
+                &format!("spec.watchedResourcesIgnoreFields[{i}]"),
+                "is empty",
+            );
         }
     }
 
     for (name, snippet) in &spec.template_snippets {
         if snippet.template.trim().is_empty() {
-            problems.push(&format!("spec.templateSnippets.{name}.template"), "is empty");
+            problems.push(
+                &format!("spec.templateSnippets.{name}.template"),
+                "is empty",
+            );
         }
     }
     if spec.haproxy_config.template.trim().is_empty() {
-        problems.push("spec.haproxyConfig.template", "is empty: it renders haproxy.cfg");
+        problems.push(
+            "spec.haproxyConfig.template",
+            "is empty: it renders haproxy.cfg",
+        );
     }
-    for (field, files) in [("maps", &spec.maps), ("files", &spec.files), ("sslCertificates", &spec.ssl_certificates)] {
+    for (field, files) in [
+        ("maps", &spec.maps),
+        ("files", &spec.files),
+        ("sslCertificates", &spec.ssl_certificates),
+    ] {
         for (name, file) in files {
             let base = format!("spec.{field}.{name}");
             if name.contains('/') || name == "." || name == ".." {
@@ -155,28 +199,42 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
             if !watched.contains(resource.as_str()) {
                 problems.push(
                     &format!("{base}.fixtures.{resource}"),
-                    &format!("names no watched resource (known: {})", join_or_none(&watched)),
+                    &format!(
+                        "names no watched resource (known: {})",
+                        join_or_none(&watched)
+                    ),
                 );
             }
         }
         if test.assertions.is_empty() && test_name != "_global" {
-            problems.push(&format!("{base}.assertions"), "a test needs at least one assertion");
+            problems.push(
+                &format!("{base}.assertions"),
+                "a test needs at least one assertion",
+            );
         }
         for (i, assertion) in test.assertions.iter().enumerate() {
             let path = format!("{base}.assertions[{i}]");
             problems.assertion_target(&path, &assertion.target, spec);
             match assertion.kind {
-                AssertionKind::Contains | AssertionKind::NotContains => problems.regex(&format!("{path}.pattern"), assertion.pattern.as_deref()),
+                AssertionKind::Contains | AssertionKind::NotContains => {
+                    problems.regex(&format!("{path}.pattern"), assertion.pattern.as_deref())
+                }
                 AssertionKind::MatchCount => {
                     problems.regex(&format!("{path}.pattern"), assertion.pattern.as_deref());
                     match assertion.expected.as_deref().map(str::parse::<usize>) {
                         Some(Ok(_)) => {}
-                        _ => problems.push(&format!("{path}.expected"), "match_count needs the expected count as a whole number"),
+                        _ => problems.push(
+                            &format!("{path}.expected"),
+                            "match_count needs the expected count as a whole number",
+                        ),
                     }
                 }
                 AssertionKind::MatchOrder => {
                     if assertion.patterns.len() < 2 {
-                        problems.push(&format!("{path}.patterns"), "match_order needs at least two patterns");
+                        problems.push(
+                            &format!("{path}.patterns"),
+                            "match_order needs at least two patterns",
+                        );
                     }
                     for (j, pattern) in assertion.patterns.iter().enumerate() {
                         problems.regex(&format!("{path}.patterns[{j}]"), Some(pattern));
@@ -184,15 +242,28 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
                 }
                 AssertionKind::Equals => {
                     if assertion.expected.is_none() {
-                        problems.push(&format!("{path}.expected"), "equals needs the expected text");
+                        problems.push(
+                            &format!("{path}.expected"),
+                            "equals needs the expected text",
+                        );
                     }
                 }
                 AssertionKind::Jsonpath => {
-                    if assertion.jsonpath.as_deref().is_none_or(|p| p.trim().is_empty()) {
-                        problems.push(&format!("{path}.jsonpath"), "jsonpath needs a JSONPath to evaluate");
+                    if assertion
+                        .jsonpath
+                        .as_deref()
+                        .is_none_or(|p| p.trim().is_empty())
+                    {
+                        problems.push(
+                            &format!("{path}.jsonpath"),
+                            "jsonpath needs a JSONPath to evaluate",
+                        );
                     }
                     if assertion.expected.is_none() {
-                        problems.push(&format!("{path}.expected"), "jsonpath needs the expected value");
+                        problems.push(
+                            &format!("{path}.expected"),
+                            "jsonpath needs the expected value",
+                        );
                     }
                 }
                 AssertionKind::HaproxyValid | AssertionKind::Deterministic => {}
@@ -204,11 +275,18 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
 }
 
 fn join_or_none(names: &BTreeSet<&str>) -> String {
-    if names.is_empty() { "none".to_string() } else { names.iter().copied().collect::<Vec<_>>().join(", ") }
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.iter().copied().collect::<Vec<_>>().join(", ")
+    }
 }
 
 fn is_template_identifier(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 #[derive(Default)]
@@ -216,7 +294,10 @@ struct Problems(Vec<SpecProblem>);
 
 impl Problems {
     fn push(&mut self, path: &str, message: &str) {
-        self.0.push(SpecProblem { path: path.to_string(), message: message.to_string() });
+        self.0.push(SpecProblem {
+            path: path.to_string(),
+            message: message.to_string(),
+        });
     }
 
     fn require_name(&mut self, path: &str, value: &str) {
@@ -267,7 +348,10 @@ impl Problems {
             }
         };
         if !known {
-            self.push(&format!("{path}.target"), &format!("'{target}' names no template of that kind in this config"));
+            self.push(
+                &format!("{path}.target"),
+                &format!("'{target}' names no template of that kind in this config"),
+            );
         }
     }
 }

@@ -66,7 +66,14 @@ fn a_config_survives_a_yaml_round_trip_unchanged() {
     assert_eq!(config.spec, again.spec);
     assert_eq!(config.metadata.name, again.metadata.name);
     // Arbitrary JSON is kept as written.
-    assert_eq!(again.spec.extra_context.as_ref().and_then(|c| c.pointer("/nested/a/1")), Some(&serde_json::json!(2)));
+    assert_eq!(
+        again
+            .spec
+            .extra_context
+            .as_ref()
+            .and_then(|c| c.pointer("/nested/a/1")),
+        Some(&serde_json::json!(2))
+    );
 }
 
 #[test]
@@ -76,7 +83,10 @@ fn omitted_settings_take_haptic_defaults() {
     assert_eq!(config.spec.dataplane.drift_prevention_interval, "60s");
     assert_eq!(config.spec.dataplane.port, 5555);
     assert!(config.spec.leader_election.enabled);
-    assert_eq!(config.spec.validation_tests["basic"].assertions[0].target, "haproxy.cfg");
+    assert_eq!(
+        config.spec.validation_tests["basic"].assertions[0].target,
+        "haproxy.cfg"
+    );
 }
 
 #[test]
@@ -87,8 +97,15 @@ fn a_valid_sample_has_no_structural_problems() {
 #[test]
 fn structural_validation_reports_every_problem_with_its_path() {
     let mut spec = sample().spec;
-    spec.watched_resources.get_mut("ingresses").expect("present").api_version.clear();
-    spec.template_snippets.get_mut("backends-010-default").expect("present").template = "  ".into();
+    spec.watched_resources
+        .get_mut("ingresses")
+        .expect("present")
+        .api_version
+        .clear();
+    spec.template_snippets
+        .get_mut("backends-010-default")
+        .expect("present")
+        .template = "  ".into();
     spec.dataplane.deployment_timeout = "soon".into();
     let problems = validate_spec(&spec);
     let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
@@ -114,18 +131,33 @@ fn assertions_missing_their_fields_are_reported() {
     let problems = validate_spec(&spec);
     let rendered: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 3, "{rendered:#?}");
-    assert!(rendered.iter().any(|p| p.starts_with("spec.validationTests.basic.fixtures.gateways: names no watched resource")));
-    assert!(rendered.iter().any(|p| p.starts_with("spec.validationTests.basic.assertions[0].pattern: is not a valid regular expression")));
-    assert!(rendered.iter().any(|p| p.starts_with("spec.validationTests.basic.assertions[1].expected")));
+    assert!(rendered.iter().any(|p| {
+        p.starts_with("spec.validationTests.basic.fixtures.gateways: names no watched resource")
+    }));
+    assert!(rendered.iter().any(|p| p.starts_with(
+        "spec.validationTests.basic.assertions[0].pattern: is not a valid regular expression"
+    )));
+    assert!(
+        rendered
+            .iter()
+            .any(|p| p.starts_with("spec.validationTests.basic.assertions[1].expected"))
+    );
 }
 
 #[test]
 fn an_assertion_target_must_name_an_existing_template() {
     let mut spec = sample().spec;
-    spec.validation_tests.get_mut("basic").expect("present").assertions[1].target = "map:nope.map".into();
+    spec.validation_tests
+        .get_mut("basic")
+        .expect("present")
+        .assertions[1]
+        .target = "map:nope.map".into();
     let problems = validate_spec(&spec);
     assert_eq!(problems.len(), 1);
-    assert_eq!(problems[0].path, "spec.validationTests.basic.assertions[1].target");
+    assert_eq!(
+        problems[0].path,
+        "spec.validationTests.basic.assertions[1].target"
+    );
 }
 
 #[test]
@@ -139,13 +171,18 @@ fn leader_election_timings_must_nest() {
 
 #[test]
 fn a_document_of_another_kind_is_refused_with_the_kind_named() {
-    let err = config_from_yaml("svc.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n").expect_err("wrong kind");
+    let err = config_from_yaml(
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n",
+    )
+    .expect_err("wrong kind");
     assert!(err.to_string().contains("found kind 'Service'"), "{err}");
 }
 
 #[test]
 fn malformed_yaml_names_the_file_and_line() {
-    let err = config_from_yaml("bad.yaml", "kind: HAProxyTemplateConfig\nspec: [\n").expect_err("malformed");
+    let err = config_from_yaml("bad.yaml", "kind: HAProxyTemplateConfig\nspec: [\n")
+        .expect_err("malformed");
     let text = err.to_string();
     assert!(text.starts_with("bad.yaml:"), "{text}");
     assert!(text.contains("line"), "{text}");
@@ -162,7 +199,10 @@ fn the_crds_hold_both_kinds_and_keep_arbitrary_json() {
 
 #[test]
 fn the_kind_of_a_watched_resource_is_derived_from_its_plural() {
-    let watched = |resources: &str| WatchedResource { resources: resources.into(), ..Default::default() };
+    let watched = |resources: &str| WatchedResource {
+        resources: resources.into(),
+        ..Default::default()
+    };
     assert_eq!(watched("ingresses").kind_name(), "Ingress");
     assert_eq!(watched("endpointslices").kind_name(), "EndpointSlice");
     assert_eq!(watched("widgets").kind_name(), "Widget");
@@ -170,7 +210,16 @@ fn the_kind_of_a_watched_resource_is_derived_from_its_plural() {
 
 #[test]
 fn endpoint_slices_trigger_at_once_and_other_kinds_after_100ms() {
-    let watched = |resources: &str| WatchedResource { resources: resources.into(), ..Default::default() };
-    assert_eq!(watched("endpointslices").debounce_duration(), std::time::Duration::ZERO);
-    assert_eq!(watched("ingresses").debounce_duration(), std::time::Duration::from_millis(100));
+    let watched = |resources: &str| WatchedResource {
+        resources: resources.into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        watched("endpointslices").debounce_duration(),
+        std::time::Duration::ZERO
+    );
+    assert_eq!(
+        watched("ingresses").debounce_duration(),
+        std::time::Duration::from_millis(100)
+    );
 }

@@ -40,7 +40,9 @@ pub struct DeployOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeployError {
     /// A request from an epoch lower than one already accepted: a deposed leader's write.
-    #[error("refused: epoch {offered} is older than epoch {accepted} already accepted by this instance")]
+    #[error(
+        "refused: epoch {offered} is older than epoch {accepted} already accepted by this instance"
+    )]
     Fenced { offered: u64, accepted: u64 },
     /// The instance could not be reached; worth retrying with backoff.
     #[error("instance unreachable: {0}")]
@@ -49,7 +51,9 @@ pub enum DeployError {
     #[error("instance rejected the configuration: {0}")]
     Rejected(String),
     /// An older render than one already deployed.
-    #[error("refused: render generation {offered} is older than generation {deployed} already deployed")]
+    #[error(
+        "refused: render generation {offered} is older than generation {deployed} already deployed"
+    )]
     Stale { offered: u64, deployed: u64 },
 }
 
@@ -65,7 +69,10 @@ pub trait DeployTarget: Send + Sync + fmt::Debug {
     /// The instance's name (pod name, or `local`).
     fn name(&self) -> &str;
     /// Brings the instance to the requested configuration.
-    fn deploy<'a>(&'a self, request: &'a DeployRequest) -> BoxFuture<'a, Result<DeployOutcome, DeployError>>;
+    fn deploy<'a>(
+        &'a self,
+        request: &'a DeployRequest,
+    ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>>;
     /// The checksum of what the instance runs now, as far as the target can tell (drift
     /// detection); `None` when it runs nothing haptor deployed.
     fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>>;
@@ -90,7 +97,10 @@ struct RecordingState {
 
 impl RecordingTarget {
     pub fn new(name: impl Into<String>) -> RecordingTarget {
-        RecordingTarget { name: name.into(), state: Mutex::default() }
+        RecordingTarget {
+            name: name.into(),
+            state: Mutex::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RecordingState> {
@@ -119,24 +129,39 @@ impl DeployTarget for RecordingTarget {
         &self.name
     }
 
-    fn deploy<'a>(&'a self, request: &'a DeployRequest) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
+    fn deploy<'a>(
+        &'a self,
+        request: &'a DeployRequest,
+    ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
         Box::pin(async move {
             let mut state = self.lock();
             if state.unreachable {
                 return Err(DeployError::Unreachable(format!("{} is down", self.name)));
             }
             if request.epoch < state.accepted_epoch {
-                return Err(DeployError::Fenced { offered: request.epoch, accepted: state.accepted_epoch });
+                return Err(DeployError::Fenced {
+                    offered: request.epoch,
+                    accepted: state.accepted_epoch,
+                });
             }
-            if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
-                return Err(DeployError::Stale { offered: request.generation, deployed: state.deployed_generation });
+            if request.epoch == state.accepted_epoch
+                && request.generation < state.deployed_generation
+            {
+                return Err(DeployError::Stale {
+                    offered: request.generation,
+                    deployed: state.deployed_generation,
+                });
             }
             state.accepted_epoch = request.epoch;
             state.deployed_generation = request.generation;
             let unchanged = state.current_checksum.as_deref() == Some(request.checksum.as_str());
             state.current_checksum = Some(request.checksum.clone());
             state.deployed.push(request.clone());
-            Ok(DeployOutcome { reloaded: !unchanged, runtime_changes: 0, unchanged })
+            Ok(DeployOutcome {
+                reloaded: !unchanged,
+                runtime_changes: 0,
+                unchanged,
+            })
         })
     }
 
@@ -156,24 +181,53 @@ mod tests {
     use super::*;
 
     fn request(epoch: u64, generation: u64, checksum: &str) -> DeployRequest {
-        DeployRequest { rendered: Arc::new(RenderedConfig::default()), checksum: checksum.into(), epoch, generation }
+        DeployRequest {
+            rendered: Arc::new(RenderedConfig::default()),
+            checksum: checksum.into(),
+            epoch,
+            generation,
+        }
     }
 
     #[tokio::test]
     async fn a_write_from_an_older_epoch_is_refused_and_changes_nothing() {
         let target = RecordingTarget::new("pod-a");
-        target.deploy(&request(3, 1, "aaa")).await.expect("accepted");
-        let err = target.deploy(&request(2, 9, "bbb")).await.expect_err("fenced");
-        assert_eq!(err, DeployError::Fenced { offered: 2, accepted: 3 });
-        assert_eq!(target.deployed_checksum().await.expect("reachable"), Some("aaa".into()));
+        target
+            .deploy(&request(3, 1, "aaa"))
+            .await
+            .expect("accepted");
+        let err = target
+            .deploy(&request(2, 9, "bbb"))
+            .await
+            .expect_err("fenced");
+        assert_eq!(
+            err,
+            DeployError::Fenced {
+                offered: 2,
+                accepted: 3
+            }
+        );
+        assert_eq!(
+            target.deployed_checksum().await.expect("reachable"),
+            Some("aaa".into())
+        );
         assert_eq!(target.deployed().len(), 1);
     }
 
     #[tokio::test]
     async fn an_older_render_never_lands_after_a_newer_one() {
         let target = RecordingTarget::new("pod-a");
-        target.deploy(&request(1, 5, "new")).await.expect("accepted");
-        assert!(matches!(target.deploy(&request(1, 4, "old")).await, Err(DeployError::Stale { .. })));
-        assert_eq!(target.deployed_checksum().await.expect("reachable"), Some("new".into()));
+        target
+            .deploy(&request(1, 5, "new"))
+            .await
+            .expect("accepted");
+        assert!(matches!(
+            target.deploy(&request(1, 4, "old")).await,
+            Err(DeployError::Stale { .. })
+        ));
+        assert_eq!(
+            target.deployed_checksum().await.expect("reachable"),
+            Some("new".into())
+        );
     }
 }

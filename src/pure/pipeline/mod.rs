@@ -19,7 +19,9 @@ use crate::pure::rendered::{PathResolver, RenderedConfig};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{RenderContext, TemplateError, TemplateSet, TemplateSetInput};
 use crate::pure::validate::cache::ValidationCache;
-use crate::pure::validate::semantic::{CheckReport, CheckerSettings, HaproxyChecker, SemanticCheckError};
+use crate::pure::validate::semantic::{
+    CheckReport, CheckerSettings, HaproxyChecker, SemanticCheckError,
+};
 use crate::pure::validate::{ConfigProblem, ValidationError, ValidationPhase};
 
 /// Why a config cannot be used at all (before any render).
@@ -38,7 +40,11 @@ pub enum ConfigError {
 }
 
 fn join_problems(problems: &[SpecProblem]) -> String {
-    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Why one render+validate did not produce a deployable configuration.
@@ -70,10 +76,16 @@ impl FieldSelector {
         } else if let Some((p, v)) = text.split_once('=') {
             (p, v, false)
         } else {
-            return Err(format!("'{text}' must have the form path=value or path!=value"));
+            return Err(format!(
+                "'{text}' must have the form path=value or path!=value"
+            ));
         };
         let path = FieldPath::parse(path.trim()).map_err(|e| e.to_string())?;
-        Ok(FieldSelector { path, value: value.trim().to_string(), negated })
+        Ok(FieldSelector {
+            path,
+            value: value.trim().to_string(),
+            negated,
+        })
     }
 
     fn matches(&self, object: &Value) -> bool {
@@ -118,37 +130,74 @@ impl CompiledConfig {
         build_stores(&spec)?;
         let mut field_selectors = BTreeMap::new();
         for (name, watched) in &spec.watched_resources {
-            if let Some(text) = watched.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+            if let Some(text) = watched
+                .field_selector
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+            {
                 let selector =
-                    FieldSelector::parse(text).map_err(|message| ConfigError::FieldSelector { resource: name.clone(), message })?;
+                    FieldSelector::parse(text).map_err(|message| ConfigError::FieldSelector {
+                        resource: name.clone(),
+                        message,
+                    })?;
                 field_selectors.insert(name.clone(), selector);
             }
         }
         let mut post_processors = BTreeMap::new();
-        let targets = std::iter::once(("haproxy.cfg".to_string(), "spec.haproxyConfig".to_string(), &spec.haproxy_config.post_processing))
-            .chain(spec.maps.iter().map(|(n, f)| (format!("maps/{n}"), format!("spec.maps.{n}"), &f.post_processing)))
-            .chain(spec.files.iter().map(|(n, f)| (format!("files/{n}"), format!("spec.files.{n}"), &f.post_processing)))
-            .chain(
-                spec.ssl_certificates
-                    .iter()
-                    .map(|(n, f)| (format!("sslCertificates/{n}"), format!("spec.sslCertificates.{n}"), &f.post_processing)),
-            );
+        let targets = std::iter::once((
+            "haproxy.cfg".to_string(),
+            "spec.haproxyConfig".to_string(),
+            &spec.haproxy_config.post_processing,
+        ))
+        .chain(spec.maps.iter().map(|(n, f)| {
+            (
+                format!("maps/{n}"),
+                format!("spec.maps.{n}"),
+                &f.post_processing,
+            )
+        }))
+        .chain(spec.files.iter().map(|(n, f)| {
+            (
+                format!("files/{n}"),
+                format!("spec.files.{n}"),
+                &f.post_processing,
+            )
+        }))
+        .chain(spec.ssl_certificates.iter().map(|(n, f)| {
+            (
+                format!("sslCertificates/{n}"),
+                format!("spec.sslCertificates.{n}"),
+                &f.post_processing,
+            )
+        }));
         for (target, field, list) in targets {
             let mut compiled = Vec::new();
             for (i, post) in list.iter().enumerate() {
                 let PostProcessor::RegexReplace { pattern, replace } = post;
-                let regex = regex::RegexBuilder::new(pattern).multi_line(true).build().map_err(|e| ConfigError::PostProcessor {
-                    path: format!("{field}.postProcessing[{i}].pattern"),
-                    message: e.to_string(),
-                })?;
-                compiled.push(CompiledPostProcessor { regex, replace: replace.clone() });
+                let regex = regex::RegexBuilder::new(pattern)
+                    .multi_line(true)
+                    .build()
+                    .map_err(|e| ConfigError::PostProcessor {
+                        path: format!("{field}.postProcessing[{i}].pattern"),
+                        message: e.to_string(),
+                    })?;
+                compiled.push(CompiledPostProcessor {
+                    regex,
+                    replace: replace.clone(),
+                });
             }
             if !compiled.is_empty() {
                 post_processors.insert(target, compiled);
             }
         }
         let path_resolver = spec.dataplane.path_resolver();
-        Ok(CompiledConfig { spec: Arc::new(spec), templates, path_resolver, field_selectors, post_processors })
+        Ok(CompiledConfig {
+            spec: Arc::new(spec),
+            templates,
+            path_resolver,
+            field_selectors,
+            post_processors,
+        })
     }
 
     /// Empty stores for every watched resource.
@@ -167,15 +216,26 @@ impl CompiledConfig {
 
     /// Whether an object passes the watched resource's client-side field selector.
     pub fn selects(&self, resource: &str, object: &Value) -> bool {
-        self.field_selectors.get(resource).is_none_or(|s| s.matches(object))
+        self.field_selectors
+            .get(resource)
+            .is_none_or(|s| s.matches(object))
     }
 
     /// Renders one snapshot of the stores. `extra_context` replaces the config's own
     /// `extraContext` when given (validation tests).
-    pub fn render(&self, stores: StoresSnapshot, extra_context: Option<&Value>) -> Result<RenderedConfig, TemplateError> {
-        let extra = extra_context.or(self.spec.extra_context.as_ref()).cloned().unwrap_or(Value::Null);
+    pub fn render(
+        &self,
+        stores: StoresSnapshot,
+        extra_context: Option<&Value>,
+    ) -> Result<RenderedConfig, TemplateError> {
+        let extra = extra_context
+            .or(self.spec.extra_context.as_ref())
+            .cloned()
+            .unwrap_or(Value::Null);
         let dataplane = serde_json::to_value(&self.spec.dataplane).unwrap_or(Value::Null);
-        let context = RenderContext::new(stores, self.path_resolver.clone()).with_extra_context(extra).with_value("dataplane", dataplane);
+        let context = RenderContext::new(stores, self.path_resolver.clone())
+            .with_extra_context(extra)
+            .with_value("dataplane", dataplane);
         let mut rendered = self.templates.render(&context)?;
         if let Some(list) = self.post_processors.get("haproxy.cfg") {
             rendered.haproxy_cfg = apply_post_processors(list, &rendered.haproxy_cfg);
@@ -198,7 +258,10 @@ impl CompiledConfig {
 fn apply_post_processors(list: &[CompiledPostProcessor], text: &str) -> String {
     let mut out = text.to_string();
     for post in list {
-        out = post.regex.replace_all(&out, post.replace.as_str()).into_owned();
+        out = post
+            .regex
+            .replace_all(&out, post.replace.as_str())
+            .into_owned();
     }
     out
 }
@@ -206,8 +269,15 @@ fn apply_post_processors(list: &[CompiledPostProcessor], text: &str) -> String {
 fn build_stores(spec: &HAProxyTemplateConfigSpec) -> Result<Stores, ConfigError> {
     let mut stores = Stores::new();
     for (name, watched) in &spec.watched_resources {
-        let store = ResourceStore::new(name.clone(), watched.index_by.clone(), spec.watched_resources_ignore_fields.clone())
-            .map_err(|error| ConfigError::Store { resource: name.clone(), error })?;
+        let store = ResourceStore::new(
+            name.clone(),
+            watched.index_by.clone(),
+            spec.watched_resources_ignore_fields.clone(),
+        )
+        .map_err(|error| ConfigError::Store {
+            resource: name.clone(),
+            error,
+        })?;
         stores.insert(store);
     }
     Ok(stores)
@@ -217,25 +287,52 @@ fn build_stores(spec: &HAProxyTemplateConfigSpec) -> Result<Stores, ConfigError>
 pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
     TemplateSetInput {
         haproxy_config: spec.haproxy_config.template.clone(),
-        maps: spec.maps.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
-        files: spec.files.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
-        ssl_certificates: spec.ssl_certificates.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
-        snippets: spec.template_snippets.iter().map(|(k, v)| (k.clone(), v.template.clone())).collect(),
+        maps: spec
+            .maps
+            .iter()
+            .map(|(k, v)| (k.clone(), v.template.clone()))
+            .collect(),
+        files: spec
+            .files
+            .iter()
+            .map(|(k, v)| (k.clone(), v.template.clone()))
+            .collect(),
+        ssl_certificates: spec
+            .ssl_certificates
+            .iter()
+            .map(|(k, v)| (k.clone(), v.template.clone()))
+            .collect(),
+        snippets: spec
+            .template_snippets
+            .iter()
+            .map(|(k, v)| (k.clone(), v.template.clone()))
+            .collect(),
     }
 }
 
 /// The syntax and schema phases: parse `haproxy.cfg` with haptor's parser and check every
 /// directive against HAProxy 2.6's keyword tables.
 pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, ValidationError> {
-    let parsed = parse_config(&rendered.haproxy_cfg)
-        .map_err(|e| ValidationError::single(ValidationPhase::Syntax, "haproxy.cfg", Some(e.line), e.message))?;
+    let parsed = parse_config(&rendered.haproxy_cfg).map_err(|e| {
+        ValidationError::single(
+            ValidationPhase::Syntax,
+            "haproxy.cfg",
+            Some(e.line),
+            e.message,
+        )
+    })?;
     let problems = check_schema(&parsed);
     if !problems.is_empty() {
         return Err(ValidationError {
             phase: ValidationPhase::Schema,
             problems: problems
                 .into_iter()
-                .map(|p| ConfigProblem { phase: ValidationPhase::Schema, file: "haproxy.cfg".into(), line: Some(p.line), message: p.message })
+                .map(|p| ConfigProblem {
+                    phase: ValidationPhase::Schema,
+                    file: "haproxy.cfg".into(),
+                    line: Some(p.line),
+                    message: p.message,
+                })
                 .collect(),
         });
     }
@@ -265,8 +362,14 @@ pub struct Validator {
 impl Validator {
     /// A validator using `binary` for `haproxy -c`, with a cache of `cache_entries` successes.
     pub fn new(binary: impl Into<std::path::PathBuf>, cache_entries: usize) -> Validator {
-        let settings = CheckerSettings { binary: binary.into(), ..CheckerSettings::default() };
-        Validator { checker: HaproxyChecker::new(settings), cache: Arc::new(ValidationCache::new(cache_entries)) }
+        let settings = CheckerSettings {
+            binary: binary.into(),
+            ..CheckerSettings::default()
+        };
+        Validator {
+            checker: HaproxyChecker::new(settings),
+            cache: Arc::new(ValidationCache::new(cache_entries)),
+        }
     }
 
     pub fn cache(&self) -> &ValidationCache {
@@ -281,7 +384,10 @@ impl Validator {
     /// failures are never cached.
     pub fn validate(&self, rendered: RenderedConfig) -> Result<ValidatedConfig, PipelineError> {
         let started = Instant::now();
-        let version = self.checker.version().map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
+        let version = self
+            .checker
+            .version()
+            .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
         let key = ValidationCache::key(&version, &rendered);
         if let Some(report) = self.cache.get(&key) {
             return Ok(ValidatedConfig {
@@ -293,10 +399,13 @@ impl Validator {
             });
         }
         check_offline(&rendered)?;
-        let report: CheckReport = self.checker.check_blocking(&rendered).map_err(|e| match e {
-            SemanticCheckError::Rejected(invalid) => PipelineError::Invalid(invalid),
-            other => PipelineError::CheckUnavailable(other.to_string()),
-        })?;
+        let report: CheckReport = self
+            .checker
+            .check_blocking(&rendered)
+            .map_err(|e| match e {
+                SemanticCheckError::Rejected(invalid) => PipelineError::Invalid(invalid),
+                other => PipelineError::CheckUnavailable(other.to_string()),
+            })?;
         self.cache.insert_success(key, &report);
         Ok(ValidatedConfig {
             checksum: rendered.checksum(),

@@ -7,7 +7,10 @@ const VALID_CFG: &str = "global\n  maxconn 100\n\ndefaults\n  mode http\n  timeo
 
 fn spec_with(template: &str) -> HAProxyTemplateConfigSpec {
     let mut spec = HAProxyTemplateConfigSpec {
-        haproxy_config: HaproxyConfigTemplate { template: template.into(), post_processing: vec![] },
+        haproxy_config: HaproxyConfigTemplate {
+            template: template.into(),
+            post_processing: vec![],
+        },
         ..Default::default()
     };
     spec.watched_resources.insert(
@@ -46,7 +49,9 @@ fn validator() -> Validator {
 #[test]
 fn a_valid_render_passes_all_three_phases() {
     let config = compiled(VALID_CFG);
-    let rendered = config.render(with_service(&config, "web", 8080).snapshot(), None).expect("renders");
+    let rendered = config
+        .render(with_service(&config, "web", 8080).snapshot(), None)
+        .expect("renders");
     assert!(rendered.haproxy_cfg.contains("server web 127.0.0.1:8080"));
     let validated = validator().validate(rendered).expect("valid");
     assert!(!validated.from_cache);
@@ -58,19 +63,26 @@ fn an_identical_render_is_served_from_the_cache_without_any_phase() {
     let config = compiled(VALID_CFG);
     let validator = validator();
     let stores = with_service(&config, "web", 8080);
-    let first = validator.validate(config.render(stores.snapshot(), None).expect("renders")).expect("valid");
-    let second = validator.validate(config.render(stores.snapshot(), None).expect("renders")).expect("valid");
+    let first = validator
+        .validate(config.render(stores.snapshot(), None).expect("renders"))
+        .expect("valid");
+    let second = validator
+        .validate(config.render(stores.snapshot(), None).expect("renders"))
+        .expect("valid");
     assert!(!first.from_cache);
     assert!(second.from_cache);
     assert_eq!(validator.cache().hits(), 1);
     // A different render misses.
-    let other = config.render(with_service(&config, "api", 9090).snapshot(), None).expect("renders");
+    let other = config
+        .render(with_service(&config, "api", 9090).snapshot(), None)
+        .expect("renders");
     assert!(!validator.validate(other).expect("valid").from_cache);
 }
 
 #[test]
 fn a_template_syntax_error_names_the_template_and_line() {
-    let err = CompiledConfig::compile(spec_with("global\n  maxconn 1\n{{#each x}}\n")).expect_err("does not compile");
+    let err = CompiledConfig::compile(spec_with("global\n  maxconn 1\n{{#each x}}\n"))
+        .expect_err("does not compile");
     let text = err.to_string();
     assert!(text.contains("haproxy.cfg"), "{text}");
     assert!(text.contains("line"), "{text}");
@@ -78,8 +90,11 @@ fn a_template_syntax_error_names_the_template_and_line() {
 
 #[test]
 fn a_fail_call_aborts_the_render_with_its_message_and_line() {
-    let config = compiled("global\n{{#if true}}\n{{fail \"no default certificate configured\"}}\n{{/if}}\n");
-    let err = config.render(config.new_stores().expect("stores").snapshot(), None).expect_err("fails");
+    let config =
+        compiled("global\n{{#if true}}\n{{fail \"no default certificate configured\"}}\n{{/if}}\n");
+    let err = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect_err("fails");
     let text = err.to_string();
     assert!(text.contains("no default certificate configured"), "{text}");
     assert!(text.contains("line 3"), "{text}");
@@ -88,7 +103,9 @@ fn a_fail_call_aborts_the_render_with_its_message_and_line() {
 #[test]
 fn reading_a_store_that_does_not_exist_names_it() {
     let config = compiled("global\n{{#each (resources \"gateways\")}}x{{/each}}\n");
-    let err = config.render(config.new_stores().expect("stores").snapshot(), None).expect_err("fails");
+    let err = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect_err("fails");
     let text = err.to_string();
     assert!(text.contains("gateways"), "{text}");
     assert!(text.contains("haproxy.cfg"), "{text}");
@@ -97,31 +114,49 @@ fn reading_a_store_that_does_not_exist_names_it() {
 #[test]
 fn an_unknown_directive_is_a_schema_error_on_its_line() {
     let config = compiled("global\n  maxconn 10\n\nfrontend fe\n  bnd 127.0.0.1:18999\n");
-    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    let rendered = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
     let err = validator().validate(rendered).expect_err("invalid");
-    let PipelineError::Invalid(invalid) = err else { panic!("expected a validation error, got {err}") };
+    let PipelineError::Invalid(invalid) = err else {
+        panic!("expected a validation error, got {err}")
+    };
     assert_eq!(invalid.phase, ValidationPhase::Schema);
     assert_eq!(invalid.problems[0].line, Some(5));
-    assert!(invalid.problems[0].message.contains("bnd"), "{}", invalid.problems[0].message);
+    assert!(
+        invalid.problems[0].message.contains("bnd"),
+        "{}",
+        invalid.problems[0].message
+    );
 }
 
 #[test]
 fn a_config_haproxy_rejects_is_a_semantic_error_with_its_line() {
     // Parses and passes the schema, but the backend does not exist.
-    let config = compiled("global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n");
-    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    let config = compiled(
+        "global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n",
+    );
+    let rendered = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
     let err = validator().validate(rendered).expect_err("invalid");
-    let PipelineError::Invalid(invalid) = err else { panic!("expected a validation error, got {err}") };
+    let PipelineError::Invalid(invalid) = err else {
+        panic!("expected a validation error, got {err}")
+    };
     assert_eq!(invalid.phase, ValidationPhase::Semantic);
     assert!(invalid.to_string().contains("missing"), "{invalid}");
 }
 
 #[test]
 fn failures_are_not_cached() {
-    let config = compiled("global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n");
+    let config = compiled(
+        "global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n",
+    );
     let validator = validator();
     for _ in 0..2 {
-        let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+        let rendered = config
+            .render(config.new_stores().expect("stores").snapshot(), None)
+            .expect("renders");
         assert!(validator.validate(rendered).is_err());
     }
     assert_eq!(validator.cache().hits(), 0);
@@ -130,43 +165,75 @@ fn failures_are_not_cached() {
 #[test]
 fn a_structurally_broken_config_lists_every_problem() {
     let mut spec = spec_with(VALID_CFG);
-    spec.watched_resources.get_mut("services").expect("present").api_version.clear();
-    spec.template_snippets.insert("empty".into(), TemplateSnippet { template: String::new() });
-    let Err(ConfigError::Structure(problems)) = CompiledConfig::compile(spec) else { panic!("expected structural problems") };
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .api_version
+        .clear();
+    spec.template_snippets.insert(
+        "empty".into(),
+        TemplateSnippet {
+            template: String::new(),
+        },
+    );
+    let Err(ConfigError::Structure(problems)) = CompiledConfig::compile(spec) else {
+        panic!("expected structural problems")
+    };
     assert_eq!(problems.len(), 2, "{problems:?}");
 }
 
 #[test]
 fn a_field_selector_keeps_only_matching_objects() {
     let mut spec = spec_with(VALID_CFG);
-    spec.watched_resources.get_mut("services").expect("present").field_selector = Some("spec.type=ClusterIP".into());
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .field_selector = Some("spec.type=ClusterIP".into());
     let config = CompiledConfig::compile(spec).expect("compiles");
     assert!(config.selects("services", &json!({"spec": {"type": "ClusterIP"}})));
     assert!(!config.selects("services", &json!({"spec": {"type": "NodePort"}})));
-    assert!(config.selects("other", &json!({})), "resources without a selector take everything");
+    assert!(
+        config.selects("other", &json!({})),
+        "resources without a selector take everything"
+    );
 }
 
 #[test]
 fn post_processors_rewrite_the_rendered_text() {
     let mut spec = spec_with("global\n  maxconn 100\n");
-    spec.haproxy_config.post_processing =
-        vec![PostProcessor::RegexReplace { pattern: r"maxconn (\d+)".into(), replace: "maxconn ${1}0".into() }];
+    spec.haproxy_config.post_processing = vec![PostProcessor::RegexReplace {
+        pattern: r"maxconn (\d+)".into(),
+        replace: "maxconn ${1}0".into(),
+    }];
     spec.maps.insert(
         "a.map".into(),
         GeneratedFile {
             template: "KEY value\n".into(),
-            post_processing: vec![PostProcessor::RegexReplace { pattern: "KEY".into(), replace: "key".into() }],
+            post_processing: vec![PostProcessor::RegexReplace {
+                pattern: "KEY".into(),
+                replace: "key".into(),
+            }],
         },
     );
     let config = CompiledConfig::compile(spec).expect("compiles");
-    let rendered = config.render(config.new_stores().expect("stores").snapshot(), None).expect("renders");
+    let rendered = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
     assert_eq!(rendered.haproxy_cfg, "global\n  maxconn 1000\n");
-    assert_eq!(rendered.aux(crate::pure::rendered::AuxKind::Map, "a.map").map(|f| f.content.as_str()), Some("key value\n"));
+    assert_eq!(
+        rendered
+            .aux(crate::pure::rendered::AuxKind::Map, "a.map")
+            .map(|f| f.content.as_str()),
+        Some("key value\n")
+    );
 }
 
 #[test]
 fn a_manifest_maps_to_the_watched_resource_of_its_kind() {
     let config = compiled(VALID_CFG);
-    assert_eq!(config.watched_resource_for("v1", "Service"), Some("services"));
+    assert_eq!(
+        config.watched_resource_for("v1", "Service"),
+        Some("services")
+    );
     assert_eq!(config.watched_resource_for("v1", "Secret"), None);
 }

@@ -661,8 +661,8 @@ pub(crate) fn convert_render_error(
             "'{path}' is not defined (strict mode); guard optional fields with {{{{#if ...}}}} or (default ...)"
         ),
         RenderErrorReason::MissingVariable(None) => {
-            "a value used here is not defined (strict mode); guard optional fields with {{#if ...}} or (default ...)"
-                .to_string()
+            "a value used here is missing or null (strict mode); guard optional fields with {{#if ...}} \
+             or (default ...), and give {{#with}} an {{else}}".to_string()
         }
         RenderErrorReason::HelperNotFound(name) => format!("unknown helper '{name}'"),
         RenderErrorReason::PartialNotFound(name) => format!("no template snippet named '{name}'"),

@@ -665,15 +665,3 @@ fn helper_misuse_names_the_helper_and_argument() {
     assert!(err.message().contains("lower"), "{err}");
     assert!(err.message().contains("undefined_thing"), "{err}");
 }
-
-#[test]
-fn scratch_tilde() {
-    let mut outs = Vec::new();
-    for t in ["{{#if true~}}\n{{d}} {{d}}\n{{/if}}", "{{#if true~}}\n{{d}} {{> x}}\n{{/if}}", "{{#with (get_single \"services\" \"a\" \"b\")}}x{{/with}}"] {
-        let mut set = input(t);
-        set.snippets.insert("x".into(), "X".into());
-        let out = TemplateSet::compile(set).unwrap().render(&RenderContext::new(services(), PathResolver::default()).with_value("d", json!("D")));
-        outs.push(format!("{out:?}"));
-    }
-    panic!("{:#?}", outs);
-}

@@ -48,7 +48,11 @@ pub struct ConfigProblem {
 impl fmt::Display for ConfigProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.line {
-            Some(line) => write!(f, "{}:{}: {} ({} check)", self.file, line, self.message, self.phase),
+            Some(line) => write!(
+                f,
+                "{}:{}: {} ({} check)",
+                self.file, line, self.message, self.phase
+            ),
             None => write!(f, "{}: {} ({} check)", self.file, self.message, self.phase),
         }
     }
@@ -62,10 +66,20 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    pub fn single(phase: ValidationPhase, file: &str, line: Option<usize>, message: impl Into<String>) -> Self {
+    pub fn single(
+        phase: ValidationPhase,
+        file: &str,
+        line: Option<usize>,
+        message: impl Into<String>,
+    ) -> Self {
         ValidationError {
             phase,
-            problems: vec![ConfigProblem { phase, file: file.to_string(), line, message: message.into() }],
+            problems: vec![ConfigProblem {
+                phase,
+                file: file.to_string(),
+                line,
+                message: message.into(),
+            }],
         }
     }
 }

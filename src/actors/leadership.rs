@@ -1,0 +1,310 @@
+//! The all-replica actors that follow the outside world: the LeaderElector (starts the
+//! leader-only subtree on gaining leadership, with the latest state replayed into it, and
+//! stops it — waiting until every leader-only actor has stopped — on losing it), Discovery
+//! (which HAProxy instances exist), and the CredentialsLoader (Data Plane API credentials).
+
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::actors::context::{Iteration, current};
+use crate::actors::coordinator::Coordinator;
+use crate::actors::deployment::{ConfigPublisher, DeployScheduler, DriftMonitor, PublishSink};
+use crate::messages::{
+    DeploySchedulerMsg, DiscoveryMsg, EventKind, Instance, LeaderElectorMsg, Leadership,
+};
+use crate::supervision::{
+    ActorRole, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,
+};
+
+/// The name of the leader-only subtree under the config-iteration supervisor.
+pub const LEADER_ONLY: &str = "leader-only";
+
+/// Builds the leader-only subtree: Coordinator, DeployScheduler (which adds one Deployer per
+/// instance), DriftMonitor and ConfigPublisher. They read the iteration's latest state as
+/// they start, which is the state replay.
+pub fn leader_only_spec(iteration: &Arc<Iteration>, sink: Arc<dyn PublishSink>) -> ChildSpec {
+    let children = vec![
+        ChildSpec::new(
+            "config-publisher",
+            ActorRole::LeaderOnly,
+            ConfigPublisher {
+                iteration: Arc::clone(iteration),
+                sink,
+            },
+            (),
+        ),
+        ChildSpec::new(
+            "deploy-scheduler",
+            ActorRole::LeaderOnly,
+            DeployScheduler {
+                iteration: Arc::clone(iteration),
+            },
+            (),
+        ),
+        ChildSpec::new(
+            "drift-monitor",
+            ActorRole::LeaderOnly,
+            DriftMonitor {
+                iteration: Arc::clone(iteration),
+            },
+            (),
+        ),
+        // Last: once it registers, renders start, and their results need the others.
+        ChildSpec::new(
+            "coordinator",
+            ActorRole::LeaderOnly,
+            Coordinator {
+                iteration: Arc::clone(iteration),
+            },
+            (),
+        ),
+    ];
+    let args = SupervisorArgs {
+        name: LEADER_ONLY.into(),
+        policy: RestartPolicy::default(),
+        children,
+    };
+    ChildSpec::new(LEADER_ONLY, ActorRole::Supervisor, Supervisor, args)
+}
+
+/// Follows the leadership source and starts or stops the leader-only subtree.
+#[derive(Clone)]
+pub struct LeaderElector {
+    pub iteration: Arc<Iteration>,
+    pub sink: Arc<dyn PublishSink>,
+}
+
+pub struct LeaderElectorState {
+    current: Leadership,
+    source_task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaderElector {
+    /// The config-iteration supervisor: the elector's supervisor (all-replica) is its child.
+    fn iteration_supervisor(
+        myself: &ActorRef<LeaderElectorMsg>,
+    ) -> Option<ActorRef<SupervisorMsg>> {
+        myself
+            .try_get_supervisor()?
+            .try_get_supervisor()
+            .map(ActorRef::from)
+    }
+
+    async fn apply(
+        &self,
+        myself: &ActorRef<LeaderElectorMsg>,
+        state: &mut LeaderElectorState,
+        next: Leadership,
+    ) -> Result<(), ActorProcessingErr> {
+        let was_leader = state.current.is_leader;
+        state.current = next;
+        self.iteration.with_latest(|l| l.leadership = next);
+        let services = &self.iteration.services;
+        services.introspection.update_state(|s| {
+            s.is_leader = next.is_leader;
+            s.epoch = next.epoch;
+        });
+        let Some(supervisor) = Self::iteration_supervisor(myself) else {
+            return Err("the leader elector has no config-iteration supervisor".into());
+        };
+        match (was_leader, next.is_leader) {
+            (false, true) => {
+                services
+                    .fanout
+                    .publish(None, EventKind::LeadershipGained { epoch: next.epoch });
+                tracing::info!(
+                    epoch = next.epoch,
+                    "leadership gained; starting the leader-only subtree"
+                );
+                let spec = leader_only_spec(&self.iteration, Arc::clone(&self.sink));
+                match ractor::call!(supervisor, SupervisorMsg::StartChild, spec) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err(format!("could not start the leader-only subtree: {e}").into());
+                    }
+                    Err(e) => {
+                        return Err(
+                            format!("the config-iteration supervisor did not answer: {e}").into(),
+                        );
+                    }
+                }
+            }
+            (true, false) => {
+                services.fanout.publish(None, EventKind::LeadershipLost);
+                tracing::info!("leadership lost; stopping the leader-only subtree");
+                // StopChild returns once the subtree and every actor in it has stopped.
+                let _ = ractor::call!(
+                    supervisor,
+                    SupervisorMsg::StopChild,
+                    LEADER_ONLY.to_string()
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Actor for LeaderElector {
+    type Msg = LeaderElectorMsg;
+    type State = LeaderElectorState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut source = self.iteration.services.sources.leadership.clone();
+        let target = myself.clone();
+        let source_task = tokio::spawn(async move {
+            // The current value first (a restarted elector must learn where it stands), then changes.
+            let first = *source.borrow_and_update();
+            if target.cast(LeaderElectorMsg::Changed(first)).is_err() {
+                return;
+            }
+            while source.changed().await.is_ok() {
+                let next = *source.borrow_and_update();
+                if target.cast(LeaderElectorMsg::Changed(next)).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(LeaderElectorState {
+            current: Leadership::default(),
+            source_task,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LeaderElectorMsg::Changed(next) => self.apply(&myself, state, next).await?,
+            LeaderElectorMsg::Current(reply) => {
+                let _ = reply.send(state.current);
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.source_task.abort();
+        Ok(())
+    }
+}
+
+/// Follows the instance source and tells the DeployScheduler (when leading).
+#[derive(Clone)]
+pub struct Discovery {
+    pub iteration: Arc<Iteration>,
+}
+
+pub struct DiscoveryState {
+    instances: Vec<Instance>,
+    source_task: tokio::task::JoinHandle<()>,
+}
+
+impl Actor for Discovery {
+    type Msg = DiscoveryMsg;
+    type State = DiscoveryState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut source = self.iteration.services.sources.instances.clone();
+        let target = myself.clone();
+        let source_task = tokio::spawn(async move {
+            let first = source.borrow_and_update().clone();
+            if target.cast(DiscoveryMsg::Changed(first)).is_err() {
+                return;
+            }
+            while source.changed().await.is_ok() {
+                let next = source.borrow_and_update().clone();
+                if target.cast(DiscoveryMsg::Changed(next)).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(DiscoveryState {
+            instances: vec![],
+            source_task,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            DiscoveryMsg::Changed(instances) => {
+                let names: Vec<String> = instances.iter().map(|i| i.name.clone()).collect();
+                let before: Vec<String> = state.instances.iter().map(|i| i.name.clone()).collect();
+                state.instances = instances.clone();
+                self.iteration
+                    .with_latest(|l| l.instances = instances.clone());
+                if names != before {
+                    self.iteration
+                        .services
+                        .fanout
+                        .publish(None, EventKind::InstancesDiscovered { instances: names });
+                }
+                if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
+                    let _ = scheduler.cast(DeploySchedulerMsg::InstancesChanged(instances));
+                }
+            }
+            DiscoveryMsg::Current(reply) => {
+                let _ = reply.send(state.instances.iter().map(|i| i.name.clone()).collect());
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.source_task.abort();
+        Ok(())
+    }
+}
+
+/// Holds the Data Plane API credentials named by `credentialsSecretRef`. In-cluster mode feeds
+/// it from the Secret; local mode needs none.
+#[derive(Clone)]
+pub struct CredentialsLoader {
+    pub iteration: Arc<Iteration>,
+}
+
+impl Actor for CredentialsLoader {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ActorRef<Self::Msg>, _: ()) -> Result<(), ActorProcessingErr> {
+        let reference = self
+            .iteration
+            .with_latest(|l| l.compiled.spec.credentials_secret_ref.clone());
+        match reference {
+            Some(secret) => {
+                tracing::debug!(secret = %secret.name, "credentials come from this Secret")
+            }
+            None => tracing::debug!("no credentialsSecretRef: deploy targets need no credentials"),
+        }
+        Ok(())
+    }
+}
