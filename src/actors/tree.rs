@@ -78,10 +78,9 @@ fn accept(services: &Services, config: &HAProxyTemplateConfig) {
         .level
         .as_deref()
         .filter(|l| !l.is_empty())
+        && let Err(e) = crate::telemetry::set_log_level(level)
     {
-        if let Err(e) = crate::telemetry::set_log_level(level) {
-            tracing::warn!(error = %e, "logging.level not applied");
-        }
+        tracing::warn!(error = %e, "logging.level not applied");
     }
 }
 
@@ -112,23 +111,21 @@ impl Actor for ConfigLoader {
             // The iteration was built from the current value; only later changes matter, but a
             // restarted loader compares the current value too in case it missed one.
             let first = source.borrow_and_update().clone();
-            if let Some(config) = first {
-                if myself
+            if let Some(config) = first
+                && myself
                     .cast(ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
                     .is_err()
-                {
-                    return;
-                }
+            {
+                return;
             }
             while source.changed().await.is_ok() {
                 let next = source.borrow_and_update().clone();
-                if let Some(config) = next {
-                    if myself
+                if let Some(config) = next
+                    && myself
                         .cast(ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
                         .is_err()
-                    {
-                        return;
-                    }
+                {
+                    return;
                 }
             }
         });

@@ -99,10 +99,11 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
                         assertion.message
                     );
                 }
-                if args.dump_rendered && !test.passed {
-                    if let Some(rendered) = &test.rendered {
-                        print_rendered(rendered);
-                    }
+                if args.dump_rendered
+                    && !test.passed
+                    && let Some(rendered) = &test.rendered
+                {
+                    print_rendered(rendered);
                 }
             }
             if report.tests.is_empty() {
@@ -218,14 +219,14 @@ fn load_fixture_dir(
         if !compiled.selects(resource, &manifest.object) {
             continue;
         }
-        if let Some(store) = stores.get(resource) {
-            if let Err(e) = store.apply(manifest.object.clone()) {
-                problems.push(format!(
-                    "{}:{}: {e}",
-                    manifest.file.display(),
-                    manifest.line
-                ));
-            }
+        if let Some(store) = stores.get(resource)
+            && let Err(e) = store.apply(manifest.object.clone())
+        {
+            problems.push(format!(
+                "{}:{}: {e}",
+                manifest.file.display(),
+                manifest.line
+            ));
         }
     }
     Ok(problems)

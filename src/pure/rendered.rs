@@ -174,10 +174,9 @@ impl PathResolver {
                 }
             })
             .collect();
-        let clean = if clean.starts_with('.') {
-            format!("_{}", &clean[1..])
-        } else {
-            clean
+        let clean = match clean.strip_prefix('.') {
+            Some(rest) => format!("_{rest}"),
+            None => clean,
         };
         let dir = match kind {
             AuxKind::Map => &self.maps_dir,

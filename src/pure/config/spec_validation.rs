@@ -32,13 +32,13 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
     if let Some(secret) = &spec.credentials_secret_ref {
         problems.require_name("spec.credentialsSecretRef.name", &secret.name);
     }
-    if let Some(selector) = &spec.pod_selector {
-        if selector.match_labels.is_empty() {
-            problems.push(
-                "spec.podSelector.matchLabels",
-                "needs at least one label, or every pod would be an HAProxy instance",
-            );
-        }
+    if let Some(selector) = &spec.pod_selector
+        && selector.match_labels.is_empty()
+    {
+        problems.push(
+            "spec.podSelector.matchLabels",
+            "needs at least one label, or every pod would be an HAProxy instance",
+        );
     }
 
     let dp = &spec.dataplane;
@@ -71,22 +71,23 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
     let lease = problems.duration("spec.leaderElection.leaseDuration", &le.lease_duration);
     let renew = problems.duration("spec.leaderElection.renewDeadline", &le.renew_deadline);
     let retry = problems.duration("spec.leaderElection.retryPeriod", &le.retry_period);
-    if let (Some(lease), Some(renew), Some(retry)) = (lease, renew, retry) {
-        if !(lease > renew && renew > retry) {
-            problems.push(
+    if let (Some(lease), Some(renew), Some(retry)) = (lease, renew, retry)
+        && !(lease > renew && renew > retry)
+    {
+        problems.push(
                 "spec.leaderElection",
                 "leaseDuration must be longer than renewDeadline, and renewDeadline longer than retryPeriod",
             );
-        }
     }
 
-    if let Some(level) = &spec.logging.level {
-        if !level.is_empty() && !LOG_LEVELS.contains(&level.to_ascii_uppercase().as_str()) {
-            problems.push(
-                "spec.logging.level",
-                &format!("'{level}' is not one of {}", LOG_LEVELS.join(", ")),
-            );
-        }
+    if let Some(level) = &spec.logging.level
+        && !level.is_empty()
+        && !LOG_LEVELS.contains(&level.to_ascii_uppercase().as_str())
+    {
+        problems.push(
+            "spec.logging.level",
+            &format!("'{level}' is not one of {}", LOG_LEVELS.join(", ")),
+        );
     }
 
     for (name, watched) in &spec.watched_resources {
@@ -134,13 +135,13 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
                 problems.push(&format!("{base}.indexBy[{i}]"), "is empty");
             }
         }
-        if let Some(selector) = &watched.field_selector {
-            if !selector.contains('=') {
-                problems.push(
-                    &format!("{base}.fieldSelector"),
-                    &format!("'{selector}' must have the form path=value"),
-                );
-            }
+        if let Some(selector) = &watched.field_selector
+            && !selector.contains('=')
+        {
+            problems.push(
+                &format!("{base}.fieldSelector"),
+                &format!("'{selector}' must have the form path=value"),
+            );
         }
         if let Some(debounce) = &watched.debounce {
             problems.duration(&format!("{base}.debounce"), debounce);

@@ -63,12 +63,11 @@ async fn child_ref(
 /// Waits until the child has started `n` times and answers a ping.
 async fn wait_for_start(supervisor: &ActorRef<SupervisorMsg>, starts: &AtomicUsize, n: usize) {
     for _ in 0..200 {
-        if starts.load(Ordering::SeqCst) >= n {
-            if let Some(child) = child_ref(supervisor, "crashy").await {
-                if ractor::call!(child, CrashyMsg::Ping).is_ok() {
-                    return;
-                }
-            }
+        if starts.load(Ordering::SeqCst) >= n
+            && let Some(child) = child_ref(supervisor, "crashy").await
+            && ractor::call!(child, CrashyMsg::Ping).is_ok()
+        {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
