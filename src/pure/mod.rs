@@ -6,6 +6,7 @@
 pub mod assertions;
 pub mod config;
 pub mod deploy;
+pub mod fixtures;
 pub mod haproxy;
 pub mod manifests;
 pub mod pipeline;

@@ -1,0 +1,69 @@
+//! The render-and-validate pipeline at 1 000 Ingresses (with their Services and
+//! EndpointSlices), on the example ingress config, against the reference measured in the
+//! same run: `haproxy -c` on the very same rendered configuration.
+//!
+//! - `render_parse_schema`: template render + haptor's parser + schema check.
+//! - `haproxy_c`: the semantic phase alone (real `haproxy -c`, no cache).
+//! - `cache_hit`: a full `Validator::validate` of an already validated render.
+//!
+//! The ratio render_parse_schema / haproxy_c is the figure the issue tracks (target ≤ 25 %).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use haptor::pure::config::config_from_yaml;
+use haptor::pure::fixtures;
+use haptor::pure::pipeline::{CompiledConfig, Validator, check_offline};
+use haptor::pure::store::Stores;
+use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker};
+
+const INGRESSES: usize = 1_000;
+
+fn example() -> CompiledConfig {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ingress/config.yaml");
+    let text = std::fs::read_to_string(path).expect("example config");
+    let config = config_from_yaml(path, &text).expect("parses");
+    CompiledConfig::compile(config.spec).expect("compiles")
+}
+
+fn loaded_stores(config: &CompiledConfig) -> Stores {
+    let stores = config.new_stores().expect("stores");
+    for n in 0..INGRESSES {
+        stores.get("ingresses").expect("store").apply(fixtures::ingress(n, "haptor")).expect("applies");
+        stores.get("services").expect("store").apply(fixtures::service(n)).expect("applies");
+        stores.get("endpointslices").expect("store").apply(fixtures::endpoint_slice(n, 3)).expect("applies");
+    }
+    stores
+}
+
+fn pipeline(c: &mut Criterion) {
+    let config = example();
+    let stores = loaded_stores(&config);
+    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let checker = HaproxyChecker::new(CheckerSettings::default());
+    checker.check_blocking(&rendered).expect("the 1 000-ingress render is valid");
+
+    let mut group = c.benchmark_group("pipeline_1000_ingresses");
+    group.sample_size(10).measurement_time(Duration::from_secs(8)).warm_up_time(Duration::from_secs(1));
+    group.bench_function("render_parse_schema", |b| {
+        b.iter(|| {
+            let rendered = config.render(stores.snapshot(), None).expect("renders");
+            black_box(check_offline(&rendered).expect("valid"));
+        })
+    });
+    group.bench_function("haproxy_c", |b| b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid"))));
+    let validator = Validator::new("haproxy", 4);
+    validator.validate(rendered.clone()).expect("valid");
+    group.bench_function("cache_hit", |b| {
+        b.iter(|| {
+            let validated = validator.validate(rendered.clone()).expect("valid");
+            assert!(validated.from_cache);
+            black_box(validated)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline);
+criterion_main!(benches);

@@ -1,0 +1,51 @@
+//! Synthetic Kubernetes objects at scale (Ingresses, Services, EndpointSlices) for benches and
+//! load tests. Each generated app `app-N` in namespace `ns-(N % 10)` has one Ingress with
+//! host `app-N.example`, one Service on port 80 and one EndpointSlice with `endpoints`
+//! addresses in 10.x.y.z.
+
+use serde_json::{Value, json};
+
+/// The Ingress of app `n`.
+pub fn ingress(n: usize, class: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": format!("app-{n}"), "namespace": format!("ns-{}", n % 10)},
+        "spec": {
+            "ingressClassName": class,
+            "rules": [{
+                "host": format!("app-{n}.example"),
+                "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": format!("app-{n}"), "port": {"number": 80}}}}]}
+            }]
+        }
+    })
+}
+
+/// The Service of app `n`.
+pub fn service(n: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": format!("app-{n}"), "namespace": format!("ns-{}", n % 10)},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    })
+}
+
+/// The EndpointSlice of app `n` with `endpoints` addresses.
+pub fn endpoint_slice(n: usize, endpoints: usize) -> Value {
+    let addresses: Vec<Value> = (0..endpoints)
+        .map(|e| json!({"addresses": [format!("10.{}.{}.{}", (n / 250) % 250, n % 250, e + 1)]}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("app-{n}-slice"),
+            "namespace": format!("ns-{}", n % 10),
+            "labels": {"kubernetes.io/service-name": format!("app-{n}")}
+        },
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": addresses
+    })
+}
