@@ -126,6 +126,8 @@ pub struct Services {
     pub sources: Sources,
     pub settings: ControllerSettings,
     pub iteration_manager: Arc<RwLock<Option<ActorRef<IterationManagerMsg>>>>,
+    /// Set once every index of the running iteration has synced (`/readyz`).
+    pub readiness: crate::actors::http::Readiness,
 }
 
 /// How the actors of one config iteration find each other. Each actor registers itself in

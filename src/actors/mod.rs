@@ -4,6 +4,7 @@
 
 pub mod commentator;
 pub mod context;
+pub mod controller;
 pub mod coordinator;
 pub mod deployment;
 pub mod http;

@@ -1,0 +1,87 @@
+//! Starting a whole controller: the services (event fan-out, introspection, metrics,
+//! readiness), the process-wide children of the root (metrics and debug servers, the
+//! Commentator, the Metrics actor) and the IterationManager that builds the config
+//! iterations. `haptor run`, `haptor local` and the tests all start haptor through here and
+//! differ only in their [`Sources`], pipeline and publish sink.
+
+use std::sync::{Arc, RwLock};
+
+use ractor::ActorRef;
+
+use crate::actors::commentator::{Commentator, CommentatorArgs, EventLog, SharedEventReceiver};
+use crate::actors::context::{ControllerSettings, ReconcilePipeline, Services, Sources};
+use crate::actors::deployment::PublishSink;
+use crate::actors::http::{DebugState, Readiness, debug_server_spec, metrics_server_spec};
+use crate::actors::introspection::Introspection;
+use crate::actors::metrics::{Metrics, MetricsActor, MetricsArgs};
+use crate::actors::tree::start_root;
+use crate::messages::EventFanout;
+use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
+
+/// How many observability events each consumer may have queued before events are dropped.
+pub const EVENT_QUEUE_CAPACITY: usize = 1024;
+
+/// Where the HTTP servers listen; `None` leaves a server out (tests that need none).
+#[derive(Debug, Clone, Default)]
+pub struct ServerAddresses {
+    pub metrics: Option<String>,
+    pub debug: Option<String>,
+}
+
+/// A running controller.
+pub struct Controller {
+    pub root: ActorRef<SupervisorMsg>,
+    pub services: Services,
+    pub metrics: Arc<Metrics>,
+    pub events: EventLog,
+}
+
+impl Controller {
+    /// Stops the whole tree and waits until every actor has stopped.
+    pub async fn stop(&self) {
+        let _ = self.root.stop_and_wait(Some("controller stopping".into()), Some(std::time::Duration::from_secs(15))).await;
+    }
+}
+
+/// Starts a controller.
+pub async fn start_controller(
+    sources: Sources,
+    pipeline: Arc<dyn ReconcilePipeline>,
+    sink: Arc<dyn PublishSink>,
+    settings: ControllerSettings,
+    addresses: ServerAddresses,
+) -> Result<Controller, String> {
+    let (fanout, mut receivers) = EventFanout::new(&["commentator", "metrics"], EVENT_QUEUE_CAPACITY);
+    let metrics_events = SharedEventReceiver::new(receivers.pop().ok_or("no metrics queue")?);
+    let commentator_events = SharedEventReceiver::new(receivers.pop().ok_or("no commentator queue")?);
+    let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
+    metrics.watch_event_fanout(&fanout);
+    let services = Services {
+        fanout,
+        introspection: Introspection::new(),
+        pipeline,
+        sources,
+        settings,
+        iteration_manager: Arc::new(RwLock::new(None)),
+        readiness: Readiness::new(),
+    };
+    let events = EventLog::default();
+    let mut children = vec![
+        ChildSpec::new(
+            "commentator",
+            ActorRole::Server,
+            Commentator,
+            CommentatorArgs { log: events.clone(), events: Some(commentator_events) },
+        ),
+        ChildSpec::new("metrics", ActorRole::Server, MetricsActor, MetricsArgs { metrics: Arc::clone(&metrics), events: Some(metrics_events) }),
+    ];
+    if let Some(addr) = &addresses.metrics {
+        children.push(metrics_server_spec(addr.clone(), Arc::clone(&metrics)));
+    }
+    if let Some(addr) = &addresses.debug {
+        let state = DebugState::new(services.introspection.clone(), events.clone(), services.readiness.clone());
+        children.push(debug_server_spec(addr.clone(), state));
+    }
+    let root = start_root(&services, sink, children).await?;
+    Ok(Controller { root, services, metrics, events })
+}
