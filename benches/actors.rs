@@ -41,7 +41,11 @@ struct NoopPipeline {
 }
 
 impl ReconcilePipeline for NoopPipeline {
-    fn run(&self, _: &CompiledConfig, _: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure> {
+    fn run(
+        &self,
+        _: &CompiledConfig,
+        _: StoresSnapshot,
+    ) -> Result<RenderedAndValidated, RenderFailure> {
         let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(RenderedAndValidated {
             rendered: Arc::new(RenderedConfig::default()),
@@ -63,7 +67,10 @@ impl DeployTarget for SignallingTarget {
     fn name(&self) -> &str {
         "bench"
     }
-    fn deploy<'a>(&'a self, _: &'a DeployRequest) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
+    fn deploy<'a>(
+        &'a self,
+        _: &'a DeployRequest,
+    ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
         let _ = self.deployed.send(());
         Box::pin(async { Ok(DeployOutcome::default()) })
     }
@@ -79,10 +86,21 @@ fn reconciliation(c: &mut Criterion) {
     let controller = runtime.block_on(async {
         let config = Arc::new(config_from_yaml("bench.yaml", CONFIG).expect("config"));
         let (_config_tx, config_rx) = watch::channel(Some(config));
-        let (_leader_tx, leader_rx) = watch::channel(Leadership { is_leader: true, epoch: 1 });
+        let (_leader_tx, leader_rx) = watch::channel(Leadership {
+            is_leader: true,
+            epoch: 1,
+        });
         let target = Arc::new(SignallingTarget { deployed: tx });
-        let (_instances_tx, instances_rx) = watch::channel(vec![Instance { name: "bench".into(), target }]);
-        let sources = Sources { config: config_rx, resources: Arc::new(source.clone()), leadership: leader_rx, instances: instances_rx };
+        let (_instances_tx, instances_rx) = watch::channel(vec![Instance {
+            name: "bench".into(),
+            target,
+        }]);
+        let sources = Sources {
+            config: config_rx,
+            resources: Arc::new(source.clone()),
+            leadership: leader_rx,
+            instances: instances_rx,
+        };
         // Keep the senders alive for the whole bench.
         std::mem::forget((_config_tx, _leader_tx, _instances_tx));
         let controller = start_controller(
@@ -99,7 +117,9 @@ fn reconciliation(c: &mut Criterion) {
     });
 
     let mut group = c.benchmark_group("reconciliation_actor_overhead");
-    group.sample_size(20).measurement_time(Duration::from_secs(5));
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
     let mut n = 0u64;
     group.bench_function("event_to_deploy_through_actors", |b| {
         b.iter_custom(|iters| {
@@ -127,7 +147,11 @@ fn reconciliation(c: &mut Criterion) {
                     senders.push(tokio::spawn(async move {
                         while let Some(v) = this_rx.recv().await {
                             // The third hop stands for the coordinator's blocking render step.
-                            let v = if hop == 2 { tokio::task::spawn_blocking(move || v).await.unwrap_or(v) } else { v };
+                            let v = if hop == 2 {
+                                tokio::task::spawn_blocking(move || v).await.unwrap_or(v)
+                            } else {
+                                v
+                            };
                             if next_tx.send(v).is_err() {
                                 return;
                             }

@@ -2,7 +2,8 @@
 //! EndpointSlices), on the example ingress config, against the reference measured in the
 //! same run: `haproxy -c` on the very same rendered configuration.
 //!
-//! - `render_parse_schema`: template render + haptor's parser + schema check.
+//! - `render_parse_schema`: one EndpointSlice change, then template render + haptor's parser
+//!   + schema check (what a reconciliation does before `haproxy -c`).
 //! - `haproxy_c`: the semantic phase alone (real `haproxy -c`, no cache).
 //! - `cache_hit`: a full `Validator::validate` of an already validated render.
 //!
@@ -30,9 +31,21 @@ fn example() -> CompiledConfig {
 fn loaded_stores(config: &CompiledConfig) -> Stores {
     let stores = config.new_stores().expect("stores");
     for n in 0..INGRESSES {
-        stores.get("ingresses").expect("store").apply(fixtures::ingress(n, "haptor")).expect("applies");
-        stores.get("services").expect("store").apply(fixtures::service(n)).expect("applies");
-        stores.get("endpointslices").expect("store").apply(fixtures::endpoint_slice(n, 3)).expect("applies");
+        stores
+            .get("ingresses")
+            .expect("store")
+            .apply(fixtures::ingress(n, "haptor"))
+            .expect("applies");
+        stores
+            .get("services")
+            .expect("store")
+            .apply(fixtures::service(n))
+            .expect("applies");
+        stores
+            .get("endpointslices")
+            .expect("store")
+            .apply(fixtures::endpoint_slice(n, 3))
+            .expect("applies");
     }
     stores
 }
@@ -42,17 +55,37 @@ fn pipeline(c: &mut Criterion) {
     let stores = loaded_stores(&config);
     let rendered = config.render(stores.snapshot(), None).expect("renders");
     let checker = HaproxyChecker::new(CheckerSettings::default());
-    checker.check_blocking(&rendered).expect("the 1 000-ingress render is valid");
+    checker
+        .check_blocking(&rendered)
+        .expect("the 1 000-ingress render is valid");
 
     let mut group = c.benchmark_group("pipeline_1000_ingresses");
-    group.sample_size(10).measurement_time(Duration::from_secs(8)).warm_up_time(Duration::from_secs(1));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_secs(1));
+    // Each iteration follows one EndpointSlice change, as a reconciliation does.
+    let slices = stores.get("endpointslices").expect("store").clone();
+    let mut change = 0usize;
     group.bench_function("render_parse_schema", |b| {
         b.iter(|| {
+            change += 1;
+            slices
+                .apply(fixtures::endpoint_slice(change % INGRESSES, 2 + change % 3))
+                .expect("applies");
             let rendered = config.render(stores.snapshot(), None).expect("renders");
             black_box(check_offline(&rendered).expect("valid"));
         })
     });
-    group.bench_function("haproxy_c", |b| b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid"))));
+    group.bench_function("render_only", |b| {
+        b.iter(|| black_box(config.render(stores.snapshot(), None).expect("renders")))
+    });
+    group.bench_function("parse_schema_only", |b| {
+        b.iter(|| black_box(check_offline(&rendered).expect("valid")))
+    });
+    group.bench_function("haproxy_c", |b| {
+        b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid")))
+    });
     let validator = Validator::new("haproxy", 4);
     validator.validate(rendered.clone()).expect("valid");
     group.bench_function("cache_hit", |b| {

@@ -61,12 +61,22 @@ impl RecordingPipeline {
 }
 
 impl ReconcilePipeline for RecordingPipeline {
-    fn run(&self, compiled: &CompiledConfig, snapshot: StoresSnapshot) -> Result<RenderedAndValidated, RenderFailure> {
+    fn run(
+        &self,
+        compiled: &CompiledConfig,
+        snapshot: StoresSnapshot,
+    ) -> Result<RenderedAndValidated, RenderFailure> {
         std::thread::sleep(self.delay);
-        let rendered = compiled
-            .render(snapshot, None)
-            .map_err(|e| RenderFailure { stage: "render".into(), message: e.to_string(), template: None, line: None })?;
-        self.renders.lock().expect("lock").push(rendered.haproxy_cfg.clone());
+        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
+            stage: "render".into(),
+            message: e.to_string(),
+            template: None,
+            line: None,
+        })?;
+        self.renders
+            .lock()
+            .expect("lock")
+            .push(rendered.haproxy_cfg.clone());
         Ok(RenderedAndValidated {
             checksum: rendered.checksum(),
             rendered: Arc::new(rendered),
@@ -101,20 +111,51 @@ async fn start(leader: bool, delay: Duration, servers: bool) -> Harness {
     let source = MemorySource::new();
     source.apply(service("web", "initial"));
     let (config_tx, config_rx) = watch::channel(Some(config(CONFIG)));
-    let (leader_tx, leader_rx) = watch::channel(Leadership { is_leader: leader, epoch: u64::from(leader) });
+    let (leader_tx, leader_rx) = watch::channel(Leadership {
+        is_leader: leader,
+        epoch: u64::from(leader),
+    });
     let target = Arc::new(RecordingTarget::new("pod-a"));
-    let (instances_tx, instances_rx) = watch::channel(vec![Instance { name: "pod-a".into(), target: target.clone() }]);
-    let pipeline = Arc::new(RecordingPipeline { delay, ..Default::default() });
-    let sources = Sources { config: config_rx, resources: Arc::new(source.clone()), leadership: leader_rx, instances: instances_rx };
+    let (instances_tx, instances_rx) = watch::channel(vec![Instance {
+        name: "pod-a".into(),
+        target: target.clone(),
+    }]);
+    let pipeline = Arc::new(RecordingPipeline {
+        delay,
+        ..Default::default()
+    });
+    let sources = Sources {
+        config: config_rx,
+        resources: Arc::new(source.clone()),
+        leadership: leader_rx,
+        instances: instances_rx,
+    };
     let addresses = if servers {
-        ServerAddresses { metrics: Some("127.0.0.1:0".into()), debug: Some("127.0.0.1:0".into()) }
+        ServerAddresses {
+            metrics: Some("127.0.0.1:0".into()),
+            debug: Some("127.0.0.1:0".into()),
+        }
     } else {
         ServerAddresses::default()
     };
-    let controller = start_controller(sources, pipeline.clone(), Arc::new(InMemorySink::default()), ControllerSettings::default(), addresses)
-        .await
-        .expect("controller starts");
-    Harness { controller, source, config: config_tx, leadership: leader_tx, _instances: instances_tx, target, pipeline }
+    let controller = start_controller(
+        sources,
+        pipeline.clone(),
+        Arc::new(InMemorySink::default()),
+        ControllerSettings::default(),
+        addresses,
+    )
+    .await
+    .expect("controller starts");
+    Harness {
+        controller,
+        source,
+        config: config_tx,
+        leadership: leader_tx,
+        _instances: instances_tx,
+        target,
+        pipeline,
+    }
 }
 
 /// Polls `check` every 10 ms for up to 5 s.
@@ -129,14 +170,29 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 async fn server_url(h: &Harness, name: &str) -> String {
-    let cell = ractor::call!(h.controller.root, SupervisorMsg::ChildCell, name.to_string()).expect("root answers").expect("server runs");
-    let addr = ractor::call!(ActorRef::<HttpServerMsg>::from(cell), HttpServerMsg::LocalAddr).expect("server answers");
+    let cell = ractor::call!(
+        h.controller.root,
+        SupervisorMsg::ChildCell,
+        name.to_string()
+    )
+    .expect("root answers")
+    .expect("server runs");
+    let addr = ractor::call!(
+        ActorRef::<HttpServerMsg>::from(cell),
+        HttpServerMsg::LocalAddr
+    )
+    .expect("server answers");
     format!("http://{addr}")
 }
 
 async fn actor_names(h: &Harness) -> Vec<String> {
     let url = format!("{}/debug/actors", server_url(h, DEBUG_SERVER_NAME).await);
-    let tree: Value = reqwest::get(url).await.expect("GET /debug/actors").json().await.expect("JSON");
+    let tree: Value = reqwest::get(url)
+        .await
+        .expect("GET /debug/actors")
+        .json()
+        .await
+        .expect("JSON");
     let mut names = Vec::new();
     fn walk(node: &Value, names: &mut Vec<String>) {
         if let Some(name) = node["name"].as_str() {
@@ -153,24 +209,61 @@ async fn actor_names(h: &Harness) -> Vec<String> {
 #[tokio::test]
 async fn becoming_leader_starts_the_leader_only_subtree_and_replays_the_latest_state() {
     let h = start(false, Duration::ZERO, true).await;
-    eventually("indexes synced", || h.controller.services.introspection.state().all_indexes_synced).await;
+    eventually("indexes synced", || {
+        h.controller
+            .services
+            .introspection
+            .state()
+            .all_indexes_synced
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(h.pipeline.renders().is_empty(), "a follower does not render");
+    assert!(
+        h.pipeline.renders().is_empty(),
+        "a follower does not render"
+    );
     assert!(!actor_names(&h).await.contains(&"coordinator".to_string()));
 
     // Gaining leadership: a render and a deployment happen without any resource event.
-    h.leadership.send(Leadership { is_leader: true, epoch: 7 }).expect("send");
-    eventually("a render after gaining leadership", || !h.pipeline.renders().is_empty()).await;
+    h.leadership
+        .send(Leadership {
+            is_leader: true,
+            epoch: 7,
+        })
+        .expect("send");
+    eventually("a render after gaining leadership", || {
+        !h.pipeline.renders().is_empty()
+    })
+    .await;
     eventually("a deployment to pod-a", || !h.target.deployed().is_empty()).await;
     assert!(h.pipeline.renders()[0].contains("backend web"));
-    assert_eq!(h.target.deployed()[0].epoch, 7, "deployments carry the leader's epoch");
+    assert_eq!(
+        h.target.deployed()[0].epoch,
+        7,
+        "deployments carry the leader's epoch"
+    );
     let names = actor_names(&h).await;
-    for leader_only in ["leader-only", "coordinator", "deploy-scheduler", "drift-monitor", "config-publisher", "deployer-pod-a"] {
-        assert!(names.contains(&leader_only.to_string()), "{leader_only} missing from {names:?}");
+    for leader_only in [
+        "leader-only",
+        "coordinator",
+        "deploy-scheduler",
+        "drift-monitor",
+        "config-publisher",
+        "deployer-pod-a",
+    ] {
+        assert!(
+            names.contains(&leader_only.to_string()),
+            "{leader_only} missing from {names:?}"
+        );
     }
 
     // Losing leadership stops every leader-only actor.
-    h.leadership.send(Leadership { is_leader: false, epoch: 8 }).expect("send");
+    h.leadership
+        .send(Leadership {
+            is_leader: false,
+            epoch: 8,
+        })
+        .expect("send");
     let mut names = actor_names(&h).await;
     for _ in 0..200 {
         if !names.contains(&"leader-only".to_string()) {
@@ -179,13 +272,27 @@ async fn becoming_leader_starts_the_leader_only_subtree_and_replays_the_latest_s
         tokio::time::sleep(Duration::from_millis(10)).await;
         names = actor_names(&h).await;
     }
-    for leader_only in ["leader-only", "coordinator", "deploy-scheduler", "drift-monitor", "config-publisher", "deployer-pod-a"] {
-        assert!(!names.contains(&leader_only.to_string()), "{leader_only} still running: {names:?}");
+    for leader_only in [
+        "leader-only",
+        "coordinator",
+        "deploy-scheduler",
+        "drift-monitor",
+        "config-publisher",
+        "deployer-pod-a",
+    ] {
+        assert!(
+            !names.contains(&leader_only.to_string()),
+            "{leader_only} still running: {names:?}"
+        );
     }
     let renders = h.pipeline.renders().len();
     h.source.apply(service("api", "x"));
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(h.pipeline.renders().len(), renders, "a follower ignores resource events");
+    assert_eq!(
+        h.pipeline.renders().len(),
+        renders,
+        "a follower ignores resource events"
+    );
     h.controller.stop().await;
 }
 
@@ -200,11 +307,25 @@ async fn a_hundred_events_during_a_render_cause_at_most_one_more_render_reflecti
     for i in 1..=100 {
         h.source.apply(service("web", &format!("event-{i}")));
     }
-    eventually("the renders to settle", || h.pipeline.renders().last().is_some_and(|r| r.contains("marker event-100"))).await;
+    eventually("the renders to settle", || {
+        h.pipeline
+            .renders()
+            .last()
+            .is_some_and(|r| r.contains("marker event-100"))
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     let renders = h.pipeline.renders();
-    assert_eq!(renders.len(), 3, "initial + the one running during the burst + one coalesced: {}", renders.len());
-    assert!(renders[2].contains("marker event-100"), "the last render reflects the last event");
+    assert_eq!(
+        renders.len(),
+        3,
+        "initial + the one running during the burst + one coalesced: {}",
+        renders.len()
+    );
+    assert!(
+        renders[2].contains("marker event-100"),
+        "the last render reflects the last event"
+    );
     h.controller.stop().await;
 }
 
@@ -212,13 +333,30 @@ async fn a_hundred_events_during_a_render_cause_at_most_one_more_render_reflecti
 async fn a_watcher_that_fails_is_restarted_and_reconciliation_goes_on() {
     let h = start(true, Duration::ZERO, false).await;
     eventually("the initial render", || h.pipeline.renders().len() == 1).await;
-    let watcher = find_cell(&h.controller.root.get_cell(), "watcher-services").expect("the watcher runs");
-    let _ = ActorRef::<haptor::messages::WatcherMsg>::from(watcher.clone()).cast(haptor::messages::WatcherMsg::SourceEnded);
-    eventually("a new watcher", || find_cell(&h.controller.root.get_cell(), "watcher-services").is_some_and(|c| c.get_id() != watcher.get_id())).await;
+    let watcher =
+        find_cell(&h.controller.root.get_cell(), "watcher-services").expect("the watcher runs");
+    let _ = ActorRef::<haptor::messages::WatcherMsg>::from(watcher.clone())
+        .cast(haptor::messages::WatcherMsg::SourceEnded);
+    eventually("a new watcher", || {
+        find_cell(&h.controller.root.get_cell(), "watcher-services")
+            .is_some_and(|c| c.get_id() != watcher.get_id())
+    })
+    .await;
     let tree = haptor::supervision::actor_tree(&h.controller.root.get_cell());
-    assert_eq!(tree.find("watcher-services").map(|n| n.restarts), Some(1), "{}", tree.to_text());
+    assert_eq!(
+        tree.find("watcher-services").map(|n| n.restarts),
+        Some(1),
+        "{}",
+        tree.to_text()
+    );
     h.source.apply(service("after-restart", "x"));
-    eventually("a render with the new service", || h.pipeline.renders().iter().any(|r| r.contains("backend after-restart"))).await;
+    eventually("a render with the new service", || {
+        h.pipeline
+            .renders()
+            .iter()
+            .any(|r| r.contains("backend after-restart"))
+    })
+    .await;
     h.controller.stop().await;
 }
 
@@ -226,12 +364,26 @@ async fn a_watcher_that_fails_is_restarted_and_reconciliation_goes_on() {
 async fn an_invalid_config_change_is_rejected_and_the_running_config_stays() {
     let h = start(true, Duration::ZERO, false).await;
     eventually("the initial render", || h.pipeline.renders().len() == 1).await;
-    h.config.send(Some(config(&CONFIG.replace("{{#each (resources \"services\")}}", "{{#each (resources \"services\")")))).expect("send");
-    eventually("the rejection to be recorded", || !h.controller.services.introspection.errors().is_empty()).await;
+    h.config
+        .send(Some(config(&CONFIG.replace(
+            "{{#each (resources \"services\")}}",
+            "{{#each (resources \"services\")",
+        ))))
+        .expect("send");
+    eventually("the rejection to be recorded", || {
+        !h.controller.services.introspection.errors().is_empty()
+    })
+    .await;
     let error = &h.controller.services.introspection.errors()[0];
     assert!(error.message.contains("haproxy.cfg"), "{error:?}");
     h.source.apply(service("still-works", "x"));
-    eventually("a render with the old templates", || h.pipeline.renders().iter().any(|r| r.contains("backend still-works"))).await;
+    eventually("a render with the old templates", || {
+        h.pipeline
+            .renders()
+            .iter()
+            .any(|r| r.contains("backend still-works"))
+    })
+    .await;
     h.controller.stop().await;
 }
 
@@ -239,16 +391,33 @@ async fn an_invalid_config_change_is_rejected_and_the_running_config_stays() {
 async fn a_template_change_renders_again_and_a_new_watched_resource_rebuilds_the_iteration() {
     let h = start(true, Duration::ZERO, false).await;
     eventually("the initial render", || h.pipeline.renders().len() == 1).await;
-    h.config.send(Some(config(&CONFIG.replace("maxconn 100", "maxconn 200")))).expect("send");
-    eventually("a render with the new template", || h.pipeline.renders().iter().any(|r| r.contains("maxconn 200"))).await;
-    let before = find_cell(&h.controller.root.get_cell(), "config-iteration").expect("iteration").get_id();
+    h.config
+        .send(Some(config(&CONFIG.replace("maxconn 100", "maxconn 200"))))
+        .expect("send");
+    eventually("a render with the new template", || {
+        h.pipeline
+            .renders()
+            .iter()
+            .any(|r| r.contains("maxconn 200"))
+    })
+    .await;
+    let before = find_cell(&h.controller.root.get_cell(), "config-iteration")
+        .expect("iteration")
+        .get_id();
     let with_secrets = CONFIG.replace(
         "  haproxyConfig:",
         "    secrets:\n      apiVersion: v1\n      resources: secrets\n      indexBy: [\"metadata.namespace\", \"metadata.name\"]\n  haproxyConfig:",
     );
     h.config.send(Some(config(&with_secrets))).expect("send");
-    eventually("a new iteration", || find_cell(&h.controller.root.get_cell(), "config-iteration").is_some_and(|c| c.get_id() != before)).await;
-    eventually("a watcher for secrets", || find_cell(&h.controller.root.get_cell(), "watcher-secrets").is_some()).await;
+    eventually("a new iteration", || {
+        find_cell(&h.controller.root.get_cell(), "config-iteration")
+            .is_some_and(|c| c.get_id() != before)
+    })
+    .await;
+    eventually("a watcher for secrets", || {
+        find_cell(&h.controller.root.get_cell(), "watcher-secrets").is_some()
+    })
+    .await;
     h.controller.stop().await;
 }
 
@@ -258,23 +427,63 @@ async fn debug_actors_lists_every_actor_and_metrics_are_exposed() {
     eventually("a deployment", || !h.target.deployed().is_empty()).await;
     let names = actor_names(&h).await;
     for expected in [
-        "haptor", "metrics-server", "debug-server", "commentator", "metrics", "iteration-manager", "config-iteration", "all-replica",
-        "validator-basic", "validator-template", "validator-jsonpath", "config-loader", "credentials-loader", "index-tracker",
-        "reconciler", "watcher-services", "discovery", "leader-elector", "leader-only", "coordinator", "deploy-scheduler",
-        "deployer-pod-a", "drift-monitor", "config-publisher",
+        "haptor",
+        "metrics-server",
+        "debug-server",
+        "commentator",
+        "metrics",
+        "iteration-manager",
+        "config-iteration",
+        "all-replica",
+        "validator-basic",
+        "validator-template",
+        "validator-jsonpath",
+        "config-loader",
+        "credentials-loader",
+        "index-tracker",
+        "reconciler",
+        "watcher-services",
+        "discovery",
+        "leader-elector",
+        "leader-only",
+        "coordinator",
+        "deploy-scheduler",
+        "deployer-pod-a",
+        "drift-monitor",
+        "config-publisher",
     ] {
-        assert!(names.contains(&expected.to_string()), "{expected} missing from /debug/actors: {names:?}");
+        assert!(
+            names.contains(&expected.to_string()),
+            "{expected} missing from /debug/actors: {names:?}"
+        );
     }
-    let text = reqwest::get(format!("{}/debug/actors?format=text", server_url(&h, DEBUG_SERVER_NAME).await))
-        .await
-        .expect("GET")
-        .text()
-        .await
-        .expect("text");
-    assert!(text.lines().any(|l| l.starts_with("    leader-only ")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("      coordinator ")), "{text}");
+    let text = reqwest::get(format!(
+        "{}/debug/actors?format=text",
+        server_url(&h, DEBUG_SERVER_NAME).await
+    ))
+    .await
+    .expect("GET")
+    .text()
+    .await
+    .expect("text");
+    assert!(
+        text.lines().any(|l| l.starts_with("    leader-only ")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("      coordinator ")),
+        "{text}"
+    );
 
-    let metrics = reqwest::get(format!("{}/metrics", server_url(&h, METRICS_SERVER_NAME).await)).await.expect("GET").text().await.expect("text");
+    let metrics = reqwest::get(format!(
+        "{}/metrics",
+        server_url(&h, METRICS_SERVER_NAME).await
+    ))
+    .await
+    .expect("GET")
+    .text()
+    .await
+    .expect("text");
     for family in [
         "haptor_reconciliations_total",
         "haptor_deployments_total",
@@ -283,7 +492,10 @@ async fn debug_actors_lists_every_actor_and_metrics_are_exposed() {
         "haptor_observability_events_dropped_total",
         "haptor_build_info",
     ] {
-        assert!(metrics.contains(family), "{family} missing from /metrics:\n{metrics}");
+        assert!(
+            metrics.contains(family),
+            "{family} missing from /metrics:\n{metrics}"
+        );
     }
     h.controller.stop().await;
 }

@@ -39,7 +39,13 @@ pub struct Controller {
 impl Controller {
     /// Stops the whole tree and waits until every actor has stopped.
     pub async fn stop(&self) {
-        let _ = self.root.stop_and_wait(Some("controller stopping".into()), Some(std::time::Duration::from_secs(15))).await;
+        let _ = self
+            .root
+            .stop_and_wait(
+                Some("controller stopping".into()),
+                Some(std::time::Duration::from_secs(15)),
+            )
+            .await;
     }
 }
 
@@ -51,9 +57,11 @@ pub async fn start_controller(
     settings: ControllerSettings,
     addresses: ServerAddresses,
 ) -> Result<Controller, String> {
-    let (fanout, mut receivers) = EventFanout::new(&["commentator", "metrics"], EVENT_QUEUE_CAPACITY);
+    let (fanout, mut receivers) =
+        EventFanout::new(&["commentator", "metrics"], EVENT_QUEUE_CAPACITY);
     let metrics_events = SharedEventReceiver::new(receivers.pop().ok_or("no metrics queue")?);
-    let commentator_events = SharedEventReceiver::new(receivers.pop().ok_or("no commentator queue")?);
+    let commentator_events =
+        SharedEventReceiver::new(receivers.pop().ok_or("no commentator queue")?);
     let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
     metrics.watch_event_fanout(&fanout);
     let services = Services {
@@ -71,17 +79,37 @@ pub async fn start_controller(
             "commentator",
             ActorRole::Server,
             Commentator,
-            CommentatorArgs { log: events.clone(), events: Some(commentator_events) },
+            CommentatorArgs {
+                log: events.clone(),
+                events: Some(commentator_events),
+            },
         ),
-        ChildSpec::new("metrics", ActorRole::Server, MetricsActor, MetricsArgs { metrics: Arc::clone(&metrics), events: Some(metrics_events) }),
+        ChildSpec::new(
+            "metrics",
+            ActorRole::Server,
+            MetricsActor,
+            MetricsArgs {
+                metrics: Arc::clone(&metrics),
+                events: Some(metrics_events),
+            },
+        ),
     ];
     if let Some(addr) = &addresses.metrics {
         children.push(metrics_server_spec(addr.clone(), Arc::clone(&metrics)));
     }
     if let Some(addr) = &addresses.debug {
-        let state = DebugState::new(services.introspection.clone(), events.clone(), services.readiness.clone());
+        let state = DebugState::new(
+            services.introspection.clone(),
+            events.clone(),
+            services.readiness.clone(),
+        );
         children.push(debug_server_spec(addr.clone(), state));
     }
     let root = start_root(&services, sink, children).await?;
-    Ok(Controller { root, services, metrics, events })
+    Ok(Controller {
+        root,
+        services,
+        metrics,
+        events,
+    })
 }

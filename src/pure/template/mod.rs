@@ -224,6 +224,8 @@ pub struct TemplateSet {
     aux: Vec<(AuxKind, String, String)>,
     snippets: Arc<[String]>,
     limits: RenderLimits,
+    /// The last render's context; renders of one set take turns on it.
+    context_cache: std::sync::Mutex<render::ContextCache>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -293,6 +295,7 @@ impl TemplateSet {
             aux,
             snippets,
             limits: RenderLimits::default(),
+            context_cache: std::sync::Mutex::default(),
         })
     }
 
@@ -314,14 +317,20 @@ impl TemplateSet {
     /// Renders `haproxy.cfg`, then every map, file and certificate (each kind by name),
     /// building the handlebars context once.
     pub fn render(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
-        let context = render::build_context(input)?;
+        // A poisoned cache is rebuilt from scratch rather than trusted.
+        let mut cache = self.context_cache.lock().unwrap_or_else(|poisoned| {
+            let mut guard = poisoned.into_inner();
+            *guard = render::ContextCache::default();
+            guard
+        });
+        let context = cache.refresh(input)?;
         let state = RenderState::new(input, &self.snippets, self.limits.max_render_time);
         let mut remaining = self.limits.max_output_bytes;
 
-        let haproxy_cfg = self.render_one(HAPROXY_CFG, &context, &state, &mut remaining)?;
+        let haproxy_cfg = self.render_one(HAPROXY_CFG, context, &state, &mut remaining)?;
         let mut aux_files: BTreeMap<String, AuxFile> = BTreeMap::new();
         for (kind, name, registry_name) in &self.aux {
-            let content = self.render_one(registry_name, &context, &state, &mut remaining)?;
+            let content = self.render_one(registry_name, context, &state, &mut remaining)?;
             let path = input.path_resolver.path(*kind, name);
             if let Some(existing) = aux_files.get(&path) {
                 return Err(TemplateError::Render {

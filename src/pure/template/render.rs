@@ -61,18 +61,83 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "render_glob",
 ];
 
-/// Builds the one handlebars context of a render.
-pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateError> {
-    let mut root = Map::new();
-    let mut resources = Map::new();
-    for (name, snapshot) in input.stores.iter() {
-        let objects = snapshot
+/// The handlebars context of the last render, kept so the next render copies only the
+/// stores whose snapshot changed (copying every object into the context was a fifth of a
+/// render at 1 000 Ingresses).
+#[derive(Default)]
+pub(crate) struct ContextCache {
+    /// The snapshot each store's array was copied from (held, so pointer identity is sound).
+    stores: BTreeMap<String, Arc<StoreSnapshot>>,
+    /// Everything but `resources`, as built for the cached context.
+    rest: Map<String, Value>,
+    context: Option<Context>,
+}
+
+fn store_array(snapshot: &StoreSnapshot) -> Value {
+    Value::Array(
+        snapshot
             .objects()
             .map(|object| (**object).clone())
-            .collect();
-        resources.insert(name.to_string(), Value::Array(objects));
+            .collect(),
+    )
+}
+
+impl ContextCache {
+    /// Brings the cached context up to date with `input` and returns it.
+    pub(crate) fn refresh(&mut self, input: &RenderContext) -> Result<&Context, TemplateError> {
+        let rest = context_values(input)?;
+        let reusable = self.context.is_some() && self.rest == rest;
+        if !reusable {
+            let context = build_context(input)?;
+            self.stores = input
+                .stores
+                .iter()
+                .map(|(n, s)| (n.to_string(), Arc::clone(s)))
+                .collect();
+            self.rest = rest;
+            return Ok(self.context.insert(context));
+        }
+        let Some(context) = self.context.as_mut() else {
+            return Err(TemplateError::Context {
+                message: "the context cache lost its context".into(),
+            });
+        };
+        let Some(Value::Object(resources)) = context.data_mut().get_mut("resources") else {
+            return Err(TemplateError::Context {
+                message: "the cached context has no resources".into(),
+            });
+        };
+        resources.retain(|name, _| input.stores.get(name).is_some());
+        self.stores
+            .retain(|name, _| input.stores.get(name).is_some());
+        for (name, snapshot) in input.stores.iter() {
+            let unchanged = self
+                .stores
+                .get(name)
+                .is_some_and(|cached| Arc::ptr_eq(cached, snapshot));
+            if !unchanged {
+                resources.insert(name.to_string(), store_array(snapshot));
+                self.stores.insert(name.to_string(), Arc::clone(snapshot));
+            }
+        }
+        Ok(context)
+    }
+}
+
+/// Builds the one handlebars context of a render.
+pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateError> {
+    let mut root = context_values(input)?;
+    let mut resources = Map::new();
+    for (name, snapshot) in input.stores.iter() {
+        resources.insert(name.to_string(), store_array(snapshot));
     }
     root.insert("resources".to_string(), Value::Object(resources));
+    Ok(Context::from(Value::Object(root)))
+}
+
+/// Every top-level context value except `resources`.
+fn context_values(input: &RenderContext) -> Result<Map<String, Value>, TemplateError> {
+    let mut root = Map::new();
     let paths = &input.path_resolver;
     root.insert(
         "paths".to_string(),
@@ -115,7 +180,7 @@ pub(crate) fn build_context(input: &RenderContext) -> Result<Context, TemplateEr
             });
         }
     }
-    Ok(Context::from(Value::Object(root)))
+    Ok(root)
 }
 
 fn json_kind(value: &Value) -> &'static str {

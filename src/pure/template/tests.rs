@@ -665,3 +665,45 @@ fn helper_misuse_names_the_helper_and_argument() {
     assert!(err.message().contains("lower"), "{err}");
     assert!(err.message().contains("undefined_thing"), "{err}");
 }
+
+#[test]
+fn a_second_render_sees_a_changed_store_and_a_changed_extra_context() {
+    let set = TemplateSet::compile(input(
+        "{{#each (resources \"svc\")}}{{metadata.name}} {{/each}}{{greeting}}",
+    ))
+    .unwrap();
+    let store = crate::pure::store::ResourceStore::new("svc", vec!["metadata.name".into()], vec![])
+        .unwrap();
+    store.apply(json!({"metadata": {"name": "a"}})).unwrap();
+    let context = |extra: Value| {
+        let mut stores = StoresSnapshot::new();
+        stores.insert(store.snapshot());
+        RenderContext::new(stores, PathResolver::default()).with_extra_context(extra)
+    };
+    assert_eq!(
+        set.render(&context(json!({"greeting": "hi"})))
+            .unwrap()
+            .haproxy_cfg,
+        "a hi"
+    );
+    store.apply(json!({"metadata": {"name": "b"}})).unwrap();
+    assert_eq!(
+        set.render(&context(json!({"greeting": "hi"})))
+            .unwrap()
+            .haproxy_cfg,
+        "a b hi"
+    );
+    assert_eq!(
+        set.render(&context(json!({"greeting": "bye"})))
+            .unwrap()
+            .haproxy_cfg,
+        "a b bye"
+    );
+    let mut without = StoresSnapshot::new();
+    without.insert(Arc::new(
+        StoreSnapshot::from_objects("svc", vec!["metadata.name".into()], vec![]).unwrap(),
+    ));
+    let empty = RenderContext::new(without, PathResolver::default())
+        .with_extra_context(json!({"greeting": "bye"}));
+    assert_eq!(set.render(&empty).unwrap().haproxy_cfg, "bye");
+}

@@ -1,0 +1,586 @@
+//! The deployment plan: what it takes to bring an instance from one rendered configuration to
+//! another. Server address, port, weight and state changes, and map content changes, go
+//! through the runtime API with no reload; anything else in `haproxy.cfg`, and any other
+//! auxiliary file change, needs one reload. Files are always rewritten too, so a later
+//! reload keeps what the runtime API changed. `haptor plan` prints exactly this plan, and the
+//! deploy targets execute it, so what the command says is what a deployment does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::pure::haproxy::{Config, SectionKind, parse_config, view};
+use crate::pure::rendered::{AuxKind, RenderedConfig};
+
+/// A server's administrative state as the runtime API sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerState {
+    Ready,
+    Maint,
+}
+
+/// One step of a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Operation {
+    /// `set server <backend>/<server> addr <address> port <port>`
+    SetServerAddress {
+        backend: String,
+        server: String,
+        address: String,
+        port: Option<u16>,
+    },
+    /// `set server <backend>/<server> weight <weight>`
+    SetServerWeight {
+        backend: String,
+        server: String,
+        weight: u32,
+    },
+    /// `set server <backend>/<server> state ready|maint`
+    SetServerState {
+        backend: String,
+        server: String,
+        state: ServerState,
+    },
+    /// Replace a loaded map's entries atomically (`prepare map`, `add map @ver`, `commit map`).
+    ReplaceMap {
+        path: String,
+        entries: Vec<(String, String)>,
+    },
+    /// Write `haproxy.cfg`.
+    WriteConfig,
+    /// Write an auxiliary file.
+    WriteFile { path: String },
+    /// Delete an auxiliary file that the new render no longer has.
+    DeleteFile { path: String },
+}
+
+impl Operation {
+    /// Whether this operation goes through the runtime API.
+    pub fn is_runtime(&self) -> bool {
+        matches!(
+            self,
+            Operation::SetServerAddress { .. }
+                | Operation::SetServerWeight { .. }
+                | Operation::SetServerState { .. }
+                | Operation::ReplaceMap { .. }
+        )
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operation::SetServerAddress {
+                backend,
+                server,
+                address,
+                port: Some(port),
+            } => {
+                write!(
+                    f,
+                    "runtime: set server {backend}/{server} addr {address} port {port}"
+                )
+            }
+            Operation::SetServerAddress {
+                backend,
+                server,
+                address,
+                port: None,
+            } => {
+                write!(f, "runtime: set server {backend}/{server} addr {address}")
+            }
+            Operation::SetServerWeight {
+                backend,
+                server,
+                weight,
+            } => write!(f, "runtime: set server {backend}/{server} weight {weight}"),
+            Operation::SetServerState {
+                backend,
+                server,
+                state,
+            } => {
+                let state = match state {
+                    ServerState::Ready => "ready",
+                    ServerState::Maint => "maint",
+                };
+                write!(f, "runtime: set server {backend}/{server} state {state}")
+            }
+            Operation::ReplaceMap { path, entries } => {
+                write!(f, "runtime: replace map {path} ({} entries)", entries.len())
+            }
+            Operation::WriteConfig => write!(f, "file: write haproxy.cfg"),
+            Operation::WriteFile { path } => write!(f, "file: write {path}"),
+            Operation::DeleteFile { path } => write!(f, "file: delete {path}"),
+        }
+    }
+}
+
+/// Everything a deployment from one render to another does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeploymentPlan {
+    /// Runtime operations first, then file writes, in a stable order.
+    pub operations: Vec<Operation>,
+    pub reload: bool,
+    /// Why a reload is needed (empty when none is).
+    pub reload_reasons: Vec<String>,
+}
+
+impl DeploymentPlan {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.operations.is_empty() && !self.reload
+    }
+
+    /// The plan as `haptor plan` prints it: one operation per line, then `reload: yes|no`.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for op in &self.operations {
+            out.push_str(&op.to_string());
+            out.push('\n');
+        }
+        out.push_str(if self.reload {
+            "reload: yes\n"
+        } else {
+            "reload: no\n"
+        });
+        out
+    }
+}
+
+/// The new configuration cannot be planned for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot plan the deployment: the {which} haproxy.cfg does not parse at line {line}: {message}"
+)]
+pub struct PlanError {
+    pub which: &'static str,
+    pub line: usize,
+    pub message: String,
+}
+
+/// The runtime-changeable facts of one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ServerFacts {
+    address: String,
+    port: Option<u16>,
+    weight: u32,
+    disabled: bool,
+}
+
+/// Plans the deployment from `from` (what the instance runs; `None` when it runs nothing
+/// haptor deployed) to `to`.
+pub fn plan(
+    from: Option<&RenderedConfig>,
+    to: &RenderedConfig,
+) -> Result<DeploymentPlan, PlanError> {
+    let parse = |which: &'static str, text: &str| {
+        parse_config(text).map_err(|e| PlanError {
+            which,
+            line: e.line,
+            message: e.message,
+        })
+    };
+    let new = parse("new", &to.haproxy_cfg)?;
+    let mut plan = DeploymentPlan::default();
+    let Some(from) = from else {
+        plan.reload = true;
+        plan.reload_reasons
+            .push("the instance runs no configuration deployed by haptor".into());
+        plan.operations.push(Operation::WriteConfig);
+        plan.operations.extend(
+            to.aux_files
+                .keys()
+                .map(|path| Operation::WriteFile { path: path.clone() }),
+        );
+        return Ok(plan);
+    };
+    // An old configuration that does not parse cannot be diffed: replace it.
+    let old = match parse("old", &from.haproxy_cfg) {
+        Ok(old) => old,
+        Err(e) => {
+            plan.reload = true;
+            plan.reload_reasons.push(e.to_string());
+            plan.operations.push(Operation::WriteConfig);
+            plan.operations.extend(
+                to.aux_files
+                    .keys()
+                    .map(|path| Operation::WriteFile { path: path.clone() }),
+            );
+            return Ok(plan);
+        }
+    };
+
+    let mut runtime = Vec::new();
+    let mut files = Vec::new();
+    if from.haproxy_cfg != to.haproxy_cfg {
+        files.push(Operation::WriteConfig);
+        match structural_difference(&old, &new) {
+            Some(reason) => {
+                plan.reload = true;
+                plan.reload_reasons.push(reason);
+            }
+            None => runtime.extend(server_operations(&old, &new)),
+        }
+    }
+
+    for (path, file) in &to.aux_files {
+        match from.aux_files.get(path) {
+            Some(previous) if previous.content == file.content => {}
+            Some(_) if file.kind == AuxKind::Map => {
+                files.push(Operation::WriteFile { path: path.clone() });
+                runtime.push(Operation::ReplaceMap {
+                    path: path.clone(),
+                    entries: map_entries(&file.content),
+                });
+            }
+            Some(_) => {
+                files.push(Operation::WriteFile { path: path.clone() });
+                plan.reload = true;
+                plan.reload_reasons
+                    .push(format!("{} {path} changed", file.kind));
+            }
+            None => {
+                files.push(Operation::WriteFile { path: path.clone() });
+                plan.reload = true;
+                plan.reload_reasons
+                    .push(format!("{} {path} is new", file.kind));
+            }
+        }
+    }
+    for path in from
+        .aux_files
+        .keys()
+        .filter(|p| !to.aux_files.contains_key(*p))
+    {
+        files.push(Operation::DeleteFile { path: path.clone() });
+        plan.reload = true;
+        plan.reload_reasons.push(format!("{path} was removed"));
+    }
+    // When HAProxy reloads, the runtime changes come with the new files anyway.
+    if !plan.reload {
+        plan.operations.extend(runtime);
+    }
+    plan.operations.extend(files);
+    Ok(plan)
+}
+
+/// Map file text to entries: one `key value` per line, `#` comments and blank lines skipped.
+pub fn map_entries(content: &str) -> Vec<(String, String)> {
+    content
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| match l.split_once(char::is_whitespace) {
+            Some((k, v)) => (k.to_string(), v.trim().to_string()),
+            None => (l.to_string(), String::new()),
+        })
+        .collect()
+}
+
+/// Words of a server line with the runtime-changeable parts removed: the address and the
+/// `weight`, `disabled` and `enabled` parameters.
+fn server_shape(words: &[String]) -> Vec<String> {
+    let mut shape = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        match (i, words[i].as_str()) {
+            (2, _) => {}
+            (_, "weight") if i > 2 => i += 1,
+            (_, "disabled" | "enabled") if i > 2 => {}
+            _ => shape.push(words[i].clone()),
+        }
+        i += 1;
+    }
+    shape
+}
+
+/// The config with server lines reduced to their shape, as comparable lines per section.
+fn normalised(config: &Config) -> Vec<(String, Vec<Vec<String>>)> {
+    config
+        .sections
+        .iter()
+        .map(|section| {
+            let header = format!(
+                "{} {}",
+                section.keyword(),
+                section.name.as_deref().unwrap_or("")
+            );
+            let is_proxy = matches!(section.kind, SectionKind::Backend | SectionKind::Listen);
+            let lines = section
+                .directives
+                .iter()
+                .map(|d| {
+                    if is_proxy && d.keyword() == "server" {
+                        server_shape(&d.words)
+                    } else {
+                        d.words.clone()
+                    }
+                })
+                .collect();
+            (header, lines)
+        })
+        .collect()
+}
+
+/// Why two configs differ beyond what the runtime API can change, or `None`.
+fn structural_difference(old: &Config, new: &Config) -> Option<String> {
+    if old
+        .preamble
+        .iter()
+        .map(|d| &d.words)
+        .ne(new.preamble.iter().map(|d| &d.words))
+    {
+        return Some("lines before the first section changed".into());
+    }
+    let old_sections = normalised(old);
+    let new_sections = normalised(new);
+    let old_names: Vec<&String> = old_sections.iter().map(|(h, _)| h).collect();
+    let new_names: Vec<&String> = new_sections.iter().map(|(h, _)| h).collect();
+    if old_names != new_names {
+        let added: Vec<&&String> = new_names
+            .iter()
+            .filter(|n| !old_names.contains(n))
+            .collect();
+        let removed: Vec<&&String> = old_names
+            .iter()
+            .filter(|n| !new_names.contains(n))
+            .collect();
+        return Some(match (added.first(), removed.first()) {
+            (Some(a), _) => format!("section '{}' was added", a.trim()),
+            (None, Some(r)) => format!("section '{}' was removed", r.trim()),
+            (None, None) => "sections were reordered".into(),
+        });
+    }
+    for ((header, old_lines), (_, new_lines)) in old_sections.iter().zip(&new_sections) {
+        if old_lines != new_lines {
+            return Some(format!("section '{}' changed", header.trim()));
+        }
+    }
+    None
+}
+
+fn server_facts(config: &Config) -> BTreeMap<(String, String), ServerFacts> {
+    let mut facts = BTreeMap::new();
+    for backend in view(config).backends {
+        for server in backend.servers {
+            let weight = server
+                .param("weight")
+                .and_then(|p| p.values.first())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(1);
+            let port = server.endpoint.port_number();
+            facts.insert(
+                (backend.name.clone(), server.name.clone()),
+                ServerFacts {
+                    address: server.endpoint.host.clone(),
+                    port,
+                    weight,
+                    disabled: server.has_flag("disabled"),
+                },
+            );
+        }
+    }
+    facts
+}
+
+fn server_operations(old: &Config, new: &Config) -> Vec<Operation> {
+    let before = server_facts(old);
+    let mut ops = Vec::new();
+    for ((backend, server), after) in server_facts(new) {
+        let Some(previous) = before.get(&(backend.clone(), server.clone())) else {
+            continue;
+        };
+        if previous.address != after.address || previous.port != after.port {
+            ops.push(Operation::SetServerAddress {
+                backend: backend.clone(),
+                server: server.clone(),
+                address: after.address.clone(),
+                port: after.port,
+            });
+        }
+        if previous.weight != after.weight {
+            ops.push(Operation::SetServerWeight {
+                backend: backend.clone(),
+                server: server.clone(),
+                weight: after.weight,
+            });
+        }
+        if previous.disabled != after.disabled {
+            let state = if after.disabled {
+                ServerState::Maint
+            } else {
+                ServerState::Ready
+            };
+            ops.push(Operation::SetServerState {
+                backend,
+                server,
+                state,
+            });
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pure::rendered::AuxFile;
+
+    fn cfg(servers: &str) -> RenderedConfig {
+        RenderedConfig {
+            haproxy_cfg: format!(
+                "global\n  maxconn 100\n\nfrontend fe\n  bind :8080\n  default_backend be\n\nbackend be\n{servers}"
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn with_map(mut r: RenderedConfig, content: &str) -> RenderedConfig {
+        r.aux_files.insert(
+            "maps/hosts.map".into(),
+            AuxFile {
+                kind: AuxKind::Map,
+                name: "hosts.map".into(),
+                path: "maps/hosts.map".into(),
+                content: content.into(),
+            },
+        );
+        r
+    }
+
+    #[test]
+    fn moving_a_server_to_a_new_address_needs_no_reload() {
+        let from = cfg("  server s1 10.0.0.1:80 check\n");
+        let to = cfg("  server s1 10.0.0.2:8080 check\n");
+        let plan = plan(Some(&from), &to).expect("plans");
+        assert!(!plan.reload, "{:?}", plan.reload_reasons);
+        assert_eq!(
+            plan.operations,
+            vec![
+                Operation::SetServerAddress {
+                    backend: "be".into(),
+                    server: "s1".into(),
+                    address: "10.0.0.2".into(),
+                    port: Some(8080)
+                },
+                Operation::WriteConfig,
+            ]
+        );
+        assert_eq!(
+            plan.to_text(),
+            "runtime: set server be/s1 addr 10.0.0.2 port 8080\nfile: write haproxy.cfg\nreload: no\n"
+        );
+    }
+
+    #[test]
+    fn filling_a_reserved_slot_and_changing_a_weight_are_runtime_changes() {
+        let from = cfg("  server s1 10.0.0.1:80 weight 10\n  server s2 127.0.0.1:1 disabled\n");
+        let to = cfg("  server s1 10.0.0.1:80 weight 50\n  server s2 10.0.0.9:80\n");
+        let plan = plan(Some(&from), &to).expect("plans");
+        assert!(!plan.reload);
+        let runtime: Vec<String> = plan
+            .operations
+            .iter()
+            .filter(|o| o.is_runtime())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            runtime,
+            vec![
+                "runtime: set server be/s1 weight 50",
+                "runtime: set server be/s2 addr 10.0.0.9 port 80",
+                "runtime: set server be/s2 state ready",
+            ]
+        );
+    }
+
+    #[test]
+    fn adding_a_server_or_a_backend_needs_a_reload_with_the_reason() {
+        let from = cfg("  server s1 10.0.0.1:80\n");
+        let more_servers = cfg("  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n");
+        let plan1 = plan(Some(&from), &more_servers).expect("plans");
+        assert!(plan1.reload);
+        assert_eq!(
+            plan1.reload_reasons,
+            vec!["section 'backend be' changed".to_string()]
+        );
+        assert!(
+            plan1.operations.iter().all(|o| !o.is_runtime()),
+            "a reload carries every change"
+        );
+
+        let mut new_backend = from.clone();
+        new_backend
+            .haproxy_cfg
+            .push_str("\nbackend api\n  server a1 10.0.1.1:80\n");
+        let plan2 = plan(Some(&from), &new_backend).expect("plans");
+        assert!(plan2.reload);
+        assert_eq!(
+            plan2.reload_reasons,
+            vec!["section 'backend api' was added".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_changed_map_is_replaced_live_and_a_new_map_needs_a_reload() {
+        let base = cfg("  server s1 10.0.0.1:80\n");
+        let from = with_map(base.clone(), "a.example be\n");
+        let to = with_map(base.clone(), "a.example be\n# comment\nb.example be\n");
+        let live = plan(Some(&from), &to).expect("plans");
+        assert!(!live.reload);
+        assert_eq!(
+            live.operations[0],
+            Operation::ReplaceMap {
+                path: "maps/hosts.map".into(),
+                entries: vec![
+                    ("a.example".into(), "be".into()),
+                    ("b.example".into(), "be".into())
+                ]
+            }
+        );
+        let fresh = plan(Some(&base), &to).expect("plans");
+        assert!(fresh.reload);
+        assert_eq!(
+            fresh.reload_reasons,
+            vec!["map maps/hosts.map is new".to_string()]
+        );
+    }
+
+    #[test]
+    fn identical_renders_need_nothing() {
+        let r = with_map(cfg("  server s1 10.0.0.1:80\n"), "a b\n");
+        let plan = plan(Some(&r), &r).expect("plans");
+        assert!(plan.is_empty());
+        assert_eq!(plan.to_text(), "reload: no\n");
+    }
+
+    #[test]
+    fn a_first_deployment_writes_everything_and_reloads() {
+        let r = with_map(cfg("  server s1 10.0.0.1:80\n"), "a b\n");
+        let plan = plan(None, &r).expect("plans");
+        assert!(plan.reload);
+        assert_eq!(
+            plan.operations,
+            vec![
+                Operation::WriteConfig,
+                Operation::WriteFile {
+                    path: "maps/hosts.map".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_config_that_does_not_parse_is_an_error_naming_the_line() {
+        let bad = RenderedConfig {
+            haproxy_cfg: "global\n  log \"unterminated\n".into(),
+            ..Default::default()
+        };
+        let err = plan(None, &bad).expect_err("unparseable");
+        assert_eq!(err.line, 2);
+        assert_eq!(err.which, "new");
+    }
+}
