@@ -2,8 +2,10 @@
 //! EndpointSlices), on the example ingress config, against the reference measured in the
 //! same run: `haproxy -c` on the very same rendered configuration.
 //!
-//! - `render_parse_schema`: one EndpointSlice change, then template render + haptor's parser
-//!   + schema check (what a reconciliation does before `haproxy -c`).
+//! - `render_parse_schema`: after one EndpointSlice change (applied outside the timing), the
+//!   template render + haptor's parser + schema check (what a reconciliation does before
+//!   `haproxy -c`).
+//! - `render_only`, `parse_schema_only`: the two parts on their own, for profiling.
 //! - `haproxy_c`: the semantic phase alone (real `haproxy -c`, no cache).
 //! - `cache_hit`: a full `Validator::validate` of an already validated render.
 //!
@@ -12,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::fixtures;
 use haptor::pure::pipeline::{CompiledConfig, Validator, check_offline};
@@ -68,14 +70,19 @@ fn pipeline(c: &mut Criterion) {
     let slices = stores.get("endpointslices").expect("store").clone();
     let mut change = 0usize;
     group.bench_function("render_parse_schema", |b| {
-        b.iter(|| {
-            change += 1;
-            slices
-                .apply(fixtures::endpoint_slice(change % INGRESSES, 2 + change % 3))
-                .expect("applies");
-            let rendered = config.render(stores.snapshot(), None).expect("renders");
-            black_box(check_offline(&rendered).expect("valid"));
-        })
+        b.iter_batched(
+            || {
+                change += 1;
+                slices
+                    .apply(fixtures::endpoint_slice(change % INGRESSES, 2 + change % 3))
+                    .expect("applies");
+            },
+            |()| {
+                let rendered = config.render(stores.snapshot(), None).expect("renders");
+                black_box(check_offline(&rendered).expect("valid"));
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.bench_function("render_only", |b| {
         b.iter(|| black_box(config.render(stores.snapshot(), None).expect("renders")))

@@ -28,6 +28,7 @@
 mod check;
 mod helpers;
 mod render;
+pub mod slots;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
@@ -226,6 +227,8 @@ pub struct TemplateSet {
     limits: RenderLimits,
     /// The last render's context; renders of one set take turns on it.
     context_cache: std::sync::Mutex<render::ContextCache>,
+    /// Server slot assignments of the last successful render (`server_slots`).
+    slot_memory: std::sync::Mutex<slots::SlotMemory>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -296,6 +299,7 @@ impl TemplateSet {
             snippets,
             limits: RenderLimits::default(),
             context_cache: std::sync::Mutex::default(),
+            slot_memory: std::sync::Mutex::default(),
         })
     }
 
@@ -324,7 +328,17 @@ impl TemplateSet {
             guard
         });
         let context = cache.refresh(input)?;
-        let state = RenderState::new(input, &self.snippets, self.limits.max_render_time);
+        let previous_slots = self
+            .slot_memory
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let state = RenderState::new(
+            input,
+            &self.snippets,
+            self.limits.max_render_time,
+            &previous_slots,
+        );
         let mut remaining = self.limits.max_output_bytes;
 
         let haproxy_cfg = self.render_one(HAPROXY_CFG, context, &state, &mut remaining)?;
@@ -353,6 +367,7 @@ impl TemplateSet {
                 },
             );
         }
+        let slots = state.take_slots();
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
                 Some(existing) if existing.content == file.content => {}
@@ -371,6 +386,10 @@ impl TemplateSet {
                     aux_files.insert(path, file);
                 }
             }
+        }
+        // Only a successful render's assignments are remembered.
+        if let Ok(mut memory) = self.slot_memory.lock() {
+            *memory = slots;
         }
         Ok(RenderedConfig {
             haproxy_cfg,

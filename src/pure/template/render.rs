@@ -40,6 +40,7 @@ use handlebars::{
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
+use super::slots::SlotMemory;
 use super::{RenderContext, TemplateError};
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver};
 use crate::pure::store::{StoreSnapshot, StoresSnapshot, normalise_numbers};
@@ -59,6 +60,7 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "register_file",
     "render",
     "render_glob",
+    "server_slots",
 ];
 
 /// The handlebars context of the last render, kept so the next render copies only the
@@ -205,6 +207,9 @@ pub(crate) struct RenderState<'a> {
     depth: AtomicUsize,
     /// Files added with `register_file`, by relative path.
     registered: Mutex<BTreeMap<String, AuxFile>>,
+    /// Slot assignments of the last successful render (read) and of this one (written).
+    previous_slots: &'a SlotMemory,
+    slots: Mutex<SlotMemory>,
 }
 
 impl<'a> RenderState<'a> {
@@ -212,6 +217,7 @@ impl<'a> RenderState<'a> {
         input: &'a RenderContext,
         snippets: &'a [String],
         time_limit: Duration,
+        previous_slots: &'a SlotMemory,
     ) -> RenderState<'a> {
         RenderState {
             stores: &input.stores,
@@ -222,7 +228,14 @@ impl<'a> RenderState<'a> {
             timed_out: AtomicBool::new(false),
             depth: AtomicUsize::new(0),
             registered: Mutex::new(BTreeMap::new()),
+            previous_slots,
+            slots: Mutex::new(SlotMemory::new()),
         }
+    }
+
+    /// The slot assignments this render made.
+    pub(crate) fn take_slots(&self) -> SlotMemory {
+        std::mem::take(&mut *self.slots.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Records and reports an expired deadline.
@@ -275,6 +288,7 @@ impl<'a> RenderState<'a> {
             }),
         );
         rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
+        rc.register_local_helper("server_slots", Box::new(ServerSlots { state: self }));
         rc.register_local_helper("register_file", Box::new(RegisterFile { state: self }));
         rc.register_local_helper(
             "render",
@@ -470,6 +484,74 @@ impl HelperDef for StoreHelper<'_> {
 }
 
 /// `path_for "name" "map|file|cert|crt-list"`: the path relative to `default-path origin`.
+/// `server_slots "endpointslices" namespace service port_name slots=10 params="check"`:
+/// the `server SRV_n` lines of a backend (see [`super::slots`]).
+struct ServerSlots<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for ServerSlots<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let args = Args {
+            name: "server_slots",
+            helper,
+        };
+        let store = args.text(0)?;
+        let namespace = args.text(1)?;
+        let service = args.text(2)?;
+        let port_name = args
+            .optional(3)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let min_slots = helper
+            .hash_get("slots")
+            .and_then(|v| v.value().as_u64())
+            .unwrap_or(10) as usize;
+        let params = helper
+            .hash_get("params")
+            .and_then(|v| v.value().as_str().map(String::from))
+            .unwrap_or_default();
+        let indent = helper
+            .hash_get("indent")
+            .and_then(|v| v.value().as_str().map(String::from))
+            .unwrap_or_else(|| "  ".into());
+        let snapshot = self.state.stores.get(store.as_ref()).ok_or_else(|| {
+            misuse(format!(
+                "no watched resource named '{store}' (known: {})",
+                self.state.store_names()
+            ))
+        })?;
+        let range = snapshot
+            .fetch_range(&[namespace.as_ref(), service.as_ref()])
+            .map_err(|err| misuse(err.to_string()))?;
+        let wanted = super::slots::ready_endpoints(
+            snapshot.entries()[range].iter().map(|e| &**e.object()),
+            &port_name,
+        );
+        let key = format!("{namespace}/{service}/{port_name}");
+        let slots = super::slots::assign_slots(
+            self.state.previous_slots.get(&key).map(Vec::as_slice),
+            &wanted,
+            min_slots,
+        );
+        let lines = super::slots::server_lines(&slots, &params, &indent);
+        self.state
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, slots);
+        Ok(ScopedJson::Derived(Value::String(lines)))
+    }
+}
+
 struct PathFor<'s> {
     state: &'s RenderState<'s>,
 }

@@ -707,3 +707,45 @@ fn a_second_render_sees_a_changed_store_and_a_changed_extra_context() {
         .with_extra_context(json!({"greeting": "bye"}));
     assert_eq!(set.render(&empty).unwrap().haproxy_cfg, "bye");
 }
+
+#[test]
+fn server_slots_keep_an_endpoint_in_its_slot_across_renders() {
+    let set = TemplateSet::compile(input(
+        "{{server_slots \"eps\" \"default\" \"web\" \"http\" slots=3 params=\"check\"}}",
+    ))
+    .unwrap();
+    let store = crate::pure::store::ResourceStore::new(
+        "eps",
+        vec![
+            "metadata.namespace".into(),
+            "metadata.labels.kubernetes\\.io/service-name".into(),
+        ],
+        vec![],
+    )
+    .unwrap();
+    let slice = |addresses: &[&str]| {
+        json!({"metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+               "ports": [{"name": "http", "port": 8080}],
+               "endpoints": addresses.iter().map(|a| json!({"addresses": [a]})).collect::<Vec<_>>()})
+    };
+    let render = || {
+        let mut stores = StoresSnapshot::new();
+        stores.insert(store.snapshot());
+        set.render(&RenderContext::new(stores, PathResolver::default()))
+            .unwrap()
+            .haproxy_cfg
+    };
+    store.apply(slice(&["10.0.0.2", "10.0.0.3"])).unwrap();
+    assert_eq!(
+        render(),
+        "  server SRV_1 10.0.0.2:8080 check\n  server SRV_2 10.0.0.3:8080 check\n  server SRV_3 127.0.0.1:1 disabled check\n"
+    );
+    // 10.0.0.2 leaves, 10.0.0.1 arrives: 10.0.0.3 stays in slot 2 although it no longer sorts second.
+    store.apply(slice(&["10.0.0.1", "10.0.0.3"])).unwrap();
+    assert_eq!(
+        render(),
+        "  server SRV_1 10.0.0.1:8080 check\n  server SRV_2 10.0.0.3:8080 check\n  server SRV_3 127.0.0.1:1 disabled check\n"
+    );
+    store.apply(slice(&["10.0.0.3", "10.0.0.4"])).unwrap();
+    assert!(render().contains("server SRV_2 10.0.0.3:8080"));
+}

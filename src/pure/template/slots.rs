@@ -1,0 +1,206 @@
+//! Server slots: the `server_slots` helper turns a Service's EndpointSlices into a fixed
+//! number of `server SRV_n` lines, filling unused slots with disabled placeholders. Scaling
+//! within the slots then changes only server addresses and states, which the runtime API
+//! applies without a reload. A slot keeps its endpoint from one render to the next (the
+//! template set remembers the last assignment), so an endpoint that stays never moves and
+//! its connections are not disturbed. Written in Rust rather than as template code because
+//! it runs once per backend and dominates large renders.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::Value;
+
+/// The address placeholders get: a port nothing listens on, disabled anyway.
+pub const PLACEHOLDER_ADDRESS: &str = "127.0.0.1:1";
+
+/// Slot assignments of the last successful render, by `namespace/service/port`.
+pub type SlotMemory = HashMap<String, Vec<Option<String>>>;
+
+/// Assigns `wanted` endpoints (`address:port`) to slots: at least `min_slots` slots, growing
+/// in steps of `min_slots`; endpoints keep the slot they had in `previous`; new ones fill the
+/// lowest free slots in sorted order.
+pub fn assign_slots(
+    previous: Option<&[Option<String>]>,
+    wanted: &BTreeSet<String>,
+    min_slots: usize,
+) -> Vec<Option<String>> {
+    let step = min_slots.max(1);
+    let size = wanted.len().div_ceil(step).max(1) * step;
+    let mut slots: Vec<Option<String>> = vec![None; size];
+    let mut placed = BTreeSet::new();
+    for (index, endpoint) in previous.unwrap_or_default().iter().enumerate().take(size) {
+        if let Some(endpoint) = endpoint {
+            if wanted.contains(endpoint) && placed.insert(endpoint.clone()) {
+                slots[index] = Some(endpoint.clone());
+            }
+        }
+    }
+    let mut free = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_none())
+        .map(|(i, _)| i)
+        .collect::<Vec<_>>()
+        .into_iter();
+    for endpoint in wanted.iter().filter(|e| !placed.contains(*e)) {
+        if let Some(index) = free.next() {
+            slots[index] = Some(endpoint.clone());
+        }
+    }
+    slots
+}
+
+/// The ready endpoints (`address:port`) of EndpointSlices for the Service port named
+/// `port_name` (EndpointSlice ports carry the Service port's name; an unnamed Service port
+/// matches a slice's only port).
+pub fn ready_endpoints<'a>(
+    slices: impl Iterator<Item = &'a Value>,
+    port_name: &str,
+) -> BTreeSet<String> {
+    let mut endpoints = BTreeSet::new();
+    for slice in slices {
+        let ports = slice
+            .get("ports")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let port = ports
+            .iter()
+            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or_default() == port_name)
+            .or_else(|| {
+                if ports.len() == 1 && port_name.is_empty() {
+                    ports.first()
+                } else {
+                    None
+                }
+            })
+            .and_then(|p| p.get("port"))
+            .and_then(Value::as_u64);
+        let Some(port) = port else { continue };
+        for endpoint in slice
+            .get("endpoints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let ready = endpoint
+                .pointer("/conditions/ready")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            if let Some(address) = endpoint
+                .get("addresses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+            {
+                let address = if address.contains(':') {
+                    format!("[{address}]")
+                } else {
+                    address.to_string()
+                };
+                endpoints.insert(format!("{address}:{port}"));
+            }
+        }
+    }
+    endpoints
+}
+
+/// The `server` lines of one backend's slots.
+pub fn server_lines(slots: &[Option<String>], params: &str, indent: &str) -> String {
+    let mut out = String::with_capacity(slots.len() * 48);
+    let params = params.trim();
+    for (index, slot) in slots.iter().enumerate() {
+        out.push_str(indent);
+        match slot {
+            Some(endpoint) => out.push_str(&format!("server SRV_{} {endpoint}", index + 1)),
+            None => out.push_str(&format!(
+                "server SRV_{} {PLACEHOLDER_ADDRESS} disabled",
+                index + 1
+            )),
+        }
+        if !params.is_empty() {
+            out.push(' ');
+            out.push_str(params);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_endpoint_that_stays_keeps_its_slot_when_others_come_and_go() {
+        let first = assign_slots(None, &set(&["10.0.0.2:80", "10.0.0.3:80"]), 4);
+        assert_eq!(
+            first,
+            vec![
+                Some("10.0.0.2:80".into()),
+                Some("10.0.0.3:80".into()),
+                None,
+                None
+            ]
+        );
+        let second = assign_slots(Some(&first), &set(&["10.0.0.1:80", "10.0.0.3:80"]), 4);
+        assert_eq!(
+            second,
+            vec![
+                Some("10.0.0.1:80".into()),
+                Some("10.0.0.3:80".into()),
+                None,
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn slots_grow_in_steps_when_endpoints_outnumber_them() {
+        let wanted: BTreeSet<String> = (1..=5).map(|i| format!("10.0.0.{i}:80")).collect();
+        assert_eq!(assign_slots(None, &wanted, 4).len(), 8);
+        assert_eq!(assign_slots(None, &BTreeSet::new(), 4).len(), 4);
+    }
+
+    #[test]
+    fn only_ready_endpoints_of_the_named_port_count() {
+        let slice = json!({
+            "ports": [{"name": "http", "port": 8080}, {"name": "admin", "port": 9000}],
+            "endpoints": [
+                {"addresses": ["10.0.0.1"]},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+                {"addresses": ["fd00::1"]}
+            ]
+        });
+        assert_eq!(
+            ready_endpoints([&slice].into_iter(), "http"),
+            set(&["10.0.0.1:8080", "[fd00::1]:8080"])
+        );
+        assert_eq!(
+            ready_endpoints([&slice].into_iter(), "admin"),
+            set(&["10.0.0.1:9000", "[fd00::1]:9000"])
+        );
+        assert!(
+            ready_endpoints([&slice].into_iter(), "").is_empty(),
+            "an unnamed port matches only a single-port slice"
+        );
+    }
+
+    #[test]
+    fn placeholders_are_disabled_servers() {
+        let lines = server_lines(&[Some("10.0.0.1:80".into()), None], "check inter 2s", "  ");
+        assert_eq!(
+            lines,
+            "  server SRV_1 10.0.0.1:80 check inter 2s\n  server SRV_2 127.0.0.1:1 disabled check inter 2s\n"
+        );
+    }
+}
