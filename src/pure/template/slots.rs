@@ -29,10 +29,11 @@ pub fn assign_slots(
     let mut slots: Vec<Option<String>> = vec![None; size];
     let mut placed = BTreeSet::new();
     for (index, endpoint) in previous.unwrap_or_default().iter().enumerate().take(size) {
-        if let Some(endpoint) = endpoint {
-            if wanted.contains(endpoint) && placed.insert(endpoint.clone()) {
-                slots[index] = Some(endpoint.clone());
-            }
+        if let Some(endpoint) = endpoint
+            && wanted.contains(endpoint)
+            && placed.insert(endpoint.clone())
+        {
+            slots[index] = Some(endpoint.clone());
         }
     }
     let mut free = slots
