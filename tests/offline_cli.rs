@@ -250,3 +250,33 @@ fn lint_accepts_every_corpus_config_haproxy_accepts() {
     let output = haptor(&arg_refs);
     assert!(output.status.success(), "{}", text(&output));
 }
+
+#[test]
+fn plan_prints_runtime_operations_and_no_reload_for_an_endpoint_move() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = "frontend fe\n  bind :8080\n  default_backend be\n\nbackend be\n";
+    let from = dir.path().join("from.cfg");
+    let to = dir.path().join("to.cfg");
+    std::fs::write(&from, format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 127.0.0.1:1 disabled\n")).expect("write");
+    std::fs::write(&to, format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 10.0.0.2:80\n")).expect("write");
+    let output = haptor(&["plan", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "runtime: set server be/SRV_2 addr 10.0.0.2 port 80\nruntime: set server be/SRV_2 state ready\nfile: write haproxy.cfg\nreload: no\n"
+    );
+}
+
+#[test]
+fn plan_says_reload_yes_with_the_reason_when_a_backend_is_added() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let from = dir.path().join("from.cfg");
+    let to = dir.path().join("to.cfg");
+    std::fs::write(&from, "backend be\n  server s1 10.0.0.1:80\n").expect("write");
+    std::fs::write(&to, "backend be\n  server s1 10.0.0.1:80\n\nbackend api\n  server a1 10.0.0.9:80\n").expect("write");
+    let output = haptor(&["plan", "-o", "json", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")]);
+    assert!(output.status.success());
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(plan["reload"], true);
+    assert_eq!(plan["reload_reasons"][0], "section 'backend api' was added");
+}

@@ -63,6 +63,9 @@ pub enum Command {
     Render(RenderArgs),
     /// Parse and schema-check plain haproxy.cfg files (optionally with `haproxy -c`).
     Lint(LintArgs),
+    /// Print the operations a deployment from one haproxy.cfg to another would perform
+    /// (runtime-API changes and file writes) and whether it reloads.
+    Plan(PlanArgs),
     /// Print the CustomResourceDefinitions (YAML) of HAProxyTemplateConfig and HAProxyCfg.
     Crd,
     /// Print version and build information.
@@ -161,6 +164,17 @@ pub struct LintArgs {
     pub dump: Option<DumpFormat>,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The configuration the instance runs now.
+    pub from: PathBuf,
+    /// The configuration to deploy.
+    pub to: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
+    pub output: OutputFormat,
+}
+
 /// Format of `lint --dump`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DumpFormat {
@@ -178,6 +192,7 @@ pub fn execute(cli: Cli) -> ExitCode {
         Command::Validate(args) => offline::validate(&args),
         Command::Render(args) => offline::render(&args),
         Command::Lint(args) => offline::lint(&args),
+        Command::Plan(args) => offline::plan(&args),
         Command::Run(_) => not_implemented_yet(
             "run",
             "the in-cluster controller (actor tree, Kubernetes watchers, deployers) is not built yet",

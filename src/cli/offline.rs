@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{
+    PlanArgs,
     DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, RenderArgs, ValidateArgs,
 };
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
@@ -352,4 +353,42 @@ fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessag
             text.trim()
         ))
     }
+}
+
+pub fn plan(args: &PlanArgs) -> ExitCode {
+    let read = |path: &Path| -> Result<RenderedConfig, ExitCode> {
+        std::fs::read_to_string(path)
+            .map(|haproxy_cfg| RenderedConfig { haproxy_cfg, ..Default::default() })
+            .map_err(|e| {
+                eprintln!("{}: cannot read: {e}", path.display());
+                ExitCode::from(EXIT_UNUSABLE)
+            })
+    };
+    let (from, to) = match (read(&args.from), read(&args.to)) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let plan = match crate::pure::deploy::plan::plan(Some(&from), &to) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("{}: {e}", args.to.display());
+            return ExitCode::from(EXIT_PROBLEMS);
+        }
+    };
+    match args.output {
+        OutputFormat::Json => match serde_json::to_string_pretty(&plan) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("haptor plan: cannot serialise the plan: {e}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+        },
+        OutputFormat::Summary => {
+            for reason in &plan.reload_reasons {
+                eprintln!("reload needed: {reason}");
+            }
+            print!("{}", plan.to_text());
+        }
+    }
+    ExitCode::SUCCESS
 }
