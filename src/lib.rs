@@ -5,6 +5,7 @@
 
 pub mod actors;
 pub mod cli;
+pub mod local;
 pub mod messages;
 pub mod pure;
 pub mod supervision;

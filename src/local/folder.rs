@@ -1,0 +1,280 @@
+//! The manifest folder of `haptor local`: the stand-in for a Kubernetes API server. A scan
+//! reads every manifest file that changed since the last scan (created, modified, deleted or
+//! renamed), and turns the folder's content into changes of an in-memory resource source and
+//! of the config channel. A file with a malformed document keeps its last good content: its
+//! problems are reported with file and line, and nothing it held is removed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::actors::sources::MemorySource;
+use crate::pure::config::{HAProxyTemplateConfig, config_from_value};
+use crate::pure::manifests::{self, ManifestError};
+
+/// When a file last changed, as far as a scan can tell without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+#[derive(Debug, Default)]
+struct FileContent {
+    stamp: Option<Stamp>,
+    objects: Vec<Value>,
+    configs: Vec<(usize, Value)>,
+}
+
+/// `(apiVersion, kind, namespace, name)`: an object's identity in the folder.
+type ObjectKey = (String, String, String, String);
+
+fn object_key(object: &Value) -> ObjectKey {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+    (
+        text(object.get("apiVersion")),
+        text(object.get("kind")),
+        text(object.pointer("/metadata/namespace")),
+        text(object.pointer("/metadata/name")),
+    )
+}
+
+/// What one scan found.
+#[derive(Debug, Default)]
+pub struct ScanReport {
+    /// Files read because they changed.
+    pub files_read: usize,
+    pub applied: usize,
+    pub deleted: usize,
+    /// Problems with the file and line they are at; the affected files kept their last good content.
+    pub problems: Vec<ManifestError>,
+    /// A new config (the folder's HAProxyTemplateConfig changed).
+    pub config_changed: bool,
+}
+
+/// The folder and what was last read from it.
+pub struct ManifestFolder {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, FileContent>,
+    published: BTreeMap<ObjectKey, Value>,
+    config: Option<Arc<HAProxyTemplateConfig>>,
+}
+
+impl ManifestFolder {
+    pub fn new(dir: impl Into<PathBuf>) -> ManifestFolder {
+        ManifestFolder { dir: dir.into(), files: BTreeMap::new(), published: BTreeMap::new(), config: None }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The folder's HAProxyTemplateConfig, if it has a valid one.
+    pub fn config(&self) -> Option<Arc<HAProxyTemplateConfig>> {
+        self.config.clone()
+    }
+
+    /// Reads what changed and publishes the differences into `source`.
+    pub fn scan(&mut self, source: &MemorySource) -> ScanReport {
+        let mut report = ScanReport::default();
+        let mut seen = Vec::new();
+        let mut paths = Vec::new();
+        if let Err(e) = collect(&self.dir, &mut paths) {
+            report.problems.push(e);
+            return report;
+        }
+        let mut changed = false;
+        for path in paths {
+            let stamp = std::fs::metadata(&path).ok().map(|m| Stamp { modified: m.modified().ok(), len: m.len() });
+            seen.push(path.clone());
+            let entry = self.files.entry(path.clone()).or_default();
+            if entry.stamp.is_some() && entry.stamp == stamp {
+                continue;
+            }
+            report.files_read += 1;
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) => {
+                    report.problems.push(ManifestError { file: path.clone(), line: None, message: format!("cannot read: {e}") });
+                    continue;
+                }
+            };
+            let parsed = manifests::parse_manifests(&path, &text);
+            if !parsed.problems.is_empty() {
+                // Keep the last good content; remember the stamp so the same broken file is
+                // reported once, not on every scan.
+                entry.stamp = stamp;
+                report.problems.extend(parsed.problems);
+                continue;
+            }
+            let mut objects = Vec::new();
+            let mut configs = Vec::new();
+            for manifest in parsed.manifests {
+                if manifest.kind() == "HAProxyTemplateConfig" {
+                    configs.push((manifest.line, manifest.object));
+                } else {
+                    objects.push(manifest.object);
+                }
+            }
+            *entry = FileContent { stamp, objects, configs };
+            changed = true;
+        }
+        let before = self.files.len();
+        self.files.retain(|path, _| seen.contains(path));
+        changed |= self.files.len() != before;
+        if !changed {
+            return report;
+        }
+
+        let mut desired: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+        for content in self.files.values() {
+            for object in &content.objects {
+                desired.insert(object_key(object), object.clone());
+            }
+        }
+        for (key, object) in &desired {
+            if self.published.get(key) != Some(object) {
+                source.apply(object.clone());
+                report.applied += 1;
+            }
+        }
+        for (key, object) in &self.published {
+            if !desired.contains_key(key) {
+                source.delete(object);
+                report.deleted += 1;
+            }
+        }
+        self.published = desired;
+
+        let configs: Vec<(&PathBuf, usize, &Value)> =
+            self.files.iter().flat_map(|(path, c)| c.configs.iter().map(move |(line, v)| (path, *line, v))).collect();
+        match configs.as_slice() {
+            [] => {}
+            [(path, line, value)] => match config_from_value(&path.display().to_string(), (*value).clone()) {
+                Ok(config) => {
+                    let config = Arc::new(config);
+                    if self.config.as_ref().is_none_or(|c| c.spec != config.spec) {
+                        self.config = Some(config);
+                        report.config_changed = true;
+                    }
+                }
+                Err(e) => report.problems.push(ManifestError { file: (*path).clone(), line: Some(*line), message: e.to_string() }),
+            },
+            [(first, first_line, _), (second, second_line, _), ..] => report.problems.push(ManifestError {
+                file: (*second).clone(),
+                line: Some(*second_line),
+                message: format!(
+                    "a second HAProxyTemplateConfig (the first is at {}:{first_line}); haptor local uses one, so both are ignored until one is removed",
+                    first.display()
+                ),
+            }),
+        }
+        report
+    }
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ManifestError { file: dir.to_path_buf(), line: None, message: format!("cannot read the folder: {e}") })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if manifests::is_manifest_file(&path) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::messages::ResourceEvent;
+
+    fn svc(name: &str, port: u16) -> String {
+        format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports: [{{port: {port}}}]\n")
+    }
+
+    /// Writes a file with a new modification time even within the same clock tick.
+    fn write(path: &Path, text: &str) {
+        std::fs::write(path, text).expect("write");
+        let later = SystemTime::now() + std::time::Duration::from_secs(1);
+        let file = std::fs::File::options().write(true).open(path).expect("open");
+        file.set_modified(later).expect("touch");
+    }
+
+    async fn next_events(stream: &mut futures::stream::BoxStream<'static, ResourceEvent>, n: usize) -> Vec<ResourceEvent> {
+        let mut events = Vec::new();
+        for _ in 0..n {
+            events.push(stream.next().await.expect("an event"));
+        }
+        events
+    }
+
+    #[tokio::test]
+    async fn creating_editing_renaming_and_deleting_files_become_resource_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        write(&dir.path().join("a.yaml"), &svc("web", 80));
+        let report = folder.scan(&source);
+        assert_eq!((report.applied, report.deleted), (1, 0));
+        let mut stream = source.stream("v1", "Service");
+        assert_eq!(next_events(&mut stream, 3).await.len(), 3, "initial list");
+
+        write(&dir.path().join("a.yaml"), &svc("web", 8080));
+        assert_eq!(folder.scan(&source).applied, 1);
+        assert!(matches!(&next_events(&mut stream, 1).await[0], ResourceEvent::Apply(v) if v.pointer("/spec/ports/0/port") == Some(&8080.into())));
+
+        // A rename moves the file but not the object: nothing changes.
+        std::fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).expect("rename");
+        let report = folder.scan(&source);
+        assert_eq!((report.applied, report.deleted), (0, 0));
+
+        std::fs::remove_file(dir.path().join("b.yaml")).expect("delete");
+        assert_eq!(folder.scan(&source).deleted, 1);
+        assert!(matches!(next_events(&mut stream, 1).await[0], ResourceEvent::Delete(_)));
+        assert_eq!(folder.scan(&source).files_read, 0, "an unchanged folder reads nothing");
+    }
+
+    #[test]
+    fn a_broken_file_is_reported_with_its_line_and_keeps_its_last_good_objects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        write(&dir.path().join("a.yaml"), &svc("web", 80));
+        folder.scan(&source);
+        write(&dir.path().join("a.yaml"), "apiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n");
+        let report = folder.scan(&source);
+        assert_eq!(report.problems.len(), 1);
+        assert!(report.problems[0].to_string().starts_with(&format!("{}:", dir.path().join("a.yaml").display())));
+        assert_eq!(report.deleted, 0);
+        assert_eq!(source.objects("v1", "Service").len(), 1, "the last good Service stays");
+        assert!(folder.scan(&source).problems.is_empty(), "reported once, not on every scan");
+    }
+
+    #[test]
+    fn the_folders_config_is_picked_up_and_a_second_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let config = "apiVersion: haptor.dev/v1alpha1\nkind: HAProxyTemplateConfig\nmetadata: {name: c}\nspec:\n  haproxyConfig: {template: \"global\\n\"}\n";
+        write(&dir.path().join("config.yaml"), config);
+        assert!(folder.scan(&source).config_changed);
+        assert!(folder.config().is_some());
+        write(&dir.path().join("second.yaml"), config);
+        let report = folder.scan(&source);
+        assert!(!report.config_changed);
+        assert!(report.problems[0].message.contains("a second HAProxyTemplateConfig"));
+    }
+}
