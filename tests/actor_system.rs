@@ -512,3 +512,162 @@ fn find_cell(root: &ractor::ActorCell, name: &str) -> Option<ractor::ActorCell> 
     }
     None
 }
+
+#[tokio::test]
+async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let source = MemorySource::new();
+    source.apply(service("web", "initial"));
+    let paced = CONFIG.replace("minDeploymentInterval: 0s", "minDeploymentInterval: 1500ms");
+    let (_config_tx, config_rx) = watch::channel(Some(config(&paced)));
+    let (_leader_tx, leader_rx) = watch::channel(Leadership {
+        is_leader: true,
+        epoch: 1,
+    });
+    let target = Arc::new(RecordingTarget::new("pod-a"));
+    let (_instances_tx, instances_rx) = watch::channel(vec![Instance {
+        name: "pod-a".into(),
+        target: target.clone(),
+    }]);
+    let pipeline = Arc::new(RecordingPipeline::default());
+    let sources = Sources {
+        config: config_rx,
+        resources: Arc::new(source.clone()),
+        leadership: leader_rx,
+        instances: instances_rx,
+    };
+    let controller = start_controller(
+        sources,
+        pipeline.clone(),
+        Arc::new(InMemorySink::default()),
+        ControllerSettings::default(),
+        ServerAddresses::default(),
+    )
+    .await
+    .expect("starts");
+    eventually("the first deployment", || target.deployed().len() == 1).await;
+
+    // A new backend needs a reload: it waits for the pacing interval.
+    let started = std::time::Instant::now();
+    source.apply(service("api", "x"));
+    eventually("the paced deployment", || target.deployed().len() == 2).await;
+    let paced_after = started.elapsed();
+    assert!(
+        paced_after >= Duration::from_millis(1000),
+        "deployed after {paced_after:?}, before the interval"
+    );
+
+    // Only a comment changes: no reload, so no pacing although the last deployment was just now.
+    let started = std::time::Instant::now();
+    source.apply(service("web", "changed"));
+    eventually("the runtime-only deployment", || {
+        target.deployed().len() == 3
+    })
+    .await;
+    let runtime_after = started.elapsed();
+    assert!(
+        runtime_after < Duration::from_millis(1000),
+        "a runtime-only change waited {runtime_after:?}"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_instance_backs_off_without_delaying_another_and_a_fenced_one_stops() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let source = MemorySource::new();
+    source.apply(service("web", "initial"));
+    let (_config_tx, config_rx) = watch::channel(Some(config(CONFIG)));
+    let (_leader_tx, leader_rx) = watch::channel(Leadership {
+        is_leader: true,
+        epoch: 5,
+    });
+    let healthy = Arc::new(RecordingTarget::new("pod-a"));
+    let down = Arc::new(RecordingTarget::new("pod-b"));
+    down.set_unreachable(true);
+    let newer_leader_seen = Arc::new(RecordingTarget::new("pod-c"));
+    // pod-c already accepted a write from epoch 9: this controller (epoch 5) is a deposed leader there.
+    futures::executor::block_on(haptor::pure::deploy::DeployTarget::deploy(
+        newer_leader_seen.as_ref(),
+        &haptor::pure::deploy::DeployRequest {
+            rendered: Arc::new(Default::default()),
+            checksum: "from-the-new-leader".into(),
+            epoch: 9,
+            generation: 1,
+        },
+    ))
+    .expect("the newer leader's write");
+    let instances = vec![
+        Instance {
+            name: "pod-a".into(),
+            target: healthy.clone(),
+        },
+        Instance {
+            name: "pod-b".into(),
+            target: down.clone(),
+        },
+        Instance {
+            name: "pod-c".into(),
+            target: newer_leader_seen.clone(),
+        },
+    ];
+    let (_instances_tx, instances_rx) = watch::channel(instances);
+    let sources = Sources {
+        config: config_rx,
+        resources: Arc::new(source.clone()),
+        leadership: leader_rx,
+        instances: instances_rx,
+    };
+    let settings = ControllerSettings {
+        deploy_backoff_base: Duration::from_millis(50),
+        deploy_backoff_max: Duration::from_millis(200),
+        ..ControllerSettings::default()
+    };
+    let controller = start_controller(
+        sources,
+        Arc::new(RecordingPipeline::default()),
+        Arc::new(InMemorySink::default()),
+        settings,
+        ServerAddresses::default(),
+    )
+    .await
+    .expect("starts");
+    eventually("pod-a deployed although pod-b is down", || {
+        healthy.deployed().len() == 1
+    })
+    .await;
+    assert!(down.deployed().is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    down.set_unreachable(false);
+    eventually("pod-b recovers after its backoff", || {
+        down.deployed().len() == 1
+    })
+    .await;
+    assert_eq!(
+        down.deployed()[0].checksum,
+        healthy.deployed()[0].checksum,
+        "pod-b gets the desired config"
+    );
+
+    // pod-c refused the write (fenced) and kept the newer leader's config.
+    assert_eq!(newer_leader_seen.deployed().len(), 1);
+    assert_eq!(
+        newer_leader_seen.deployed()[0].checksum,
+        "from-the-new-leader"
+    );
+    eventually("the fencing to be reported", || {
+        controller.services.introspection.errors().iter().any(|e| {
+            e.source == "deploy:pod-c" && e.message.contains("epoch 5 is older than epoch 9")
+        })
+    })
+    .await;
+    // A later render is not attempted on pod-c any more.
+    source.apply(service("api", "x"));
+    eventually("pod-a gets the new render", || {
+        healthy.deployed().len() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(newer_leader_seen.deployed().len(), 1);
+    controller.stop().await;
+}

@@ -257,9 +257,21 @@ fn plan_prints_runtime_operations_and_no_reload_for_an_endpoint_move() {
     let base = "frontend fe\n  bind :8080\n  default_backend be\n\nbackend be\n";
     let from = dir.path().join("from.cfg");
     let to = dir.path().join("to.cfg");
-    std::fs::write(&from, format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 127.0.0.1:1 disabled\n")).expect("write");
-    std::fs::write(&to, format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 10.0.0.2:80\n")).expect("write");
-    let output = haptor(&["plan", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")]);
+    std::fs::write(
+        &from,
+        format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 127.0.0.1:1 disabled\n"),
+    )
+    .expect("write");
+    std::fs::write(
+        &to,
+        format!("{base}  server SRV_1 10.0.0.1:80\n  server SRV_2 10.0.0.2:80\n"),
+    )
+    .expect("write");
+    let output = haptor(&[
+        "plan",
+        from.to_str().expect("utf-8"),
+        to.to_str().expect("utf-8"),
+    ]);
     assert!(output.status.success(), "{}", text(&output));
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
@@ -273,8 +285,18 @@ fn plan_says_reload_yes_with_the_reason_when_a_backend_is_added() {
     let from = dir.path().join("from.cfg");
     let to = dir.path().join("to.cfg");
     std::fs::write(&from, "backend be\n  server s1 10.0.0.1:80\n").expect("write");
-    std::fs::write(&to, "backend be\n  server s1 10.0.0.1:80\n\nbackend api\n  server a1 10.0.0.9:80\n").expect("write");
-    let output = haptor(&["plan", "-o", "json", from.to_str().expect("utf-8"), to.to_str().expect("utf-8")]);
+    std::fs::write(
+        &to,
+        "backend be\n  server s1 10.0.0.1:80\n\nbackend api\n  server a1 10.0.0.9:80\n",
+    )
+    .expect("write");
+    let output = haptor(&[
+        "plan",
+        "-o",
+        "json",
+        from.to_str().expect("utf-8"),
+        to.to_str().expect("utf-8"),
+    ]);
     assert!(output.status.success());
     let plan: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(plan["reload"], true);

@@ -17,6 +17,7 @@ use crate::messages::{
     ValidatedRender,
 };
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus, parse_duration};
+use crate::pure::deploy::plan::plan;
 use crate::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
 
@@ -28,6 +29,9 @@ pub struct DeployScheduler {
 
 pub struct SchedulerState {
     desired: Option<ValidatedRender>,
+    /// The render last sent to the deployers: pacing applies only to renders that need a
+    /// reload relative to it.
+    dispatched: Option<ValidatedRender>,
     pending: bool,
     timer_armed: bool,
     last_dispatch: Option<Instant>,
@@ -48,6 +52,7 @@ impl DeployScheduler {
         let Some(render) = state.desired.clone() else {
             return;
         };
+        state.dispatched = Some(render.clone());
         state.pending = false;
         state.last_dispatch = Some(Instant::now());
         let epoch = self.epoch();
@@ -158,6 +163,7 @@ impl Actor for DeployScheduler {
         });
         Ok(SchedulerState {
             desired: None,
+            dispatched: None,
             pending: false,
             timer_armed: false,
             last_dispatch: None,
@@ -190,11 +196,15 @@ impl Actor for DeployScheduler {
             .busy("deploy-scheduler");
         match msg {
             DeploySchedulerMsg::Deploy(render) => {
+                // Runtime-only changes (endpoints, weights, map entries) skip the pacing.
+                let runtime_only = state.dispatched.as_ref().is_some_and(|previous| {
+                    plan(Some(&previous.rendered), &render.rendered).is_ok_and(|p| !p.reload)
+                });
                 state.desired = Some(render);
                 let wait = state.last_dispatch.map_or(Duration::ZERO, |t| {
                     state.min_interval.saturating_sub(t.elapsed())
                 });
-                if wait.is_zero() {
+                if wait.is_zero() || runtime_only {
                     self.dispatch(state);
                 } else {
                     state.pending = true;

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{
-    PlanArgs,
-    DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, RenderArgs, ValidateArgs,
+    DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, PlanArgs, RenderArgs,
+    ValidateArgs,
 };
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
 use crate::pure::haproxy::{check_schema, parse_config, view};
@@ -358,7 +358,10 @@ fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessag
 pub fn plan(args: &PlanArgs) -> ExitCode {
     let read = |path: &Path| -> Result<RenderedConfig, ExitCode> {
         std::fs::read_to_string(path)
-            .map(|haproxy_cfg| RenderedConfig { haproxy_cfg, ..Default::default() })
+            .map(|haproxy_cfg| RenderedConfig {
+                haproxy_cfg,
+                ..Default::default()
+            })
             .map_err(|e| {
                 eprintln!("{}: cannot read: {e}", path.display());
                 ExitCode::from(EXIT_UNUSABLE)

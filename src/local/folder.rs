@@ -65,7 +65,12 @@ pub struct ManifestFolder {
 
 impl ManifestFolder {
     pub fn new(dir: impl Into<PathBuf>) -> ManifestFolder {
-        ManifestFolder { dir: dir.into(), files: BTreeMap::new(), published: BTreeMap::new(), config: None }
+        ManifestFolder {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+            published: BTreeMap::new(),
+            config: None,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -88,7 +93,10 @@ impl ManifestFolder {
         }
         let mut changed = false;
         for path in paths {
-            let stamp = std::fs::metadata(&path).ok().map(|m| Stamp { modified: m.modified().ok(), len: m.len() });
+            let stamp = std::fs::metadata(&path).ok().map(|m| Stamp {
+                modified: m.modified().ok(),
+                len: m.len(),
+            });
             seen.push(path.clone());
             let entry = self.files.entry(path.clone()).or_default();
             if entry.stamp.is_some() && entry.stamp == stamp {
@@ -98,7 +106,11 @@ impl ManifestFolder {
             let text = match std::fs::read_to_string(&path) {
                 Ok(text) => text,
                 Err(e) => {
-                    report.problems.push(ManifestError { file: path.clone(), line: None, message: format!("cannot read: {e}") });
+                    report.problems.push(ManifestError {
+                        file: path.clone(),
+                        line: None,
+                        message: format!("cannot read: {e}"),
+                    });
                     continue;
                 }
             };
@@ -119,7 +131,11 @@ impl ManifestFolder {
                     objects.push(manifest.object);
                 }
             }
-            *entry = FileContent { stamp, objects, configs };
+            *entry = FileContent {
+                stamp,
+                objects,
+                configs,
+            };
             changed = true;
         }
         let before = self.files.len();
@@ -149,8 +165,11 @@ impl ManifestFolder {
         }
         self.published = desired;
 
-        let configs: Vec<(&PathBuf, usize, &Value)> =
-            self.files.iter().flat_map(|(path, c)| c.configs.iter().map(move |(line, v)| (path, *line, v))).collect();
+        let configs: Vec<(&PathBuf, usize, &Value)> = self
+            .files
+            .iter()
+            .flat_map(|(path, c)| c.configs.iter().map(move |(line, v)| (path, *line, v)))
+            .collect();
         match configs.as_slice() {
             [] => {}
             [(path, line, value)] => match config_from_value(&path.display().to_string(), (*value).clone()) {
@@ -177,8 +196,11 @@ impl ManifestFolder {
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| ManifestError { file: dir.to_path_buf(), line: None, message: format!("cannot read the folder: {e}") })?;
+    let entries = std::fs::read_dir(dir).map_err(|e| ManifestError {
+        file: dir.to_path_buf(),
+        line: None,
+        message: format!("cannot read the folder: {e}"),
+    })?;
     for entry in entries.flatten() {
         let path = entry.path();
         if entry.file_name().to_string_lossy().starts_with('.') {
@@ -202,18 +224,26 @@ mod tests {
     use crate::messages::ResourceEvent;
 
     fn svc(name: &str, port: u16) -> String {
-        format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports: [{{port: {port}}}]\n")
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  ports: [{{port: {port}}}]\n"
+        )
     }
 
     /// Writes a file with a new modification time even within the same clock tick.
     fn write(path: &Path, text: &str) {
         std::fs::write(path, text).expect("write");
         let later = SystemTime::now() + std::time::Duration::from_secs(1);
-        let file = std::fs::File::options().write(true).open(path).expect("open");
+        let file = std::fs::File::options()
+            .write(true)
+            .open(path)
+            .expect("open");
         file.set_modified(later).expect("touch");
     }
 
-    async fn next_events(stream: &mut futures::stream::BoxStream<'static, ResourceEvent>, n: usize) -> Vec<ResourceEvent> {
+    async fn next_events(
+        stream: &mut futures::stream::BoxStream<'static, ResourceEvent>,
+        n: usize,
+    ) -> Vec<ResourceEvent> {
         let mut events = Vec::new();
         for _ in 0..n {
             events.push(stream.next().await.expect("an event"));
@@ -234,7 +264,9 @@ mod tests {
 
         write(&dir.path().join("a.yaml"), &svc("web", 8080));
         assert_eq!(folder.scan(&source).applied, 1);
-        assert!(matches!(&next_events(&mut stream, 1).await[0], ResourceEvent::Apply(v) if v.pointer("/spec/ports/0/port") == Some(&8080.into())));
+        assert!(
+            matches!(&next_events(&mut stream, 1).await[0], ResourceEvent::Apply(v) if v.pointer("/spec/ports/0/port") == Some(&8080.into()))
+        );
 
         // A rename moves the file but not the object: nothing changes.
         std::fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).expect("rename");
@@ -243,8 +275,15 @@ mod tests {
 
         std::fs::remove_file(dir.path().join("b.yaml")).expect("delete");
         assert_eq!(folder.scan(&source).deleted, 1);
-        assert!(matches!(next_events(&mut stream, 1).await[0], ResourceEvent::Delete(_)));
-        assert_eq!(folder.scan(&source).files_read, 0, "an unchanged folder reads nothing");
+        assert!(matches!(
+            next_events(&mut stream, 1).await[0],
+            ResourceEvent::Delete(_)
+        ));
+        assert_eq!(
+            folder.scan(&source).files_read,
+            0,
+            "an unchanged folder reads nothing"
+        );
     }
 
     #[test]
@@ -254,13 +293,27 @@ mod tests {
         let mut folder = ManifestFolder::new(dir.path());
         write(&dir.path().join("a.yaml"), &svc("web", 80));
         folder.scan(&source);
-        write(&dir.path().join("a.yaml"), "apiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n");
+        write(
+            &dir.path().join("a.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n",
+        );
         let report = folder.scan(&source);
         assert_eq!(report.problems.len(), 1);
-        assert!(report.problems[0].to_string().starts_with(&format!("{}:", dir.path().join("a.yaml").display())));
+        assert!(
+            report.problems[0]
+                .to_string()
+                .starts_with(&format!("{}:", dir.path().join("a.yaml").display()))
+        );
         assert_eq!(report.deleted, 0);
-        assert_eq!(source.objects("v1", "Service").len(), 1, "the last good Service stays");
-        assert!(folder.scan(&source).problems.is_empty(), "reported once, not on every scan");
+        assert_eq!(
+            source.objects("v1", "Service").len(),
+            1,
+            "the last good Service stays"
+        );
+        assert!(
+            folder.scan(&source).problems.is_empty(),
+            "reported once, not on every scan"
+        );
     }
 
     #[test]
@@ -275,6 +328,10 @@ mod tests {
         write(&dir.path().join("second.yaml"), config);
         let report = folder.scan(&source);
         assert!(!report.config_changed);
-        assert!(report.problems[0].message.contains("a second HAProxyTemplateConfig"));
+        assert!(
+            report.problems[0]
+                .message
+                .contains("a second HAProxyTemplateConfig")
+        );
     }
 }
