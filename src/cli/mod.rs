@@ -197,11 +197,7 @@ pub fn execute(cli: Cli) -> ExitCode {
             "run",
             "the in-cluster controller (actor tree, Kubernetes watchers, deployers) is not built yet",
         ),
-        Command::Local(_) => not_implemented_yet(
-            "local",
-            "the local mode (manifest folder watcher, owned haproxy, deployers) is not built yet; \
-             `haptor render --validate` renders and validates a config offline today",
-        ),
+        Command::Local(args) => run_local(args),
     }
 }
 
@@ -209,4 +205,31 @@ pub fn execute(cli: Cli) -> ExitCode {
 pub fn not_implemented_yet(command: &str, what: &str) -> ExitCode {
     eprintln!("haptor {command}: not implemented yet: {what}");
     ExitCode::from(EXIT_UNUSABLE)
+}
+
+fn run_local(args: LocalArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("haptor local: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_UNUSABLE);
+        }
+    };
+    let options = crate::local::run::LocalOptions {
+        dir: args.dir,
+        work_dir: args.work_dir,
+        metrics_addr: args.metrics_addr,
+        debug_addr: args.debug_addr,
+        haproxy_bin: args.haproxy_bin,
+    };
+    match runtime.block_on(crate::local::run::run(
+        options,
+        crate::local::run::shutdown_signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("haptor local: {e}");
+            ExitCode::from(EXIT_UNUSABLE)
+        }
+    }
 }

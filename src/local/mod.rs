@@ -3,3 +3,4 @@
 //! and the actor tree is the same as in a cluster.
 
 pub mod folder;
+pub mod run;

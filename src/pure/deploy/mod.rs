@@ -7,6 +7,8 @@
 //! and refuses lower ones ([`DeployError::Fenced`]): leader election alone does not stop a
 //! deposed leader's late write, fencing does.
 
+pub mod dataplane;
+pub mod local;
 pub mod plan;
 
 use std::fmt;

@@ -1,0 +1,1379 @@
+//! The Data Plane API v3 deploy target: brings one HAProxy pod to a rendered configuration
+//! through its Data Plane API (`http://<pod-ip>:<port>/v3`, HTTP Basic auth), executing the
+//! [`plan`](super::plan::plan) from what the pod runs to the render, so `haptor plan` and a
+//! deployment agree on what needs a reload.
+//!
+//! A deployment:
+//! 1. fences in memory: a request from an epoch lower than the highest this target accepted
+//!    is refused before any request is sent, and the same epoch with an older generation is
+//!    stale;
+//! 2. reads `/v3/info` once and refuses APIs older than v3;
+//! 3. fences on the pod: the epoch is also kept in the general storage file [`EPOCH_FILE`],
+//!    read back before every deployment and raised when a newer leader arrives, so a
+//!    restarted controller, or a deposed leader in another process, is refused by the pod
+//!    too. The storage API has no compare-and-swap: two leaders writing in the same instant
+//!    can both pass, a window the leader lease keeps to one deployment at most;
+//! 4. plans from the render it last deployed (or, when it knows none, from the pod's
+//!    `haproxy.cfg` with no auxiliary files known, so every file is written and HAProxy
+//!    reloads);
+//! 5. for a plan without reload: writes the changed map files (`skip_reload`), writes
+//!    `haproxy.cfg` with `skip_reload` so a later reload keeps the changes, then applies them
+//!    live: servers through `PUT /runtime/backends/{b}/servers/{s}` (address, port and weight
+//!    need API v3.3.1; older v3 APIs get them as `X-Runtime-Actions` on the configuration
+//!    push), map entries through `/runtime/maps/{map}/entries`. A change the runtime API
+//!    cannot express or refuses, or a `haproxy.cfg` changed by someone else, turns the
+//!    deployment into a reload;
+//! 6. otherwise: uploads maps, certificates and general files (create, or replace with
+//!    `skip_reload`), pushes `haproxy.cfg` with `?version=N` (a 409, or a 406, re-reads the
+//!    version and retries, a bounded number of times), waits for the queued reload through its
+//!    `Reload-ID`, and only then deletes files the render no longer has (the API refuses to
+//!    delete a file the configuration still names, and a failed reload restores the old one).
+//!
+//! A deployment that fails half way leaves the target not knowing what the pod runs: the
+//! next one plans from the pod's `haproxy.cfg` and reloads.
+//!
+//! Connection failures, timeouts, 5xx and refused credentials are
+//! [`DeployError::Unreachable`]; other 4xx answers and failed reloads are
+//! [`DeployError::Rejected`] with the API's own message.
+//!
+//! Limitations: [`DeployTarget::deployed_checksum`] reads the pod's `haproxy.cfg` and
+//! combines it with the auxiliary files this target last deployed, so a map or certificate
+//! changed on the pod behind haptor's back goes unnoticed. Map entries added live go to the
+//! end of the map: exact-match maps (`map`, `map_str`, the usual host map) behave as after a
+//! reload, first-match maps (`map_beg`, `map_reg`, ...) see the new entries last until the
+//! next reload. A controller restart costs one reload per pod whose render has auxiliary
+//! files, and forgets files that an earlier render left behind.
+
+mod api;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use reqwest::Url;
+use serde_json::{Map, Value};
+
+use self::api::{Answer, Api, ApiError, StorageKind};
+use super::plan::{DeploymentPlan, Operation, ServerState, map_entries, plan};
+use super::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+
+/// The general storage file that keeps the highest epoch a pod accepted.
+pub const EPOCH_FILE: &str = "haptor-epoch";
+
+/// A Data Plane API version, from `/v3/info`'s `api.version` (`v3.1.2 4a1b2c3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ApiVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl ApiVersion {
+    /// The oldest API this target talks to.
+    pub const MINIMUM: ApiVersion = ApiVersion::new(3, 0, 0);
+    /// From this version on, the runtime server endpoint sets address, port and weight.
+    pub const RUNTIME_SERVER_FIELDS: ApiVersion = ApiVersion::new(3, 3, 1);
+
+    pub const fn new(major: u32, minor: u32, patch: u32) -> ApiVersion {
+        ApiVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Reads `v3.1.2 4a1b2c3`, `3.1.2`, `v3.2.0-dev1`; missing minor or patch count as 0.
+    pub fn parse(text: &str) -> Option<ApiVersion> {
+        let word = text.split_whitespace().next()?;
+        let word = word
+            .strip_prefix(['v', 'V'])
+            .unwrap_or(word)
+            .split(['-', '+'])
+            .next()?;
+        let mut parts = word.split('.').map(|part| -> Option<u32> {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        });
+        let major = parts.next()??;
+        let minor = parts.next().flatten().unwrap_or(0);
+        let patch = parts.next().flatten().unwrap_or(0);
+        Some(ApiVersion::new(major, minor, patch))
+    }
+}
+
+impl fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// How to reach one pod's Data Plane API and how long to wait for it.
+#[derive(Clone)]
+pub struct DataplaneSettings {
+    /// `http://<pod-ip>:<port>`; a trailing `/v3` is accepted and not doubled.
+    pub url: String,
+    pub username: String,
+    pub password: String,
+    /// Time to establish a connection.
+    pub connect_timeout: Duration,
+    /// Time for one request, answer included (a configuration push runs `haproxy -c`).
+    pub request_timeout: Duration,
+    /// Time for a queued reload to finish; the API waits `reload_delay` (5 s by default)
+    /// before it reloads, so keep this well above that plus HAProxy's start time.
+    pub reload_timeout: Duration,
+    /// Pause between two reload status polls.
+    pub reload_poll_interval: Duration,
+    /// How many times a configuration push is retried after a version conflict.
+    pub max_version_retries: u32,
+}
+
+impl DataplaneSettings {
+    /// Settings with default timeouts: connect 3 s, request 30 s, reload 60 s polled every
+    /// 500 ms, 3 retries after version conflicts.
+    pub fn new(
+        url: impl Into<String>,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> DataplaneSettings {
+        DataplaneSettings {
+            url: url.into(),
+            username: username.into(),
+            password: password.into(),
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(30),
+            reload_timeout: Duration::from_secs(60),
+            reload_poll_interval: Duration::from_millis(500),
+            max_version_retries: 3,
+        }
+    }
+
+    /// The API base, `…/v3`.
+    pub fn base_url(&self) -> Result<Url, DataplaneSetupError> {
+        let invalid = |reason: &str| DataplaneSetupError::InvalidUrl {
+            url: self.url.clone(),
+            reason: reason.to_string(),
+        };
+        let mut url = Url::parse(self.url.trim()).map_err(|e| invalid(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("the scheme must be http or https"));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(invalid("it names no host"));
+        }
+        url.set_query(None);
+        url.set_fragment(None);
+        let path = url.path().trim_end_matches('/');
+        let path = path.strip_suffix("/v3").unwrap_or(path);
+        let path = format!("{path}/v3");
+        url.set_path(&path);
+        Ok(url)
+    }
+}
+
+impl fmt::Debug for DataplaneSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataplaneSettings")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("reload_timeout", &self.reload_timeout)
+            .field("reload_poll_interval", &self.reload_poll_interval)
+            .field("max_version_retries", &self.max_version_retries)
+            .finish()
+    }
+}
+
+/// A [`DataplaneTarget`] cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataplaneSetupError {
+    #[error(
+        "Data Plane API URL '{url}' is not usable: {reason} (expected http://<pod-ip>:<port>, e.g. http://10.0.0.5:5555)"
+    )]
+    InvalidUrl { url: String, reason: String },
+    #[error("cannot build the HTTP client for the Data Plane API at {url}: {reason}")]
+    Client { url: String, reason: String },
+}
+
+/// Where an auxiliary file lives in the API's storage.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Placement {
+    kind: StorageKind,
+    /// The storage name: the file name of the auxiliary path.
+    name: String,
+}
+
+/// What the target remembers between deployments.
+#[derive(Debug, Default)]
+struct TargetState {
+    api_version: Option<ApiVersion>,
+    accepted_epoch: u64,
+    deployed_generation: u64,
+    /// The render the pod runs, when this target knows it.
+    last_deployed: Option<Arc<RenderedConfig>>,
+    /// A deployment stopped half way: the next one reloads whatever its plan says.
+    reload_required: bool,
+    /// Files of earlier renders whose deletion failed, by auxiliary path.
+    pending_deletions: BTreeMap<String, Placement>,
+}
+
+/// The outcome of applying a plan without a reload.
+enum Live {
+    Applied,
+    /// The runtime API cannot finish the job; a reload will.
+    NeedsReload(String),
+}
+
+/// The outcome of a configuration push.
+enum Pushed {
+    Done(Answer),
+    /// The pod's configuration is not the one the runtime changes were planned from.
+    ChangedUnderneath,
+}
+
+/// One HAProxy pod reached through its Data Plane API v3.
+pub struct DataplaneTarget {
+    name: String,
+    api: Api,
+    reload_timeout: Duration,
+    reload_poll_interval: Duration,
+    max_version_retries: u32,
+    /// Deployments to one pod run one at a time.
+    deploy_lock: tokio::sync::Mutex<()>,
+    state: Mutex<TargetState>,
+}
+
+impl fmt::Debug for DataplaneTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataplaneTarget")
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DataplaneTarget {
+    /// A target named `name` (the pod's name) for the API `settings` describe. Nothing is
+    /// sent until the first deployment.
+    pub fn new(
+        name: impl Into<String>,
+        settings: DataplaneSettings,
+    ) -> Result<DataplaneTarget, DataplaneSetupError> {
+        let base = settings.base_url()?;
+        let api = Api::new(
+            base.clone(),
+            settings.username.clone(),
+            settings.password.clone(),
+            settings.connect_timeout,
+            settings.request_timeout,
+        )
+        .map_err(|reason| DataplaneSetupError::Client {
+            url: base.to_string(),
+            reason,
+        })?;
+        Ok(DataplaneTarget {
+            name: name.into(),
+            api,
+            reload_timeout: settings.reload_timeout,
+            reload_poll_interval: settings.reload_poll_interval,
+            max_version_retries: settings.max_version_retries,
+            deploy_lock: tokio::sync::Mutex::new(()),
+            state: Mutex::default(),
+        })
+    }
+
+    /// The API base URL, `…/v3`.
+    pub fn base_url(&self) -> &str {
+        self.api.base()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TargetState> {
+        // The state is plain data updated in single statements; a panic elsewhere leaves it
+        // consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns an API failure at step `doing` into the deploy error it means.
+    fn failure(&self, doing: &str, error: ApiError) -> DeployError {
+        let at = format!("{} ({})", self.name, self.api.base());
+        match error {
+            ApiError::Transport(reason) => {
+                DeployError::Unreachable(format!("{at}: {doing}: {reason}"))
+            }
+            ApiError::Status {
+                status: status @ (401 | 403),
+                message,
+            } => DeployError::Unreachable(format!(
+                "{at}: the Data Plane API refused the credentials of user '{}' while {doing} (HTTP {status}: {message}); check the Data Plane API username and password",
+                self.api.username()
+            )),
+            ApiError::Status { status, message } if status >= 500 => {
+                DeployError::Unreachable(format!("{at}: {doing}: HTTP {status}: {message}"))
+            }
+            ApiError::Status { status, message } => {
+                DeployError::Rejected(format!("{at}: {doing}: HTTP {status}: {message}"))
+            }
+        }
+    }
+
+    /// Epoch fencing and generation ordering against what this target accepted, with no I/O.
+    fn fence_in_memory(&self, request: &DeployRequest) -> Result<(), DeployError> {
+        let state = self.lock();
+        if request.epoch < state.accepted_epoch {
+            return Err(DeployError::Fenced {
+                offered: request.epoch,
+                accepted: state.accepted_epoch,
+            });
+        }
+        if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
+            return Err(DeployError::Stale {
+                offered: request.generation,
+                deployed: state.deployed_generation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Epoch fencing against the epoch kept on the pod; raises it for a newer leader and
+    /// records the request as accepted.
+    async fn fence_on_instance(&self, request: &DeployRequest) -> Result<(), DeployError> {
+        let doing = "reading the fencing epoch";
+        let stored = self
+            .api
+            .storage_read(StorageKind::General, EPOCH_FILE)
+            .await
+            .map_err(|e| self.failure(doing, e))?;
+        let stored_epoch = match stored.as_deref().map(str::trim) {
+            None => None,
+            Some(text) => match text.parse::<u64>() {
+                Ok(epoch) => Some(epoch),
+                Err(_) => {
+                    tracing::warn!(target_name = %self.name, content = text, "the fencing epoch file holds no number; overwriting it");
+                    None
+                }
+            },
+        };
+        if let Some(stored_epoch) = stored_epoch
+            && request.epoch < stored_epoch
+        {
+            let mut state = self.lock();
+            state.accepted_epoch = state.accepted_epoch.max(stored_epoch);
+            return Err(DeployError::Fenced {
+                offered: request.epoch,
+                accepted: stored_epoch,
+            });
+        }
+        if stored_epoch != Some(request.epoch) {
+            self.write_epoch(request.epoch, stored.is_some()).await?;
+        }
+        let mut state = self.lock();
+        state.accepted_epoch = request.epoch;
+        state.deployed_generation = request.generation;
+        Ok(())
+    }
+
+    async fn write_epoch(&self, epoch: u64, exists: bool) -> Result<(), DeployError> {
+        let content = format!("{epoch}\n");
+        let placement = Placement {
+            kind: StorageKind::General,
+            name: EPOCH_FILE.to_string(),
+        };
+        self.upload(&placement, &content, exists)
+            .await
+            .map_err(|e| self.failure("storing the fencing epoch", e))
+    }
+
+    /// The API version, read from `/v3/info` once.
+    async fn api_version(&self) -> Result<ApiVersion, DeployError> {
+        if let Some(version) = self.lock().api_version {
+            return Ok(version);
+        }
+        let text = match self.api.info().await {
+            Ok(text) => text,
+            Err(ApiError::Status { status: 404, .. }) => {
+                return Err(DeployError::Rejected(format!(
+                    "{} ({}): there is no /v3/info (HTTP 404), so this is not a Data Plane API v3 (v2 serves /v2); haptor needs the Data Plane API v3 or later",
+                    self.name,
+                    self.api.base()
+                )));
+            }
+            Err(e) => return Err(self.failure("reading /v3/info", e)),
+        };
+        let Some(version) = ApiVersion::parse(&text) else {
+            return Err(DeployError::Rejected(format!(
+                "{} ({}): /v3/info reports the API version '{text}', which haptor cannot read",
+                self.name,
+                self.api.base()
+            )));
+        };
+        if version < ApiVersion::MINIMUM {
+            return Err(DeployError::Rejected(format!(
+                "{} ({}): the pod runs Data Plane API {version}; haptor needs {} or later",
+                self.name,
+                self.api.base(),
+                ApiVersion::MINIMUM
+            )));
+        }
+        tracing::debug!(target_name = %self.name, %version, "data plane API version");
+        self.lock().api_version = Some(version);
+        Ok(version)
+    }
+
+    /// What the pod runs, as far as its `haproxy.cfg` tells: `None` when it is empty.
+    async fn running_configuration(&self) -> Result<Option<RenderedConfig>, DeployError> {
+        let raw = self
+            .api
+            .raw_configuration()
+            .await
+            .map_err(|e| self.failure("reading haproxy.cfg", e))?;
+        let text = strip_version_lines(&raw.text);
+        Ok((!text.trim().is_empty()).then(|| RenderedConfig {
+            haproxy_cfg: text.to_string(),
+            aux_files: BTreeMap::new(),
+        }))
+    }
+
+    async fn run_deploy(&self, request: &DeployRequest) -> Result<DeployOutcome, DeployError> {
+        self.fence_in_memory(request)?;
+        let _one_at_a_time = self.deploy_lock.lock().await;
+        self.fence_in_memory(request)?;
+        let version = self.api_version().await?;
+        self.fence_on_instance(request).await?;
+
+        let to = &request.rendered;
+        let placements = placements(to).map_err(|reason| {
+            DeployError::Rejected(format!("{} ({}): {reason}", self.name, self.api.base()))
+        })?;
+        let (known, reload_required) = {
+            let state = self.lock();
+            (state.last_deployed.clone(), state.reload_required)
+        };
+        let from = match known {
+            Some(known) => Some(known),
+            None => self.running_configuration().await?.map(Arc::new),
+        };
+        let plan = plan(from.as_deref(), to).map_err(|e| {
+            DeployError::Rejected(format!("{} ({}): {e}", self.name, self.api.base()))
+        })?;
+        // Remembered before anything is written, so a deployment that fails half way still
+        // deletes them once a later one succeeds.
+        let orphans = self.orphans(from.as_deref(), &plan, &placements);
+        self.lock().pending_deletions = orphans.clone();
+
+        if plan.is_empty() && !reload_required {
+            self.delete_orphans(orphans).await;
+            self.remember(request);
+            return Ok(DeployOutcome {
+                unchanged: true,
+                ..DeployOutcome::default()
+            });
+        }
+
+        // From here on the pod is being changed; until this deployment ends well, what it
+        // runs is unknown and the next deployment reloads.
+        {
+            let mut state = self.lock();
+            state.last_deployed = None;
+            state.reload_required = true;
+        }
+        let mut written = BTreeSet::new();
+        let live_from = from.as_deref().filter(|_| !plan.reload && !reload_required);
+        let mut live_outcome = None;
+        if let Some(live_from) = live_from {
+            let reason = match live_changes(&plan, live_from, &placements, version) {
+                Ok(changes) => match self
+                    .apply_live(live_from, to, &plan, &changes, &placements, &mut written)
+                    .await?
+                {
+                    Live::Applied => {
+                        live_outcome = Some(DeployOutcome {
+                            runtime_changes: changes.count,
+                            ..DeployOutcome::default()
+                        });
+                        None
+                    }
+                    Live::NeedsReload(reason) => Some(reason),
+                },
+                Err(reason) => Some(reason),
+            };
+            if let Some(reason) = reason {
+                tracing::info!(target_name = %self.name, %reason, "reloading instead of runtime changes");
+            }
+        }
+        let outcome = match live_outcome {
+            Some(outcome) => outcome,
+            None => {
+                self.apply_with_reload(from.as_deref(), to, &plan, &placements, &mut written)
+                    .await?
+            }
+        };
+        self.delete_orphans(orphans).await;
+        self.remember(request);
+        Ok(outcome)
+    }
+
+    /// Records a finished deployment.
+    fn remember(&self, request: &DeployRequest) {
+        let mut state = self.lock();
+        state.last_deployed = Some(request.rendered.clone());
+        state.reload_required = false;
+    }
+
+    /// Files to delete after this deployment: those the plan drops and those an earlier
+    /// deletion left behind, unless the new render stores something under the same name.
+    fn orphans(
+        &self,
+        from: Option<&RenderedConfig>,
+        plan: &DeploymentPlan,
+        placements: &BTreeMap<String, Placement>,
+    ) -> BTreeMap<String, Placement> {
+        let mut orphans = self.lock().pending_deletions.clone();
+        if let Some(from) = from {
+            for op in &plan.operations {
+                if let Operation::DeleteFile { path } = op
+                    && let Some(file) = from.aux_files.get(path)
+                    && let Ok(placement) = placement(file)
+                {
+                    orphans.insert(path.clone(), placement);
+                }
+            }
+        }
+        orphans.retain(|path, placement| {
+            !placements.contains_key(path) && !placements.values().any(|p| p == placement)
+        });
+        orphans
+    }
+
+    /// Deletes orphaned files; a failure is logged and retried after the next deployment.
+    async fn delete_orphans(&self, orphans: BTreeMap<String, Placement>) {
+        let mut failed = BTreeMap::new();
+        for (path, placement) in orphans {
+            match self
+                .api
+                .storage_delete(placement.kind, &placement.name)
+                .await
+            {
+                Ok(()) => tracing::debug!(target_name = %self.name, %path, "deleted"),
+                Err(error) => {
+                    tracing::warn!(target_name = %self.name, %path, %error, "cannot delete a file the render no longer has; retrying after the next deployment");
+                    failed.insert(path, placement);
+                }
+            }
+        }
+        self.lock().pending_deletions = failed;
+    }
+
+    /// Creates or replaces one storage file; `probably_exists` picks which to try first.
+    async fn upload(
+        &self,
+        placement: &Placement,
+        content: &str,
+        probably_exists: bool,
+    ) -> Result<(), ApiError> {
+        let (kind, name) = (placement.kind, placement.name.as_str());
+        if probably_exists && self.api.storage_replace(kind, name, content).await? {
+            return Ok(());
+        }
+        if self.api.storage_create(kind, name, content).await? {
+            return Ok(());
+        }
+        // It exists after all (409 on create).
+        if self.api.storage_replace(kind, name, content).await? {
+            return Ok(());
+        }
+        Err(ApiError::Status {
+            status: 409,
+            message: format!(
+                "{kind} file '{name}' was reported both existing and missing; another writer is changing it"
+            ),
+        })
+    }
+
+    /// Uploads the auxiliary files the plan writes and that this deployment did not write yet.
+    async fn upload_planned(
+        &self,
+        from: Option<&RenderedConfig>,
+        to: &RenderedConfig,
+        plan: &DeploymentPlan,
+        placements: &BTreeMap<String, Placement>,
+        written: &mut BTreeSet<String>,
+    ) -> Result<(), DeployError> {
+        for op in &plan.operations {
+            let Operation::WriteFile { path } = op else {
+                continue;
+            };
+            if written.contains(path) {
+                continue;
+            }
+            let (Some(file), Some(placement)) = (to.aux_files.get(path), placements.get(path))
+            else {
+                continue;
+            };
+            let exists = from.is_some_and(|f| f.aux_files.contains_key(path));
+            self.upload(placement, &file.content, exists)
+                .await
+                .map_err(|e| {
+                    self.failure(
+                        &format!("uploading {} {path} as {}", file.kind, placement.kind),
+                        e,
+                    )
+                })?;
+            written.insert(path.clone());
+        }
+        Ok(())
+    }
+
+    /// Pushes `haproxy.cfg` with the current version, retrying after 409 (the version moved)
+    /// and 406 (the write's base is outdated: start over from a fresh version). With
+    /// `planned_from`, a conflict first checks that the pod still runs that text; if not,
+    /// the push stops with [`Pushed::ChangedUnderneath`].
+    async fn push(
+        &self,
+        text: &str,
+        skip_reload: bool,
+        runtime_actions: Option<&str>,
+        planned_from: Option<&str>,
+    ) -> Result<Pushed, DeployError> {
+        let doing = "pushing haproxy.cfg";
+        let mut version = self
+            .api
+            .configuration_version()
+            .await
+            .map_err(|e| self.failure("reading the configuration version", e))?;
+        let mut last_conflict = String::new();
+        for attempt in 0..=self.max_version_retries {
+            match self
+                .api
+                .push_configuration(text, version, skip_reload, runtime_actions)
+                .await
+            {
+                Ok(answer) => return Ok(Pushed::Done(answer)),
+                Err(ApiError::Status {
+                    status: status @ (406 | 409),
+                    message,
+                }) => {
+                    tracing::info!(target_name = %self.name, status, %message, attempt, "configuration push conflicted; re-reading the version");
+                    last_conflict = format!("HTTP {status}: {message}");
+                    version = match planned_from {
+                        Some(expected) => {
+                            let live = self
+                                .api
+                                .raw_configuration()
+                                .await
+                                .map_err(|e| self.failure("re-reading haproxy.cfg", e))?;
+                            if strip_version_lines(&live.text).trim_end() != expected.trim_end() {
+                                return Ok(Pushed::ChangedUnderneath);
+                            }
+                            match live.version {
+                                Some(version) => version,
+                                None => self.api.configuration_version().await.map_err(|e| {
+                                    self.failure("re-reading the configuration version", e)
+                                })?,
+                            }
+                        }
+                        None => {
+                            self.api.configuration_version().await.map_err(|e| {
+                                self.failure("re-reading the configuration version", e)
+                            })?
+                        }
+                    };
+                }
+                Err(e) => return Err(self.failure(doing, e)),
+            }
+        }
+        Err(DeployError::Rejected(format!(
+            "{} ({}): {doing}: the configuration version changed under every one of {} attempts (another writer on this pod?); last answer: {last_conflict}",
+            self.name,
+            self.api.base(),
+            self.max_version_retries + 1
+        )))
+    }
+
+    /// Polls a queued reload until it succeeds, fails or times out.
+    async fn wait_for_reload(&self, id: &str) -> Result<(), DeployError> {
+        let at = format!("{} ({})", self.name, self.api.base());
+        let deadline = tokio::time::Instant::now() + self.reload_timeout;
+        loop {
+            let state = match self.api.reload(id).await {
+                Ok(state) => state,
+                Err(ApiError::Status { status: 404, .. }) => {
+                    return Err(DeployError::Unreachable(format!(
+                        "{at}: reload {id} is unknown to the API (it forgets reloads after --reload-retention); whether HAProxy took the configuration is unknown"
+                    )));
+                }
+                Err(e) => return Err(self.failure(&format!("polling reload {id}"), e)),
+            };
+            match state.status.as_str() {
+                "succeeded" => return Ok(()),
+                "failed" => {
+                    return Err(DeployError::Rejected(format!(
+                        "{at}: HAProxy did not take the configuration: reload {id} failed (the API restored the previous configuration): {}",
+                        state.response.trim()
+                    )));
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeployError::Unreachable(format!(
+                    "{at}: reload {id} is still '{}' after {:?}; the reload timeout must exceed the API's reload_delay (5 s by default) plus HAProxy's start time",
+                    state.status, self.reload_timeout
+                )));
+            }
+            tokio::time::sleep(self.reload_poll_interval).await;
+        }
+    }
+
+    /// Files, then `haproxy.cfg` (queuing a reload), then waits for the reload.
+    async fn apply_with_reload(
+        &self,
+        from: Option<&RenderedConfig>,
+        to: &RenderedConfig,
+        plan: &DeploymentPlan,
+        placements: &BTreeMap<String, Placement>,
+        written: &mut BTreeSet<String>,
+    ) -> Result<DeployOutcome, DeployError> {
+        self.upload_planned(from, to, plan, placements, written)
+            .await?;
+        // The push triggers the reload even when haproxy.cfg itself is unchanged (only a
+        // certificate changed, say).
+        let Pushed::Done(answer) = self.push(&to.haproxy_cfg, false, None, None).await? else {
+            // Without `planned_from` a push never reports a changed configuration.
+            return Err(DeployError::Rejected(format!(
+                "{} ({}): the configuration push ended without an answer",
+                self.name,
+                self.api.base()
+            )));
+        };
+        let reloaded = match answer.reload_id() {
+            Some(id) => {
+                self.wait_for_reload(&id).await?;
+                true
+            }
+            None => {
+                tracing::info!(target_name = %self.name, status = %answer.status, "the configuration push queued no reload");
+                false
+            }
+        };
+        Ok(DeployOutcome {
+            reloaded,
+            runtime_changes: 0,
+            unchanged: false,
+        })
+    }
+
+    /// Map files and `haproxy.cfg` without reload, then the runtime changes.
+    async fn apply_live(
+        &self,
+        from: &RenderedConfig,
+        to: &RenderedConfig,
+        plan: &DeploymentPlan,
+        changes: &LiveChanges,
+        placements: &BTreeMap<String, Placement>,
+        written: &mut BTreeSet<String>,
+    ) -> Result<Live, DeployError> {
+        self.upload_planned(Some(from), to, plan, placements, written)
+            .await?;
+        if plan.operations.contains(&Operation::WriteConfig) {
+            let actions = (!changes.actions.is_empty()).then(|| changes.actions.join(";"));
+            match self
+                .push(
+                    &to.haproxy_cfg,
+                    true,
+                    actions.as_deref(),
+                    Some(&from.haproxy_cfg),
+                )
+                .await?
+            {
+                Pushed::Done(answer) => {
+                    if let Some(id) = answer.reload_id() {
+                        tracing::warn!(target_name = %self.name, reload_id = %id, "a push with skip_reload queued a reload");
+                    }
+                }
+                Pushed::ChangedUnderneath => {
+                    return Ok(Live::NeedsReload(
+                        "haproxy.cfg on the pod changed behind haptor's back".into(),
+                    ));
+                }
+            }
+        }
+        for ((backend, server), fields) in &changes.servers {
+            let result = self
+                .api
+                .runtime_server(backend, server, Value::Object(fields.clone()))
+                .await;
+            if let Some(reason) = self.refusal(&format!("server {backend}/{server}"), result)? {
+                return Ok(Live::NeedsReload(reason));
+            }
+        }
+        for change in &changes.maps {
+            for (key, value) in &change.adds {
+                let result = self.api.map_entry_add(&change.map, key, value).await;
+                if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
+                    return Ok(Live::NeedsReload(reason));
+                }
+            }
+            for (key, value) in &change.sets {
+                let result = self.api.map_entry_set(&change.map, key, value).await;
+                if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
+                    return Ok(Live::NeedsReload(reason));
+                }
+            }
+            for key in &change.deletes {
+                let result = self.api.map_entry_delete(&change.map, key).await;
+                if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
+                    return Ok(Live::NeedsReload(reason));
+                }
+            }
+        }
+        Ok(Live::Applied)
+    }
+
+    /// A runtime call's result: `Ok(None)` when it worked, `Ok(Some(reason))` when the API
+    /// refused it (a reload will do it instead), an error when the API cannot be used.
+    fn refusal(
+        &self,
+        what: &str,
+        result: Result<(), ApiError>,
+    ) -> Result<Option<String>, DeployError> {
+        match result {
+            Ok(()) => Ok(None),
+            Err(ApiError::Status { status, message })
+                if (400..500).contains(&status) && !matches!(status, 401 | 403) =>
+            {
+                Ok(Some(format!(
+                    "the runtime API refused a change to {what} (HTTP {status}: {message})"
+                )))
+            }
+            Err(e) => Err(self.failure(&format!("changing {what} at runtime"), e)),
+        }
+    }
+}
+
+impl DeployTarget for DataplaneTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        request: &'a DeployRequest,
+    ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
+        Box::pin(async move {
+            let result = self.run_deploy(request).await;
+            match &result {
+                Ok(outcome) => {
+                    tracing::info!(target_name = %self.name, epoch = request.epoch, generation = request.generation, reloaded = outcome.reloaded, runtime_changes = outcome.runtime_changes, unchanged = outcome.unchanged, "deployed through the data plane API");
+                }
+                Err(error) => {
+                    tracing::warn!(target_name = %self.name, epoch = request.epoch, generation = request.generation, %error, "deployment through the data plane API failed");
+                }
+            }
+            result
+        })
+    }
+
+    /// The checksum of the pod's `haproxy.cfg` combined with the auxiliary files this target
+    /// last deployed (none after a restart or a failed deployment): files changed on the pod
+    /// behind haptor's back are not seen.
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+        Box::pin(async move {
+            let raw = self
+                .api
+                .raw_configuration()
+                .await
+                .map_err(|e| self.failure("reading haproxy.cfg", e))?;
+            let text = strip_version_lines(&raw.text);
+            if text.trim().is_empty() {
+                return Ok(None);
+            }
+            let aux_files = self
+                .lock()
+                .last_deployed
+                .as_ref()
+                .map(|r| r.aux_files.clone())
+                .unwrap_or_default();
+            Ok(Some(
+                RenderedConfig {
+                    haproxy_cfg: text.to_string(),
+                    aux_files,
+                }
+                .checksum(),
+            ))
+        })
+    }
+}
+
+/// The configuration text without the `# _version=N` (and `# _md5hash=`) lines the API puts
+/// at its top.
+fn strip_version_lines(text: &str) -> &str {
+    let mut rest = text;
+    while rest.starts_with("# _version=") || rest.starts_with("# _md5hash=") {
+        rest = match rest.split_once('\n') {
+            Some((_, after)) => after,
+            None => "",
+        };
+    }
+    rest
+}
+
+/// Where an auxiliary file goes: maps to map storage (the name must end in `.map`, which the
+/// API adds to any other name), certificates to certificate storage, general files and
+/// crt-lists to general storage, all under the file name of their path.
+fn placement(file: &AuxFile) -> Result<Placement, String> {
+    let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!(
+            "{} '{}' has no file name to store it under",
+            file.kind, file.path
+        ));
+    }
+    let kind = match file.kind {
+        AuxKind::Map => {
+            if !name.ends_with(".map") {
+                return Err(format!(
+                    "map '{}' must end in .map: the Data Plane API's map storage adds .map to any other name, so HAProxy would not find the file at the path the configuration names",
+                    file.path
+                ));
+            }
+            StorageKind::Maps
+        }
+        AuxKind::Cert => StorageKind::SslCertificates,
+        AuxKind::File | AuxKind::CrtList => {
+            if name == EPOCH_FILE {
+                return Err(format!(
+                    "{} '{}' is stored as general file '{EPOCH_FILE}', the name haptor keeps its fencing epoch under; rename it",
+                    file.kind, file.path
+                ));
+            }
+            StorageKind::General
+        }
+    };
+    Ok(Placement {
+        kind,
+        name: name.to_string(),
+    })
+}
+
+/// Every auxiliary file's placement, by path; two files in one place are an error.
+fn placements(rendered: &RenderedConfig) -> Result<BTreeMap<String, Placement>, String> {
+    let mut by_path = BTreeMap::new();
+    let mut taken: BTreeMap<Placement, &str> = BTreeMap::new();
+    for (path, file) in &rendered.aux_files {
+        let placement = placement(file)?;
+        if let Some(other) = taken.insert(placement.clone(), path) {
+            return Err(format!(
+                "auxiliary files '{other}' and '{path}' would both be stored as {} file '{}'",
+                placement.kind, placement.name
+            ));
+        }
+        by_path.insert(path.clone(), placement);
+    }
+    Ok(by_path)
+}
+
+/// The runtime calls a plan without reload makes.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct LiveChanges {
+    /// `PUT /runtime/backends/{b}/servers/{s}` bodies, by backend and server.
+    servers: BTreeMap<(String, String), Map<String, Value>>,
+    /// `X-Runtime-Actions` for APIs before v3.3.1 (address and weight changes).
+    actions: Vec<String>,
+    maps: Vec<MapChange>,
+    /// How many runtime operations of the plan these calls carry out.
+    count: usize,
+}
+
+/// Entry changes that turn a loaded map's old content into the new one.
+#[derive(Debug, PartialEq, Eq)]
+struct MapChange {
+    /// The auxiliary path, for messages.
+    path: String,
+    /// The runtime map name: the storage name without `.map`.
+    map: String,
+    adds: Vec<(String, String)>,
+    sets: Vec<(String, String)>,
+    deletes: Vec<String>,
+}
+
+/// The runtime calls for a plan without reload, or why it needs a reload after all.
+fn live_changes(
+    plan: &DeploymentPlan,
+    from: &RenderedConfig,
+    placements: &BTreeMap<String, Placement>,
+    version: ApiVersion,
+) -> Result<LiveChanges, String> {
+    let full_server_api = version >= ApiVersion::RUNTIME_SERVER_FIELDS;
+    let mut changes = LiveChanges::default();
+    for op in plan.operations.iter().filter(|op| op.is_runtime()) {
+        changes.count += 1;
+        match op {
+            Operation::SetServerAddress {
+                backend,
+                server,
+                address,
+                port,
+            } => {
+                if address.parse::<IpAddr>().is_err() {
+                    return Err(format!(
+                        "server {backend}/{server} moves to '{address}', not an IP address; the runtime API sets IP addresses only"
+                    ));
+                }
+                if full_server_api {
+                    let fields = changes
+                        .servers
+                        .entry((backend.clone(), server.clone()))
+                        .or_default();
+                    fields.insert("address".into(), Value::from(address.as_str()));
+                    if let Some(port) = port {
+                        fields.insert("port".into(), Value::from(*port));
+                    }
+                } else {
+                    let Some(port) = port else {
+                        return Err(format!(
+                            "server {backend}/{server} has no port, which API {version} needs to change its address"
+                        ));
+                    };
+                    changes.actions.push(format!(
+                        "SetServerAddr {} {} {address} {port}",
+                        action_word(backend)?,
+                        action_word(server)?
+                    ));
+                }
+            }
+            Operation::SetServerWeight {
+                backend,
+                server,
+                weight,
+            } => {
+                if full_server_api {
+                    changes
+                        .servers
+                        .entry((backend.clone(), server.clone()))
+                        .or_default()
+                        .insert("weight".into(), Value::from(*weight));
+                } else {
+                    changes.actions.push(format!(
+                        "SetServerWeight {} {} {weight}",
+                        action_word(backend)?,
+                        action_word(server)?
+                    ));
+                }
+            }
+            Operation::SetServerState {
+                backend,
+                server,
+                state,
+            } => {
+                let state = match state {
+                    ServerState::Ready => "ready",
+                    ServerState::Maint => "maint",
+                };
+                changes
+                    .servers
+                    .entry((backend.clone(), server.clone()))
+                    .or_default()
+                    .insert("admin_state".into(), Value::from(state));
+            }
+            Operation::ReplaceMap { path, entries } => {
+                let old = from
+                    .aux_files
+                    .get(path)
+                    .map(|f| map_entries(&f.content))
+                    .unwrap_or_default();
+                let Some(placement) = placements.get(path) else {
+                    return Err(format!("map {path} has no storage place"));
+                };
+                let map = placement
+                    .name
+                    .strip_suffix(".map")
+                    .unwrap_or(&placement.name)
+                    .to_string();
+                changes.maps.push(map_change(path, map, &old, entries)?);
+            }
+            Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// A backend or server name as one word of `X-Runtime-Actions` (split on `;` and spaces).
+fn action_word(word: &str) -> Result<&str, String> {
+    if word.is_empty() || word.contains(|c: char| c.is_whitespace() || c == ';') {
+        Err(format!(
+            "'{word}' cannot be passed in X-Runtime-Actions, which splits on spaces and ';'"
+        ))
+    } else {
+        Ok(word)
+    }
+}
+
+/// The entry changes from `old` to `new`, or why the runtime API cannot make them: a key
+/// given twice (HAProxy keeps both, entry calls address one), or a key or value the runtime
+/// command line would split or cut.
+fn map_change(
+    path: &str,
+    map: String,
+    old: &[(String, String)],
+    new: &[(String, String)],
+) -> Result<MapChange, String> {
+    let unique = |entries: &[(String, String)]| -> Result<BTreeMap<String, String>, String> {
+        let mut by_key = BTreeMap::new();
+        for (key, value) in entries {
+            if by_key.insert(key.clone(), value.clone()).is_some() {
+                return Err(format!(
+                    "map {path} has the key '{key}' twice; the runtime API cannot reproduce that"
+                ));
+            }
+        }
+        Ok(by_key)
+    };
+    let old_by_key = unique(old)?;
+    unique(new)?;
+    let awkward = |text: &str| {
+        text.is_empty()
+            || text.contains(|c: char| c.is_whitespace() || matches!(c, ';' | '\\' | '"' | '\''))
+    };
+    let mut change = MapChange {
+        path: path.to_string(),
+        map,
+        adds: Vec::new(),
+        sets: Vec::new(),
+        deletes: Vec::new(),
+    };
+    for (key, value) in new {
+        if awkward(key) || awkward(value) {
+            return Err(format!(
+                "map {path} entry '{key} {value}' cannot go through the runtime API's command line"
+            ));
+        }
+        match old_by_key.get(key) {
+            None => change.adds.push((key.clone(), value.clone())),
+            Some(previous) if previous != value => change.sets.push((key.clone(), value.clone())),
+            Some(_) => {}
+        }
+    }
+    let new_keys: BTreeSet<&String> = new.iter().map(|(k, _)| k).collect();
+    change.deletes = old
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !new_keys.contains(k))
+        .cloned()
+        .collect();
+    Ok(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aux(kind: AuxKind, path: &str) -> AuxFile {
+        AuxFile {
+            kind,
+            name: path.rsplit('/').next().unwrap_or(path).into(),
+            path: path.into(),
+            content: String::new(),
+        }
+    }
+
+    #[test]
+    fn api_versions_are_read_with_or_without_the_v_and_build_suffix() {
+        assert_eq!(
+            ApiVersion::parse("v3.1.2 4a1b2c3"),
+            Some(ApiVersion::new(3, 1, 2))
+        );
+        assert_eq!(ApiVersion::parse("3.3"), Some(ApiVersion::new(3, 3, 0)));
+        assert_eq!(
+            ApiVersion::parse("v3.2.0-dev1"),
+            Some(ApiVersion::new(3, 2, 0))
+        );
+        assert_eq!(ApiVersion::parse("garbage"), None);
+        assert!(ApiVersion::parse("v2.9.4").expect("parses") < ApiVersion::MINIMUM);
+        assert!(ApiVersion::new(3, 3, 0) < ApiVersion::RUNTIME_SERVER_FIELDS);
+    }
+
+    #[test]
+    fn the_base_url_ends_in_exactly_one_v3() {
+        for url in [
+            "http://10.0.0.5:5555",
+            "http://10.0.0.5:5555/",
+            "http://10.0.0.5:5555/v3",
+            "http://10.0.0.5:5555/v3/",
+        ] {
+            let settings = DataplaneSettings::new(url, "admin", "secret");
+            assert_eq!(
+                settings.base_url().expect("valid").as_str(),
+                "http://10.0.0.5:5555/v3",
+                "{url}"
+            );
+        }
+        let bad = DataplaneSettings::new("ftp://10.0.0.5", "a", "b");
+        assert!(matches!(
+            bad.base_url(),
+            Err(DataplaneSetupError::InvalidUrl { .. })
+        ));
+    }
+
+    #[test]
+    fn the_password_never_shows_in_debug_output() {
+        let settings = DataplaneSettings::new("http://10.0.0.5:5555", "admin", "s3cr3t");
+        assert!(!format!("{settings:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn version_lines_at_the_top_are_dropped_and_nothing_else() {
+        assert_eq!(
+            strip_version_lines("# _version=7\nglobal\n# _version=8\n"),
+            "global\n# _version=8\n"
+        );
+        assert_eq!(strip_version_lines("global\n"), "global\n");
+    }
+
+    #[test]
+    fn files_are_placed_by_kind_under_their_file_name() {
+        let placed = |kind, path| placement(&aux(kind, path));
+        assert_eq!(
+            placed(AuxKind::Map, "maps/hosts.map"),
+            Ok(Placement {
+                kind: StorageKind::Maps,
+                name: "hosts.map".into()
+            })
+        );
+        assert_eq!(
+            placed(AuxKind::CrtList, "general/certs.list").map(|p| p.kind),
+            Ok(StorageKind::General)
+        );
+        assert_eq!(
+            placed(AuxKind::Cert, "ssl/site.pem").map(|p| p.kind),
+            Ok(StorageKind::SslCertificates)
+        );
+        let no_suffix = placed(AuxKind::Map, "maps/hosts").expect_err("needs .map");
+        assert!(no_suffix.contains("maps/hosts"), "{no_suffix}");
+        let epoch = placed(AuxKind::File, "general/haptor-epoch").expect_err("reserved");
+        assert!(epoch.contains(EPOCH_FILE), "{epoch}");
+    }
+
+    #[test]
+    fn two_files_with_one_storage_name_are_refused() {
+        let mut rendered = RenderedConfig::default();
+        for path in ["general/a.txt", "other/a.txt"] {
+            rendered
+                .aux_files
+                .insert(path.into(), aux(AuxKind::File, path));
+        }
+        let error = placements(&rendered).expect_err("collision");
+        assert!(
+            error.contains("general/a.txt") && error.contains("other/a.txt"),
+            "{error}"
+        );
+    }
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_map_change_adds_sets_and_deletes_only_what_differs() {
+        let old = entries(&[
+            ("a.example", "be_a"),
+            ("b.example", "be_b"),
+            ("c.example", "be_c"),
+        ]);
+        let new = entries(&[
+            ("a.example", "be_a"),
+            ("b.example", "be_x"),
+            ("d.example", "be_d"),
+        ]);
+        let change = map_change("maps/hosts.map", "hosts".into(), &old, &new).expect("expressible");
+        assert_eq!(change.adds, entries(&[("d.example", "be_d")]));
+        assert_eq!(change.sets, entries(&[("b.example", "be_x")]));
+        assert_eq!(change.deletes, vec!["c.example".to_string()]);
+    }
+
+    #[test]
+    fn duplicate_keys_and_values_with_spaces_need_a_reload() {
+        let old = entries(&[("a", "x")]);
+        let twice = entries(&[("a", "x"), ("a", "y")]);
+        assert!(map_change("m.map", "m".into(), &old, &twice).is_err());
+        let spaced = entries(&[("a", "x y")]);
+        assert!(map_change("m.map", "m".into(), &old, &spaced).is_err());
+    }
+
+    #[test]
+    fn an_old_api_gets_address_and_weight_as_runtime_actions() {
+        let plan = DeploymentPlan {
+            operations: vec![
+                Operation::SetServerAddress {
+                    backend: "be".into(),
+                    server: "s1".into(),
+                    address: "10.0.0.2".into(),
+                    port: Some(8080),
+                },
+                Operation::SetServerWeight {
+                    backend: "be".into(),
+                    server: "s1".into(),
+                    weight: 5,
+                },
+                Operation::SetServerState {
+                    backend: "be".into(),
+                    server: "s2".into(),
+                    state: ServerState::Maint,
+                },
+                Operation::WriteConfig,
+            ],
+            ..DeploymentPlan::default()
+        };
+        let from = RenderedConfig::default();
+        let old = live_changes(&plan, &from, &BTreeMap::new(), ApiVersion::new(3, 0, 5))
+            .expect("expressible");
+        assert_eq!(
+            old.actions,
+            vec![
+                "SetServerAddr be s1 10.0.0.2 8080",
+                "SetServerWeight be s1 5"
+            ]
+        );
+        assert_eq!(
+            old.servers.len(),
+            1,
+            "state goes through the runtime endpoint"
+        );
+        assert_eq!(old.count, 3);
+        let new = live_changes(&plan, &from, &BTreeMap::new(), ApiVersion::new(3, 3, 1))
+            .expect("expressible");
+        assert!(new.actions.is_empty());
+        let s1 = &new.servers[&("be".to_string(), "s1".to_string())];
+        assert_eq!(s1["address"], "10.0.0.2");
+        assert_eq!(s1["port"], 8080);
+        assert_eq!(s1["weight"], 5);
+    }
+
+    #[test]
+    fn a_server_moving_to_a_host_name_needs_a_reload() {
+        let plan = DeploymentPlan {
+            operations: vec![Operation::SetServerAddress {
+                backend: "be".into(),
+                server: "s1".into(),
+                address: "db.internal".into(),
+                port: Some(80),
+            }],
+            ..DeploymentPlan::default()
+        };
+        let reason = live_changes(
+            &plan,
+            &RenderedConfig::default(),
+            &BTreeMap::new(),
+            ApiVersion::new(3, 3, 1),
+        )
+        .expect_err("not an IP");
+        assert!(reason.contains("db.internal"), "{reason}");
+    }
+}

@@ -1,0 +1,746 @@
+//! The local deploy target: one HAProxy on the same host (or in the same pod) as haptor,
+//! reached through its files, its master CLI and its runtime API.
+//!
+//! A deployment executes exactly the [`plan`] from what the work directory holds to the
+//! request's render. A plan without a reload applies its server and map changes through the
+//! runtime API and then writes the files, so a later reload keeps them; a runtime command
+//! that answers unexpectedly turns the deployment into a reload. A plan with a reload writes
+//! the files, asks the master CLI to `reload`, and confirms it: a new worker pid in `show
+//! proc` means success, a higher `[failed: N]` means HAProxy refused the files, which are
+//! then put back, so the disk always matches what runs. Requests are epoch-fenced: the
+//! highest accepted epoch is kept in memory and in the work directory, so a deposed leader's
+//! late write is refused even after haptor restarts.
+//!
+//! [`HaproxyProcess`] starts and stops the HAProxy master itself (for `haptor local` and the
+//! integration tests); the target works the same with a HAProxy started by anyone else, as
+//! long as it runs with `-S <work dir>/master.sock -f <work dir>/haproxy.cfg`.
+
+mod files;
+mod layout;
+mod process;
+mod sockets;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::plan::{DeploymentPlan, Operation, ServerState, plan};
+use super::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::rendered::{AuxKind, RenderedConfig};
+
+pub use layout::{
+    LOCAL_MARKER, WorkDir, bootstrap_config, inject_local_settings, strip_local_settings,
+};
+pub use process::{HaproxyProcess, START_TIMEOUT, STOP_TIMEOUT};
+pub use sockets::{ProcInfo, parse_show_proc};
+
+use files::Snapshot;
+use sockets::{LoadedMap, ReloadReply, cli_word, exchange, find_map, parse_reload_reply};
+
+/// How often `show proc` is polled while a reload is being confirmed.
+const RELOAD_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The largest `add map` payload sent at once. HAProxy 2.6 silently drops a command larger
+/// than its buffer (16 kB by default), so payloads stay well below it.
+const MAP_PAYLOAD_BYTES: usize = 8 * 1024;
+
+/// Why the local target or the HAProxy process could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalTargetError {
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot use {} as the local HAProxy work directory: {reason}", path.display())]
+    UnusableWorkDir { path: PathBuf, reason: String },
+    #[error("the render's auxiliary file path '{path}' is refused: {reason}")]
+    UnsafeAuxPath { path: String, reason: String },
+    #[error(
+        "cannot connect to HAProxy at {}: {source} (is haproxy running on this work directory?)",
+        socket.display()
+    )]
+    Unreachable { socket: PathBuf, source: io::Error },
+    #[error("the connection to {} broke during '{command}': {source}", socket.display())]
+    SocketIo {
+        socket: PathBuf,
+        command: String,
+        source: io::Error,
+    },
+    #[error("HAProxy did not answer '{command}' on {} within {timeout:?}", socket.display())]
+    CommandTimeout {
+        socket: PathBuf,
+        command: String,
+        timeout: Duration,
+    },
+    #[error("HAProxy answered '{command}' unexpectedly: {reply}")]
+    UnexpectedReply { command: String, reply: String },
+    #[error("cannot run {}: {source}", binary.display())]
+    Spawn { binary: PathBuf, source: io::Error },
+    #[error("haproxy exited during start-up ({status}): {alerts} (full output in {})", log.display())]
+    StartFailed {
+        status: String,
+        log: PathBuf,
+        alerts: String,
+    },
+    #[error("haproxy did not come up within {timeout:?}: {alerts} (full output in {})", log.display())]
+    StartTimeout {
+        timeout: Duration,
+        log: PathBuf,
+        alerts: String,
+    },
+    #[error(
+        "another haproxy (master pid {master_pid}) already answers on {}; stop it or use another work directory",
+        socket.display()
+    )]
+    AlreadyRunning { socket: PathBuf, master_pid: u32 },
+    #[error("cannot send SIG{signal} to process {pid}")]
+    Signal { pid: u32, signal: String },
+    #[error(
+        "{} holds '{content}', not an epoch number; fix it, or delete it to drop the fencing record",
+        path.display()
+    )]
+    BadEpochFile { path: PathBuf, content: String },
+}
+
+impl LocalTargetError {
+    /// The connection itself failed (nothing answers, or the connection broke).
+    fn is_connection_failure(&self) -> bool {
+        matches!(
+            self,
+            LocalTargetError::Unreachable { .. } | LocalTargetError::SocketIo { .. }
+        )
+    }
+}
+
+impl From<LocalTargetError> for DeployError {
+    fn from(error: LocalTargetError) -> DeployError {
+        match error {
+            LocalTargetError::UnsafeAuxPath { .. } => DeployError::Rejected(error.to_string()),
+            other => DeployError::Unreachable(other.to_string()),
+        }
+    }
+}
+
+/// Timeouts of the local target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalTargetSettings {
+    /// How long a reload may take until a new worker shows up in `show proc`.
+    pub reload_timeout: Duration,
+    /// How long one runtime API or master CLI command may take.
+    pub command_timeout: Duration,
+}
+
+impl Default for LocalTargetSettings {
+    fn default() -> Self {
+        LocalTargetSettings {
+            reload_timeout: Duration::from_secs(10),
+            command_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The deploy target for the HAProxy of one work directory.
+#[derive(Debug)]
+pub struct LocalTarget {
+    name: String,
+    work_dir: WorkDir,
+    settings: LocalTargetSettings,
+    /// One deployment at a time; drift checks wait for a running deployment.
+    state: tokio::sync::Mutex<TargetState>,
+}
+
+#[derive(Debug)]
+struct TargetState {
+    accepted_epoch: u64,
+    /// The generation of the newest request accepted in `accepted_epoch`. Kept in memory
+    /// only: a restarted controller numbers its renders from 1 again.
+    deployed_generation: u64,
+    /// The last configuration HAProxy took (`None`: nothing haptor deployed, or unknown).
+    last_deployed: Option<Arc<RenderedConfig>>,
+}
+
+/// Why the runtime part of a deployment stopped.
+enum RuntimeStop {
+    /// The runtime API cannot be reached: the deployment fails.
+    Unreachable(LocalTargetError),
+    /// A command answered unexpectedly: a reload takes over.
+    Failed {
+        applied: usize,
+        error: LocalTargetError,
+    },
+}
+
+impl LocalTarget {
+    /// A target for the HAProxy of `work_dir`. Reads the accepted epoch and the last
+    /// deployment back from the work directory, so fencing and planning carry over a
+    /// controller restart. Does not need HAProxy to be running.
+    pub fn open(
+        name: impl Into<String>,
+        work_dir: WorkDir,
+    ) -> Result<LocalTarget, LocalTargetError> {
+        let accepted_epoch = files::read_epoch(&work_dir)?;
+        let last_deployed = files::read_back(&work_dir)?.map(Arc::new);
+        Ok(LocalTarget {
+            name: name.into(),
+            work_dir,
+            settings: LocalTargetSettings::default(),
+            state: tokio::sync::Mutex::new(TargetState {
+                accepted_epoch,
+                deployed_generation: 0,
+                last_deployed,
+            }),
+        })
+    }
+
+    /// Replaces the timeouts.
+    pub fn with_settings(mut self, settings: LocalTargetSettings) -> LocalTarget {
+        self.settings = settings;
+        self
+    }
+
+    pub fn work_dir(&self) -> &WorkDir {
+        &self.work_dir
+    }
+
+    /// The highest epoch accepted so far.
+    pub async fn accepted_epoch(&self) -> u64 {
+        self.state.lock().await.accepted_epoch
+    }
+
+    /// The last configuration HAProxy took through this target (or found on disk at open).
+    pub async fn last_deployed(&self) -> Option<Arc<RenderedConfig>> {
+        self.state.lock().await.last_deployed.clone()
+    }
+
+    /// The deployment the work directory holds, read back from disk (what the next
+    /// deployment plans from). `None` when haptor never deployed here.
+    pub fn on_disk(&self) -> Result<Option<RenderedConfig>, LocalTargetError> {
+        files::read_back(&self.work_dir)
+    }
+
+    /// `show proc` on the master CLI.
+    pub async fn show_proc(&self) -> Result<ProcInfo, LocalTargetError> {
+        let reply = exchange(
+            &self.work_dir.master_socket(),
+            "show proc",
+            self.settings.command_timeout,
+        )
+        .await?;
+        parse_show_proc(&reply).ok_or_else(|| LocalTargetError::UnexpectedReply {
+            command: "show proc".into(),
+            reply: reply.trim().to_string(),
+        })
+    }
+
+    /// One runtime API command (with its payload, if any) and its whole reply.
+    pub async fn runtime_command(&self, command: &str) -> Result<String, LocalTargetError> {
+        exchange(
+            &self.work_dir.runtime_socket(),
+            command,
+            self.settings.command_timeout,
+        )
+        .await
+    }
+
+    async fn run_deploy(&self, request: &DeployRequest) -> Result<DeployOutcome, DeployError> {
+        let mut state = self.state.lock().await;
+        if request.epoch < state.accepted_epoch {
+            return Err(DeployError::Fenced {
+                offered: request.epoch,
+                accepted: state.accepted_epoch,
+            });
+        }
+        if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
+            return Err(DeployError::Stale {
+                offered: request.generation,
+                deployed: state.deployed_generation,
+            });
+        }
+        if request.epoch > state.accepted_epoch {
+            files::write_epoch(&self.work_dir, request.epoch)?;
+            state.accepted_epoch = request.epoch;
+        }
+        state.deployed_generation = request.generation;
+
+        let to = &request.rendered;
+        for path in to.aux_files.keys() {
+            self.work_dir.aux_file(path)?;
+        }
+        let before = self.show_proc().await?;
+        let from = files::read_back(&self.work_dir)?;
+        if state.last_deployed.is_some() && from.as_ref() != state.last_deployed.as_deref() {
+            tracing::warn!(
+                target_name = %self.name,
+                work_dir = %self.work_dir.root().display(),
+                "the files on disk differ from the last deployment (edited behind haptor's back); planning from the disk"
+            );
+        }
+        let plan = plan(from.as_ref(), to).map_err(|e| DeployError::Rejected(e.to_string()))?;
+        if plan.is_empty() {
+            state.last_deployed = Some(to.clone());
+            return Ok(DeployOutcome {
+                unchanged: true,
+                ..DeployOutcome::default()
+            });
+        }
+
+        let mut runtime_changes = 0;
+        if !plan.reload {
+            match self.apply_runtime(&plan).await {
+                Ok(applied) => {
+                    self.write_files(&plan, to)?;
+                    state.last_deployed = Some(to.clone());
+                    tracing::info!(
+                        target_name = %self.name,
+                        generation = request.generation,
+                        runtime_changes = applied,
+                        "deployed without a reload"
+                    );
+                    return Ok(DeployOutcome {
+                        reloaded: false,
+                        runtime_changes: applied,
+                        unchanged: false,
+                    });
+                }
+                Err(RuntimeStop::Unreachable(error)) => return Err(error.into()),
+                Err(RuntimeStop::Failed { applied, error }) => {
+                    tracing::warn!(
+                        target_name = %self.name,
+                        error = %error,
+                        "a runtime API change failed; reloading instead"
+                    );
+                    runtime_changes = applied;
+                }
+            }
+        }
+
+        let snapshot = Snapshot::capture(self.touched_paths(&plan)?)?;
+        if let Err(error) = self.write_files(&plan, to) {
+            if let Err(restore) = snapshot.restore() {
+                tracing::error!(error = %restore, "the previous files could not all be put back");
+            }
+            return Err(error.into());
+        }
+        match self.reload(&before).await {
+            Ok(()) => {
+                state.last_deployed = Some(to.clone());
+                tracing::info!(
+                    target_name = %self.name,
+                    generation = request.generation,
+                    reasons = ?plan.reload_reasons,
+                    "deployed with a reload"
+                );
+                Ok(DeployOutcome {
+                    reloaded: true,
+                    runtime_changes,
+                    unchanged: false,
+                })
+            }
+            Err(error) => {
+                // HAProxy still runs what the old files say (or, after an unconfirmed
+                // reload, the next deployment re-plans from them): put them back.
+                if let Err(restore) = snapshot.restore() {
+                    tracing::error!(error = %restore, "the previous files could not all be put back");
+                }
+                state.last_deployed = from.map(Arc::new);
+                tracing::warn!(target_name = %self.name, error = %error, "deployment failed");
+                Err(error)
+            }
+        }
+    }
+
+    /// Every file a plan writes or deletes, and the manifest.
+    fn touched_paths(&self, plan: &DeploymentPlan) -> Result<Vec<PathBuf>, LocalTargetError> {
+        let mut paths = vec![self.work_dir.config_file(), self.work_dir.manifest_file()];
+        for op in &plan.operations {
+            if let Operation::WriteFile { path } | Operation::DeleteFile { path } = op {
+                paths.push(self.work_dir.aux_file(path)?);
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Executes the plan's file operations, then writes the manifest.
+    fn write_files(
+        &self,
+        plan: &DeploymentPlan,
+        to: &RenderedConfig,
+    ) -> Result<(), LocalTargetError> {
+        for op in &plan.operations {
+            match op {
+                Operation::WriteConfig => files::write_atomic(
+                    &self.work_dir.config_file(),
+                    files::config_text(to, &self.work_dir).as_bytes(),
+                )?,
+                Operation::WriteFile { path } => {
+                    let target = self.work_dir.aux_file(path)?;
+                    match to.aux_files.get(path) {
+                        Some(file) if file.kind == AuxKind::Cert => {
+                            files::write_private(&target, file.content.as_bytes())?
+                        }
+                        Some(file) => files::write_atomic(&target, file.content.as_bytes())?,
+                        None => files::write_atomic(&target, b"")?,
+                    }
+                }
+                Operation::DeleteFile { path } => files::remove(&self.work_dir.aux_file(path)?)?,
+                _ => {}
+            }
+        }
+        files::write_atomic(
+            &self.work_dir.manifest_file(),
+            files::manifest_for(to).as_bytes(),
+        )
+    }
+
+    /// Applies the plan's runtime operations; returns how many changed something.
+    async fn apply_runtime(&self, plan: &DeploymentPlan) -> Result<usize, RuntimeStop> {
+        let mut operations: Vec<&Operation> = plan
+            .operations
+            .iter()
+            .filter(|op| op.is_runtime())
+            .collect();
+        // Servers leaving go to maintenance first, so no request reaches a server slot while
+        // its address is being replaced (a stable sort keeps the plan's order otherwise).
+        operations.sort_by_key(|op| {
+            !matches!(
+                op,
+                Operation::SetServerState {
+                    state: ServerState::Maint,
+                    ..
+                }
+            )
+        });
+        let mut applied = 0;
+        for op in operations {
+            match self.apply_operation(op).await {
+                Ok(true) => applied += 1,
+                Ok(false) => {}
+                Err(error) if error.is_connection_failure() => {
+                    return Err(RuntimeStop::Unreachable(error));
+                }
+                Err(error) => return Err(RuntimeStop::Failed { applied, error }),
+            }
+        }
+        Ok(applied)
+    }
+
+    /// One runtime operation; `false` when it had nothing to change live.
+    async fn apply_operation(&self, op: &Operation) -> Result<bool, LocalTargetError> {
+        let server =
+            |backend: &str, server: &str| format!("{}/{}", cli_word(backend), cli_word(server));
+        match op {
+            Operation::SetServerAddress {
+                backend,
+                server: name,
+                address,
+                port,
+            } => {
+                let mut command = format!(
+                    "set server {} addr {}",
+                    server(backend, name),
+                    cli_word(address)
+                );
+                if let Some(port) = port {
+                    command.push_str(&format!(" port {port}"));
+                }
+                self.expect(&command, |reply| {
+                    reply.contains("changed") || reply.contains("no need to change")
+                })
+                .await?;
+            }
+            Operation::SetServerWeight {
+                backend,
+                server: name,
+                weight,
+            } => {
+                let command = format!("set server {} weight {weight}", server(backend, name));
+                self.expect(&command, silent).await?;
+            }
+            Operation::SetServerState {
+                backend,
+                server: name,
+                state,
+            } => {
+                let state = match state {
+                    ServerState::Ready => "ready",
+                    ServerState::Maint => "maint",
+                };
+                let command = format!("set server {} state {state}", server(backend, name));
+                self.expect(&command, silent).await?;
+            }
+            Operation::ReplaceMap { path, entries } => {
+                return self.replace_map(path, entries).await;
+            }
+            Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends a command and checks its reply.
+    async fn expect(
+        &self,
+        command: &str,
+        accept: impl Fn(&str) -> bool,
+    ) -> Result<String, LocalTargetError> {
+        let reply = self.runtime_command(command).await?;
+        if accept(&reply) {
+            Ok(reply)
+        } else {
+            Err(LocalTargetError::UnexpectedReply {
+                command: command.lines().next().unwrap_or_default().to_string(),
+                reply: if reply.trim().is_empty() {
+                    "(nothing)".into()
+                } else {
+                    reply.trim().to_string()
+                },
+            })
+        }
+    }
+
+    async fn loaded_map(&self, path: &str) -> Result<Option<LoadedMap>, LocalTargetError> {
+        let listing = self.runtime_command("show map").await?;
+        let maps = sockets::parse_show_map(&listing);
+        Ok(find_map(&maps, path, self.work_dir.root()).cloned())
+    }
+
+    /// Replaces a loaded map's entries atomically: `prepare map`, `add map @<version>` in
+    /// payloads below HAProxy's buffer size, `commit map`, then checks the entry count. A map
+    /// HAProxy has not loaded needs no live change (the file write is enough).
+    async fn replace_map(
+        &self,
+        path: &str,
+        entries: &[(String, String)],
+    ) -> Result<bool, LocalTargetError> {
+        let Some(map) = self.loaded_map(path).await? else {
+            tracing::debug!(
+                map = path,
+                "HAProxy has not loaded this map; writing the file is enough"
+            );
+            return Ok(false);
+        };
+        let reference = cli_word(&map.reference);
+        let prepare = format!("prepare map {reference}");
+        let reply = self
+            .expect(&prepare, |reply| version_of(reply).is_some())
+            .await?;
+        // `expect` accepted the reply only with a version in it.
+        let version = version_of(&reply).unwrap_or_default();
+        let header = format!("add map @{version} {reference} <<\n");
+        let mut payload = header.clone();
+        for (key, value) in entries {
+            let line = if value.is_empty() {
+                format!("{key}\n")
+            } else {
+                format!("{key} {value}\n")
+            };
+            if payload.len() > header.len() && payload.len() + line.len() > MAP_PAYLOAD_BYTES {
+                payload.push('\n');
+                self.expect(&payload, silent).await?;
+                payload.clone_from(&header);
+            }
+            payload.push_str(&line);
+        }
+        if payload.len() > header.len() {
+            payload.push('\n');
+            self.expect(&payload, silent).await?;
+        }
+        let commit = format!("commit map @{version} {reference}");
+        self.expect(&commit, silent).await?;
+        let loaded = self.loaded_map(path).await?;
+        let count = loaded.as_ref().and_then(|m| m.entry_count);
+        if count != Some(entries.len()) {
+            return Err(LocalTargetError::UnexpectedReply {
+                command: commit,
+                reply: format!(
+                    "the map holds {} entries after the commit, {} expected",
+                    count.map_or("an unknown number of".into(), |n| n.to_string()),
+                    entries.len()
+                ),
+            });
+        }
+        Ok(true)
+    }
+
+    /// Asks the master to reload and waits for the outcome: a new worker (success), a higher
+    /// failed count or a `Success=0` reply (HAProxy refused the files).
+    async fn reload(&self, before: &ProcInfo) -> Result<(), DeployError> {
+        let log = self.work_dir.log_file();
+        let log_offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        let refused = |detail: String| {
+            DeployError::Rejected(format!(
+                "HAProxy refused the new configuration and keeps running the previous one: {detail}"
+            ))
+        };
+        match exchange(
+            &self.work_dir.master_socket(),
+            "reload",
+            self.settings.command_timeout,
+        )
+        .await
+        {
+            Ok(reply) => {
+                if let ReloadReply::Failed(alerts) = parse_reload_reply(&reply) {
+                    return Err(refused(alerts));
+                }
+            }
+            Err(error) if error.is_connection_failure() => return Err(error.into()),
+            Err(error) => {
+                tracing::debug!(error = %error, "no reply to reload; confirming through show proc");
+            }
+        }
+        let deadline = Instant::now() + self.settings.reload_timeout;
+        loop {
+            tokio::time::sleep(RELOAD_POLL_INTERVAL).await;
+            // While the master re-executes itself, its socket refuses connections: keep polling.
+            if let Ok(now) = self.show_proc().await {
+                if now.failed > before.failed {
+                    let alerts = process::read_alerts_since(&log, log_offset);
+                    let detail = if alerts.is_empty() {
+                        format!(
+                            "the master counts {} failed reload(s); its output names the error",
+                            now.failed
+                        )
+                    } else {
+                        format!(
+                            "{alerts} (line numbers count the lines haptor adds after `global`)"
+                        )
+                    };
+                    return Err(refused(detail));
+                }
+                if let Some(worker) = now.current_worker
+                    && !before.workers.contains(&worker)
+                {
+                    tracing::debug!(worker, reloads = now.reloads, "reload confirmed");
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(DeployError::Unreachable(format!(
+                    "HAProxy did not confirm the reload within {:?} (no new worker in show proc)",
+                    self.settings.reload_timeout
+                )));
+            }
+        }
+    }
+}
+
+/// A reply with nothing in it but its line break: how 2.6 acknowledges `set server ... weight`,
+/// `state`, `add map` and `commit map`. An empty reply means the command was dropped.
+fn silent(reply: &str) -> bool {
+    !reply.is_empty() && reply.trim().is_empty()
+}
+
+/// The version in `New version created: 3`.
+fn version_of(reply: &str) -> Option<u64> {
+    reply
+        .trim()
+        .strip_prefix("New version created:")
+        .and_then(|v| v.trim().parse().ok())
+}
+
+impl DeployTarget for LocalTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn deploy<'a>(
+        &'a self,
+        request: &'a DeployRequest,
+    ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
+        Box::pin(self.run_deploy(request))
+    }
+
+    /// The checksum of the deployment on disk (the rendered text, the local settings left
+    /// out); HAProxy must answer on its master CLI.
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+        Box::pin(async move {
+            let _deploying = self.state.lock().await;
+            self.show_proc().await?;
+            Ok(files::read_back(&self.work_dir)?.map(|r| r.checksum()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_bare_line_break_acknowledges_a_silent_command() {
+        assert!(silent("\n"));
+        assert!(silent("\n\n"));
+        assert!(!silent(""), "a dropped command answers nothing at all");
+        assert!(!silent("No such server.\n\n"));
+    }
+
+    #[test]
+    fn the_prepared_map_version_is_read_from_its_reply() {
+        assert_eq!(version_of("New version created: 12\n\n"), Some(12));
+        assert_eq!(
+            version_of("Unknown map identifier. Please use #<id> or <file>.\n"),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_target_without_a_running_haproxy_is_unreachable_and_writes_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work_dir = WorkDir::new(dir.path()).expect("work dir");
+        let target = LocalTarget::open("local", work_dir.clone()).expect("opens");
+        let rendered = Arc::new(RenderedConfig {
+            haproxy_cfg: "global\n".into(),
+            ..RenderedConfig::default()
+        });
+        let request = DeployRequest {
+            checksum: rendered.checksum(),
+            rendered,
+            epoch: 1,
+            generation: 1,
+        };
+        let err = target.deploy(&request).await.expect_err("nothing runs");
+        assert!(matches!(err, DeployError::Unreachable(_)), "{err}");
+        assert!(!work_dir.config_file().exists());
+        assert!(matches!(
+            target.deployed_checksum().await,
+            Err(DeployError::Unreachable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_unsafe_aux_path_is_rejected_before_anything_happens() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work_dir = WorkDir::new(dir.path()).expect("work dir");
+        let target = LocalTarget::open("local", work_dir).expect("opens");
+        let mut rendered = RenderedConfig {
+            haproxy_cfg: "global\n".into(),
+            ..RenderedConfig::default()
+        };
+        rendered.aux_files.insert(
+            "../escape.map".into(),
+            crate::pure::rendered::AuxFile {
+                kind: crate::pure::rendered::AuxKind::Map,
+                name: "escape.map".into(),
+                path: "../escape.map".into(),
+                content: String::new(),
+            },
+        );
+        let request = DeployRequest {
+            checksum: rendered.checksum(),
+            rendered: Arc::new(rendered),
+            epoch: 1,
+            generation: 1,
+        };
+        let err = target.deploy(&request).await.expect_err("refused");
+        assert!(
+            matches!(&err, DeployError::Rejected(m) if m.contains("../escape.map")),
+            "{err}"
+        );
+    }
+}

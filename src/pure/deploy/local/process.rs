@@ -1,0 +1,252 @@
+//! The HAProxy process of a local instance: `haproxy -W -S <master.sock> -f <haproxy.cfg> -p
+//! <haproxy.pid>` in master-worker mode, in the foreground, so haptor owns the master as a
+//! child process. The master re-executes itself in place on every reload (same pid), and its
+//! workers exit when it dies, so stopping or killing the master leaves nothing behind.
+//! Output goes to `haproxy.log` in the work directory, which also explains a failed start.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::layout::{WorkDir, bootstrap_config};
+use super::sockets::{ProcInfo, exchange, parse_show_proc};
+use super::{LocalTargetError, files};
+
+/// How long a start may take until the master answers with a worker.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long `stop` waits for a graceful exit before it kills.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A running HAProxy master owned by haptor. Dropping it kills the master (best effort).
+#[derive(Debug)]
+pub struct HaproxyProcess {
+    child: Option<Child>,
+    master_pid: u32,
+    work_dir: WorkDir,
+}
+
+impl HaproxyProcess {
+    /// Starts HAProxy on the work directory's `haproxy.cfg` (writing the bootstrap
+    /// configuration first when there is none) and waits until the master answers `show proc`
+    /// with a worker. Fails when another master already answers on the work directory's
+    /// socket, when HAProxy exits (the error quotes its alerts) or after [`START_TIMEOUT`].
+    pub async fn start(
+        binary: impl AsRef<Path>,
+        work_dir: &WorkDir,
+    ) -> Result<HaproxyProcess, LocalTargetError> {
+        let binary = binary.as_ref();
+        if let Ok(reply) = exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
+            && let Some(info) = parse_show_proc(&reply)
+        {
+            return Err(LocalTargetError::AlreadyRunning {
+                socket: work_dir.master_socket(),
+                master_pid: info.master_pid,
+            });
+        }
+        let config = work_dir.config_file();
+        if !config.exists() {
+            files::write_atomic(&config, bootstrap_config(work_dir).as_bytes())?;
+        }
+        let log_path = work_dir.log_file();
+        let open_log = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .map_err(|source| LocalTargetError::Io {
+                    action: "open the HAProxy log",
+                    path: log_path.clone(),
+                    source,
+                })
+        };
+        let log_start = fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+        let child = Command::new(binary)
+            .arg("-W")
+            .arg("-S")
+            .arg(work_dir.master_socket())
+            .arg("-f")
+            .arg(&config)
+            .arg("-p")
+            .arg(work_dir.pid_file())
+            .current_dir(work_dir.root())
+            .stdin(Stdio::null())
+            .stdout(open_log()?)
+            .stderr(open_log()?)
+            .spawn()
+            .map_err(|source| LocalTargetError::Spawn {
+                binary: binary.to_path_buf(),
+                source,
+            })?;
+        let master_pid = child.id();
+        let mut process = HaproxyProcess {
+            child: Some(child),
+            master_pid,
+            work_dir: work_dir.clone(),
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = process.exit_status() {
+                return Err(LocalTargetError::StartFailed {
+                    status: status.to_string(),
+                    log: log_path.clone(),
+                    alerts: read_alerts_since(&log_path, log_start),
+                });
+            }
+            if let Ok(info) = process.show_proc().await
+                && info.master_pid == master_pid
+                && info.current_worker.is_some()
+            {
+                tracing::info!(
+                    master_pid,
+                    work_dir = %work_dir.root().display(),
+                    "haproxy started"
+                );
+                return Ok(process);
+            }
+            if Instant::now() >= deadline {
+                process.kill();
+                return Err(LocalTargetError::StartTimeout {
+                    timeout: START_TIMEOUT,
+                    log: log_path.clone(),
+                    alerts: read_alerts_since(&log_path, log_start),
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// The master's pid (it stays the same across reloads).
+    pub fn master_pid(&self) -> u32 {
+        self.master_pid
+    }
+
+    /// The work directory this process serves.
+    pub fn work_dir(&self) -> &WorkDir {
+        &self.work_dir
+    }
+
+    /// `show proc` on this process's master CLI.
+    pub async fn show_proc(&self) -> Result<ProcInfo, LocalTargetError> {
+        let socket = self.work_dir.master_socket();
+        let reply = exchange(&socket, "show proc", PROBE_TIMEOUT).await?;
+        parse_show_proc(&reply).ok_or_else(|| LocalTargetError::UnexpectedReply {
+            command: "show proc".into(),
+            reply,
+        })
+    }
+
+    /// Whether the master is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.exit_status().is_none()
+    }
+
+    /// The master's exit status once it has exited (reaping it).
+    fn exit_status(&mut self) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                self.child = None;
+                Some(status)
+            }
+            Ok(None) => None,
+            // The child cannot be waited for: treat it as gone.
+            Err(_) => {
+                self.child = None;
+                Some(ExitStatus::default())
+            }
+        }
+    }
+
+    /// Stops HAProxy: SIGTERM to the master (which stops its workers and waits for them),
+    /// then SIGKILL after [`STOP_TIMEOUT`]. Stopping a stopped process does nothing.
+    pub async fn stop(&mut self) -> Result<(), LocalTargetError> {
+        if self.exit_status().is_some() || self.child.is_none() {
+            return Ok(());
+        }
+        if let Err(e) = send_signal(self.master_pid, "TERM") {
+            tracing::warn!(master_pid = self.master_pid, error = %e, "cannot send SIGTERM to haproxy; killing it");
+            self.kill();
+            return Ok(());
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if self.exit_status().is_some() {
+                tracing::info!(master_pid = self.master_pid, "haproxy stopped");
+                return Ok(());
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        tracing::warn!(
+            master_pid = self.master_pid,
+            "haproxy did not stop within {STOP_TIMEOUT:?}; killing it"
+        );
+        self.kill();
+        Ok(())
+    }
+
+    /// Kills the master at once (SIGKILL) and reaps it; its workers exit when they see it
+    /// gone. Killing a stopped process does nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Err(e) = child.kill() {
+                tracing::debug!(master_pid = self.master_pid, error = %e, "haproxy already exited");
+            }
+            if let Err(e) = child.wait() {
+                tracing::warn!(master_pid = self.master_pid, error = %e, "cannot reap haproxy");
+            }
+        }
+    }
+}
+
+impl Drop for HaproxyProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends a signal by name with the system's `kill` command (the crate links no libc
+/// bindings).
+fn send_signal(pid: u32, signal: &str) -> Result<(), LocalTargetError> {
+    let status = Command::new("kill")
+        .arg("-s")
+        .arg(signal)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|source| LocalTargetError::Spawn {
+            binary: PathBuf::from("kill"),
+            source,
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(LocalTargetError::Signal {
+            pid,
+            signal: signal.to_string(),
+        })
+    }
+}
+
+/// The `[ALERT]` lines HAProxy logged after byte `offset` of its log (or its last lines).
+pub(crate) fn read_alerts_since(log: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    let Ok(mut file) = fs::File::open(log) else {
+        return text;
+    };
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return text;
+    }
+    let mut bytes = Vec::new();
+    if file.read_to_end(&mut bytes).is_err() {
+        return text;
+    }
+    text = super::sockets::alert_lines(&String::from_utf8_lossy(&bytes));
+    text
+}

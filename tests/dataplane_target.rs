@@ -1,0 +1,1410 @@
+//! The Data Plane API v3 deploy target against an in-process axum stub of the API that
+//! answers as the contract documents: Basic auth on every path (401 without), `?version=N`
+//! on configuration pushes (409 `version in configuration file is X, given version is Y`),
+//! 202 + `Reload-ID` for a queued reload whose status goes `in_progress` → `succeeded` (or
+//! `failed` for a configuration holding `# fail-reload`, which also restores the previous
+//! configuration), multipart `file_upload` storage creation, storage replace with
+//! `skip_reload`, a delete refused while the configuration still names the file, and
+//! `Configuration-Version` on every answer. The stub records every request.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::to_bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use haptor::pure::deploy::dataplane::{DataplaneSettings, DataplaneTarget, EPOCH_FILE};
+use haptor::pure::deploy::plan::plan;
+use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
+use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+
+const USER: &str = "admin";
+const PASSWORD: &str = "adminpwd";
+const FAIL_RELOAD_MARKER: &str = "# fail-reload";
+const INVALID_MARKER: &str = "# invalid-config";
+const RELOAD_FAILURE_LOG: &str =
+    "[ALERT] (42) : config : parsing [/etc/haproxy/haproxy.cfg:3] : reload refused by the stub";
+const VALIDATION_FAILURE: &str = "validation error: exit status 1\n[ALERT] (7) : config : parsing [/tmp/onlyvalidate:9] : unknown keyword 'bogus' in 'backend' section";
+
+/// One request as the stub saw it.
+#[derive(Debug, Clone)]
+struct Recorded {
+    method: Method,
+    path: String,
+    query: BTreeMap<String, String>,
+    runtime_actions: Option<String>,
+    body: String,
+}
+
+impl Recorded {
+    fn is(&self, method: Method, path: &str) -> bool {
+        self.method == method && self.path == path
+    }
+
+    fn query_is(&self, name: &str, value: &str) -> bool {
+        self.query.get(name).map(String::as_str) == Some(value)
+    }
+
+    fn is_write(&self) -> bool {
+        self.method != Method::GET
+    }
+}
+
+#[derive(Debug)]
+struct StubReload {
+    polls_before_done: u32,
+    fails: bool,
+    restored: bool,
+}
+
+#[derive(Debug)]
+struct StubState {
+    api_version: String,
+    config_version: u64,
+    config: String,
+    /// What a failed reload restores.
+    last_good: String,
+    /// (storage kind, name) → content.
+    storage: BTreeMap<(String, String), String>,
+    reloads: BTreeMap<String, StubReload>,
+    reload_counter: u64,
+    /// Storage writes that would have reloaded HAProxy (no `skip_reload`).
+    unexpected_reloads: u32,
+    /// The next pushes find another writer's version first (409).
+    conflicts_to_inject: u32,
+    /// The next pushes answer 406 after another commit.
+    outdated_to_inject: u32,
+    /// Runtime server changes answer 404.
+    refuse_runtime_servers: bool,
+    runtime_maps: BTreeMap<String, Vec<(String, String)>>,
+    requests: Vec<Recorded>,
+}
+
+#[derive(Clone)]
+struct Stub {
+    state: Arc<Mutex<StubState>>,
+    addr: SocketAddr,
+}
+
+impl Stub {
+    async fn start(api_version: &str) -> Stub {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let state = Arc::new(Mutex::new(StubState {
+            api_version: api_version.to_string(),
+            config_version: 1,
+            config: String::new(),
+            last_good: String::new(),
+            storage: BTreeMap::new(),
+            reloads: BTreeMap::new(),
+            reload_counter: 0,
+            unexpected_reloads: 0,
+            conflicts_to_inject: 0,
+            outdated_to_inject: 0,
+            refuse_runtime_servers: false,
+            runtime_maps: BTreeMap::new(),
+            requests: Vec::new(),
+        }));
+        let app = Router::new().fallback(handle).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the stub");
+        let addr = listener.local_addr().expect("stub address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Stub { state, addr }
+    }
+
+    fn state(&self) -> MutexGuard<'_, StubState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.state().requests.clone()
+    }
+
+    fn clear_requests(&self) {
+        self.state().requests.clear();
+    }
+
+    fn target(&self) -> DataplaneTarget {
+        self.target_with(PASSWORD)
+    }
+
+    fn target_with(&self, password: &str) -> DataplaneTarget {
+        DataplaneTarget::new("haproxy-0", settings(&self.url(), password)).expect("target")
+    }
+}
+
+fn settings(url: &str, password: &str) -> DataplaneSettings {
+    let mut settings = DataplaneSettings::new(url, USER, password);
+    settings.connect_timeout = Duration::from_secs(2);
+    settings.request_timeout = Duration::from_secs(5);
+    settings.reload_timeout = Duration::from_secs(5);
+    settings.reload_poll_interval = Duration::from_millis(10);
+    settings.max_version_retries = 2;
+    settings
+}
+
+const API: &str = "/v3/services/haproxy";
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "code": status.as_u16(), "message": message }).to_string(),
+    )
+        .into_response()
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+fn accepted_with_reload(id: &str, body: String) -> Response {
+    let mut response = text(StatusCode::ACCEPTED, body);
+    if let Ok(value) = HeaderValue::from_str(id) {
+        response.headers_mut().insert("Reload-ID", value);
+    }
+    response
+}
+
+async fn handle(State(state): State<Arc<Mutex<StubState>>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match to_bytes(body, usize::MAX).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => return json_error(StatusCode::BAD_REQUEST, "unreadable body"),
+    };
+    let query: BTreeMap<String, String> = parts
+        .uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (pair.to_string(), String::new()),
+        })
+        .collect();
+    let header = |name: header::HeaderName| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let recorded = Recorded {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
+        query,
+        runtime_actions: parts
+            .headers
+            .get("X-Runtime-Actions")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        body,
+    };
+    let mut stub = state.lock().unwrap_or_else(|p| p.into_inner());
+    stub.requests.push(recorded.clone());
+    let mut response = stub.answer(
+        &recorded,
+        header(header::AUTHORIZATION),
+        header(header::CONTENT_TYPE),
+    );
+    if let Ok(value) = HeaderValue::from_str(&stub.config_version.to_string()) {
+        response
+            .headers_mut()
+            .insert("Configuration-Version", value);
+    }
+    response
+}
+
+/// The `file_upload` part of a multipart body: (file name, content).
+fn multipart_file(content_type: &str, body: &str) -> Option<(String, String)> {
+    let boundary = content_type
+        .strip_prefix("multipart/form-data")?
+        .split("boundary=")
+        .nth(1)?
+        .trim_matches('"');
+    for part in body.split(&format!("--{boundary}")) {
+        let Some((head, rest)) = part.split_once("\r\n\r\n") else {
+            continue;
+        };
+        if !head.contains("name=\"file_upload\"") {
+            continue;
+        }
+        let file_name = head.split("filename=\"").nth(1)?.split('"').next()?;
+        return Some((
+            file_name.to_string(),
+            rest.strip_suffix("\r\n")?.to_string(),
+        ));
+    }
+    None
+}
+
+impl StubState {
+    fn answer(
+        &mut self,
+        request: &Recorded,
+        authorization: Option<String>,
+        content_type: Option<String>,
+    ) -> Response {
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+        );
+        if authorization.as_deref() != Some(expected.as_str()) {
+            let mut response = json_error(StatusCode::UNAUTHORIZED, "invalid username or password");
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"dataplaneapi\""),
+            );
+            return response;
+        }
+        let content_type = content_type.unwrap_or_default();
+        let Some(rest) = request.path.strip_prefix("/v3/") else {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                &format!("path {} was not found", request.path),
+            );
+        };
+        let segments: Vec<&str> = rest.split('/').collect();
+        let method = request.method.clone();
+        match (method, segments.as_slice()) {
+            (Method::GET, ["info"]) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({
+                    "api": { "version": self.api_version, "build_date": "2025-06-01T00:00:00Z" },
+                    "system": {}
+                })
+                .to_string(),
+            )
+                .into_response(),
+            (Method::GET, ["services", "haproxy", "configuration", "version"]) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                self.config_version.to_string(),
+            )
+                .into_response(),
+            (Method::GET, ["services", "haproxy", "configuration", "raw"]) => text(
+                StatusCode::OK,
+                format!("# _version={}\n{}", self.config_version, self.config),
+            ),
+            (Method::POST, ["services", "haproxy", "configuration", "raw"]) => {
+                self.push(request, &content_type)
+            }
+            (Method::GET, ["services", "haproxy", "reloads", id]) => self.reload_status(id),
+            (Method::POST, ["services", "haproxy", "storage", kind]) => {
+                self.storage_create(kind, request, &content_type)
+            }
+            (Method::GET, ["services", "haproxy", "storage", kind, name]) => {
+                match self.storage.get(&(kind.to_string(), name.to_string())) {
+                    Some(content) => (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, "application/octet-stream")],
+                        content.clone(),
+                    )
+                        .into_response(),
+                    None => json_error(
+                        StatusCode::NOT_FOUND,
+                        &format!("file {name} doesn't exist in dir: /etc/haproxy/{kind}"),
+                    ),
+                }
+            }
+            (Method::PUT, ["services", "haproxy", "storage", kind, name]) => {
+                self.storage_replace(kind, name, request, &content_type)
+            }
+            (Method::DELETE, ["services", "haproxy", "storage", kind, name]) => {
+                self.storage_delete(kind, name, request)
+            }
+            (
+                Method::PUT,
+                [
+                    "services",
+                    "haproxy",
+                    "runtime",
+                    "backends",
+                    backend,
+                    "servers",
+                    server,
+                ],
+            ) => {
+                if self.refuse_runtime_servers {
+                    return json_error(
+                        StatusCode::NOT_FOUND,
+                        &format!("Runtime server {server} not found in backend {backend}"),
+                    );
+                }
+                let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(&request.body)
+                else {
+                    return json_error(StatusCode::BAD_REQUEST, "body is not a JSON object");
+                };
+                fields.insert("name".into(), json!(server));
+                (StatusCode::OK, axum::Json(Value::Object(fields))).into_response()
+            }
+            (Method::POST, ["services", "haproxy", "runtime", "maps", map, "entries"]) => {
+                let Ok(entry) = serde_json::from_str::<Value>(&request.body) else {
+                    return json_error(StatusCode::BAD_REQUEST, "body is not JSON");
+                };
+                let (Some(key), Some(value)) = (entry["key"].as_str(), entry["value"].as_str())
+                else {
+                    return json_error(StatusCode::BAD_REQUEST, "key and value are required");
+                };
+                let Some(entries) = self.runtime_maps.get_mut(*map) else {
+                    return json_error(StatusCode::NOT_FOUND, &format!("map {map} is not loaded"));
+                };
+                entries.push((key.to_string(), value.to_string()));
+                (StatusCode::CREATED, axum::Json(entry)).into_response()
+            }
+            (
+                Method::PUT,
+                [
+                    "services",
+                    "haproxy",
+                    "runtime",
+                    "maps",
+                    map,
+                    "entries",
+                    key,
+                ],
+            ) => {
+                let Ok(entry) = serde_json::from_str::<Value>(&request.body) else {
+                    return json_error(StatusCode::BAD_REQUEST, "body is not JSON");
+                };
+                let Some(value) = entry["value"].as_str() else {
+                    return json_error(StatusCode::BAD_REQUEST, "value is required");
+                };
+                let Some(slot) = self
+                    .runtime_maps
+                    .get_mut(*map)
+                    .and_then(|entries| entries.iter_mut().find(|(k, _)| k == key))
+                else {
+                    return json_error(StatusCode::NOT_FOUND, &format!("{key} entry not found"));
+                };
+                slot.1 = value.to_string();
+                (
+                    StatusCode::OK,
+                    axum::Json(json!({ "key": key, "value": value })),
+                )
+                    .into_response()
+            }
+            (
+                Method::DELETE,
+                [
+                    "services",
+                    "haproxy",
+                    "runtime",
+                    "maps",
+                    map,
+                    "entries",
+                    key,
+                ],
+            ) => {
+                let Some(entries) = self.runtime_maps.get_mut(*map) else {
+                    return json_error(StatusCode::NOT_FOUND, &format!("map {map} is not loaded"));
+                };
+                let before = entries.len();
+                entries.retain(|(k, _)| k != key);
+                if entries.len() == before {
+                    return json_error(StatusCode::NOT_FOUND, &format!("{key} entry not found"));
+                }
+                StatusCode::NO_CONTENT.into_response()
+            }
+            _ => json_error(
+                StatusCode::NOT_FOUND,
+                &format!("path {} was not found", request.path),
+            ),
+        }
+    }
+
+    fn push(&mut self, request: &Recorded, content_type: &str) -> Response {
+        if !content_type.starts_with("text/plain") {
+            return json_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "the configuration must be sent as text/plain",
+            );
+        }
+        if !request.body.is_empty() && !request.body.contains('\n') {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "invalid configuration: no newline character found",
+            );
+        }
+        let Some(given) = request
+            .query
+            .get("version")
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "version or skip_version must be given",
+            );
+        };
+        if self.outdated_to_inject > 0 {
+            self.outdated_to_inject -= 1;
+            self.config_version += 1;
+            return json_error(
+                StatusCode::NOT_ACCEPTABLE,
+                "transaction 5f1d0c2e is outdated and cannot be committed",
+            );
+        }
+        if self.conflicts_to_inject > 0 {
+            self.conflicts_to_inject -= 1;
+            self.config_version += 1;
+        }
+        if given != self.config_version {
+            return json_error(
+                StatusCode::CONFLICT,
+                &format!(
+                    "version in configuration file is {}, given version is {given}",
+                    self.config_version
+                ),
+            );
+        }
+        if request.body.contains(INVALID_MARKER) {
+            return json_error(StatusCode::BAD_REQUEST, VALIDATION_FAILURE);
+        }
+        let body: String = request
+            .body
+            .split_inclusive('\n')
+            .filter(|line| !line.starts_with("# _version="))
+            .collect();
+        self.last_good = std::mem::replace(&mut self.config, body);
+        self.config_version += 1;
+        let stored = format!("# _version={}\n{}", self.config_version, self.config);
+        if request.query_is("skip_reload", "true") {
+            return text(StatusCode::CREATED, stored);
+        }
+        let fails = self.config.contains(FAIL_RELOAD_MARKER);
+        let id = self.queue_reload(fails);
+        accepted_with_reload(&id, stored)
+    }
+
+    /// Queues a reload, or joins the one still pending (requests made while a reload is
+    /// pending share its id).
+    fn queue_reload(&mut self, fails: bool) -> String {
+        if let Some((id, pending)) = self
+            .reloads
+            .iter_mut()
+            .find(|(_, r)| r.polls_before_done > 0)
+        {
+            pending.fails |= fails;
+            return id.clone();
+        }
+        self.reload_counter += 1;
+        let id = format!("2025-06-01-{}", self.reload_counter);
+        self.reloads.insert(
+            id.clone(),
+            StubReload {
+                polls_before_done: 1,
+                fails,
+                restored: false,
+            },
+        );
+        // Loading the maps the configuration now has, as HAProxy does at start.
+        if !fails {
+            self.runtime_maps = self
+                .storage
+                .iter()
+                .filter(|((kind, _), _)| kind == "maps")
+                .map(|((_, name), content)| {
+                    let entries = content
+                        .lines()
+                        .filter_map(|l| l.split_once(' '))
+                        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+                        .collect();
+                    (name.trim_end_matches(".map").to_string(), entries)
+                })
+                .collect();
+        }
+        id
+    }
+
+    fn reload_status(&mut self, id: &str) -> Response {
+        let Some(reload) = self.reloads.get_mut(id) else {
+            return json_error(StatusCode::NOT_FOUND, &format!("reload {id} not found"));
+        };
+        let status = if reload.polls_before_done > 0 {
+            reload.polls_before_done -= 1;
+            "in_progress"
+        } else if reload.fails {
+            if !reload.restored {
+                reload.restored = true;
+                self.config = self.last_good.clone();
+            }
+            "failed"
+        } else {
+            "succeeded"
+        };
+        let response = if status == "failed" {
+            RELOAD_FAILURE_LOG
+        } else {
+            ""
+        };
+        (
+            StatusCode::OK,
+            axum::Json(json!({
+                "id": id,
+                "status": status,
+                "reload_timestamp": 1_748_736_000,
+                "response": response,
+            })),
+        )
+            .into_response()
+    }
+
+    fn storage_create(&mut self, kind: &str, request: &Recorded, content_type: &str) -> Response {
+        if !matches!(kind, "maps" | "general" | "ssl_certificates") {
+            return json_error(StatusCode::NOT_FOUND, "unknown storage");
+        }
+        let Some((mut name, content)) = multipart_file(content_type, &request.body) else {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                "http: no such file (multipart field file_upload)",
+            );
+        };
+        if kind == "maps" && !name.ends_with(".map") {
+            name.push_str(".map");
+        }
+        let key = (kind.to_string(), name.clone());
+        if self.storage.contains_key(&key) {
+            return json_error(
+                StatusCode::CONFLICT,
+                &format!("file /etc/haproxy/{kind}/{name} already exists"),
+            );
+        }
+        self.storage.insert(key, content);
+        let description = json!({
+            "storage_name": name,
+            "file": format!("/etc/haproxy/{kind}/{name}"),
+            "description": "managed file",
+        });
+        if kind == "ssl_certificates" && !request.query_is("skip_reload", "true") {
+            self.unexpected_reloads += 1;
+            let id = self.queue_reload(false);
+            let mut response = (StatusCode::ACCEPTED, axum::Json(description)).into_response();
+            if let Ok(value) = HeaderValue::from_str(&id) {
+                response.headers_mut().insert("Reload-ID", value);
+            }
+            return response;
+        }
+        (StatusCode::CREATED, axum::Json(description)).into_response()
+    }
+
+    fn storage_replace(
+        &mut self,
+        kind: &str,
+        name: &str,
+        request: &Recorded,
+        content_type: &str,
+    ) -> Response {
+        let key = (kind.to_string(), name.to_string());
+        if !self.storage.contains_key(&key) {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                &format!("file {name} doesn't exist in dir: /etc/haproxy/{kind}"),
+            );
+        }
+        let content = if kind == "general" {
+            match multipart_file(content_type, &request.body) {
+                Some((_, content)) => content,
+                None => {
+                    return json_error(
+                        StatusCode::BAD_REQUEST,
+                        "request Content-Type isn't multipart/form-data",
+                    );
+                }
+            }
+        } else {
+            request.body.clone()
+        };
+        self.storage.insert(key, content);
+        if !request.query_is("skip_reload", "true") {
+            self.unexpected_reloads += 1;
+            let id = self.queue_reload(false);
+            return accepted_with_reload(&id, String::new());
+        }
+        if kind == "ssl_certificates" {
+            (StatusCode::OK, axum::Json(json!({ "storage_name": name }))).into_response()
+        } else {
+            StatusCode::NO_CONTENT.into_response()
+        }
+    }
+
+    fn storage_delete(&mut self, kind: &str, name: &str, request: &Recorded) -> Response {
+        let key = (kind.to_string(), name.to_string());
+        if !self.storage.contains_key(&key) {
+            return json_error(
+                StatusCode::NOT_FOUND,
+                &format!("file {name} doesn't exist in dir: /etc/haproxy/{kind}"),
+            );
+        }
+        if let Some((number, line)) = self
+            .config
+            .lines()
+            .enumerate()
+            .find(|(_, line)| !line.trim_start().starts_with('#') && line.contains(name))
+        {
+            return json_error(
+                StatusCode::CONFLICT,
+                &format!(
+                    "rejecting attempt to delete file /etc/haproxy/{kind}/{name} referenced in haproxy conf at line {number}: {}",
+                    line.trim()
+                ),
+            );
+        }
+        self.storage.remove(&key);
+        if kind == "ssl_certificates" && !request.query_is("skip_reload", "true") {
+            self.unexpected_reloads += 1;
+            let id = self.queue_reload(false);
+            return accepted_with_reload(&id, String::new());
+        }
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Renders and requests.
+
+fn config(servers: &str, extra: &str) -> String {
+    format!(
+        "global\n    default-path origin /etc/haproxy\n    maxconn 100\n{extra}\nfrontend fe\n    bind :8080\n    http-request set-var(txn.backend) req.hdr(host),lower,map(maps/hosts.map,be)\n    default_backend be\n\nbackend be\n{servers}"
+    )
+}
+
+fn aux(kind: AuxKind, path: &str, content: &str) -> (String, AuxFile) {
+    (
+        path.to_string(),
+        AuxFile {
+            kind,
+            name: path.rsplit('/').next().unwrap_or(path).to_string(),
+            path: path.to_string(),
+            content: content.to_string(),
+        },
+    )
+}
+
+fn render(haproxy_cfg: String, files: Vec<(String, AuxFile)>) -> RenderedConfig {
+    RenderedConfig {
+        haproxy_cfg,
+        aux_files: files.into_iter().collect(),
+    }
+}
+
+fn hosts_map(content: &str) -> (String, AuxFile) {
+    aux(AuxKind::Map, "maps/hosts.map", content)
+}
+
+fn request(rendered: &RenderedConfig, epoch: u64, generation: u64) -> DeployRequest {
+    DeployRequest {
+        rendered: Arc::new(rendered.clone()),
+        checksum: rendered.checksum(),
+        epoch,
+        generation,
+    }
+}
+
+fn position(requests: &[Recorded], found: impl Fn(&Recorded) -> bool) -> Option<usize> {
+    requests.iter().position(found)
+}
+
+fn is_push(r: &Recorded) -> bool {
+    r.is(Method::POST, &format!("{API}/configuration/raw"))
+}
+
+fn is_reload_poll(r: &Recorded) -> bool {
+    r.method == Method::GET && r.path.starts_with(&format!("{API}/reloads/"))
+}
+
+fn is_aux_storage_write(r: &Recorded) -> bool {
+    r.is_write()
+        && r.path.starts_with(&format!("{API}/storage/"))
+        && !r.path.ends_with(EPOCH_FILE)
+        && !r.body.contains(&format!("filename=\"{EPOCH_FILE}\""))
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests.
+
+#[tokio::test]
+async fn a_first_deployment_uploads_files_then_pushes_haproxy_cfg_then_waits_for_the_reload() {
+    let stub = Stub::start("v3.1.2 4a1b2c3").await;
+    let target = stub.target();
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![
+            hosts_map("a.example be\n"),
+            aux(
+                AuxKind::File,
+                "general/page.http",
+                "HTTP/1.0 503\r\n\r\nbusy\n",
+            ),
+            aux(
+                AuxKind::Cert,
+                "ssl/site.pem",
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            ),
+        ],
+    );
+
+    let outcome = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed");
+
+    assert!(outcome.reloaded && !outcome.unchanged, "{outcome:?}");
+    let requests = stub.requests();
+    let push = position(&requests, is_push).expect("a configuration push");
+    assert_eq!(requests.iter().filter(|r| is_push(r)).count(), 1);
+    assert!(!requests[push].query.contains_key("skip_reload"));
+    let uploads: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| is_aux_storage_write(r))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(uploads.len(), rendered.aux_files.len(), "{requests:#?}");
+    assert!(uploads.iter().all(|&i| i < push), "files go first");
+    let polls: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| is_reload_poll(r))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(polls.len() >= 2, "polled until the reload left in_progress");
+    assert!(polls.iter().all(|&i| i > push));
+
+    let state = stub.state();
+    assert_eq!(state.config, rendered.haproxy_cfg);
+    assert_eq!(
+        state.unexpected_reloads, 0,
+        "every storage write skipped its reload"
+    );
+    for file in rendered.aux_files.values() {
+        let kind = match file.kind {
+            AuxKind::Map => "maps",
+            AuxKind::Cert => "ssl_certificates",
+            AuxKind::File | AuxKind::CrtList => "general",
+        };
+        assert_eq!(
+            state.storage.get(&(kind.to_string(), file.name.clone())),
+            Some(&file.content),
+            "{}",
+            file.path
+        );
+    }
+    assert_eq!(
+        state
+            .storage
+            .get(&("general".to_string(), EPOCH_FILE.to_string()))
+            .map(|e| e.trim().to_string()),
+        Some("1".to_string())
+    );
+}
+
+#[tokio::test]
+async fn an_endpoint_only_change_goes_through_the_runtime_api_without_a_reload() {
+    let stub = Stub::start("v3.3.1 9f8e7d6").await;
+    let target = stub.target();
+    let before = render(
+        config(
+            "    server s1 10.0.0.1:80 weight 10\n    server s2 127.0.0.1:1 disabled\n",
+            "",
+        ),
+        vec![hosts_map("a.example be\nold.example be\n")],
+    );
+    let after = render(
+        config(
+            "    server s1 10.0.0.2:8080 weight 20\n    server s2 10.0.0.9:80\n",
+            "",
+        ),
+        vec![hosts_map("a.example be\nb.example be\n")],
+    );
+    target
+        .deploy(&request(&before, 1, 1))
+        .await
+        .expect("first deployment");
+    stub.clear_requests();
+
+    let outcome = target
+        .deploy(&request(&after, 1, 2))
+        .await
+        .expect("second deployment");
+
+    let expected_plan = plan(Some(&before), &after).expect("plans");
+    assert!(
+        !expected_plan.reload,
+        "the test needs a runtime-only change"
+    );
+    let runtime_ops = expected_plan
+        .operations
+        .iter()
+        .filter(|op| op.is_runtime())
+        .count();
+    assert!(!outcome.reloaded);
+    assert_eq!(outcome.runtime_changes, runtime_ops);
+    let requests = stub.requests();
+    assert!(
+        !requests.iter().any(is_reload_poll),
+        "no reload to wait for"
+    );
+    let pushes: Vec<&Recorded> = requests.iter().filter(|r| is_push(r)).collect();
+    assert!(
+        pushes.iter().all(|p| p.query_is("skip_reload", "true")),
+        "haproxy.cfg is only persisted, never reloaded: {pushes:#?}"
+    );
+    let server = |name: &str| -> Value {
+        let path = format!("{API}/runtime/backends/be/servers/{name}");
+        let call = requests
+            .iter()
+            .find(|r| r.is(Method::PUT, &path))
+            .unwrap_or_else(|| panic!("no runtime call for {name}: {requests:#?}"));
+        serde_json::from_str(&call.body).expect("JSON body")
+    };
+    assert_eq!(
+        server("s1"),
+        json!({ "address": "10.0.0.2", "port": 8080, "weight": 20 })
+    );
+    assert_eq!(
+        server("s2"),
+        json!({ "address": "10.0.0.9", "port": 80, "admin_state": "ready" })
+    );
+    let added = requests
+        .iter()
+        .find(|r| r.is(Method::POST, &format!("{API}/runtime/maps/hosts/entries")))
+        .expect("map entry added");
+    assert_eq!(
+        serde_json::from_str::<Value>(&added.body).expect("JSON"),
+        json!({ "key": "b.example", "value": "be" })
+    );
+    assert!(requests.iter().any(|r| r.is(
+        Method::DELETE,
+        &format!("{API}/runtime/maps/hosts/entries/old.example")
+    )));
+    let map_file = requests
+        .iter()
+        .find(|r| r.is(Method::PUT, &format!("{API}/storage/maps/hosts.map")))
+        .expect("map file rewritten");
+    assert!(map_file.query_is("skip_reload", "true"));
+
+    let state = stub.state();
+    assert_eq!(state.config, after.haproxy_cfg, "the file keeps the change");
+    assert_eq!(state.unexpected_reloads, 0);
+    assert_eq!(
+        state.runtime_maps.get("hosts"),
+        Some(&vec![
+            ("a.example".to_string(), "be".to_string()),
+            ("b.example".to_string(), "be".to_string())
+        ])
+    );
+}
+
+#[tokio::test]
+async fn an_api_before_3_3_1_gets_address_and_weight_changes_as_runtime_actions() {
+    let stub = Stub::start("v3.0.5 1234567").await;
+    let target = stub.target();
+    let before = render(config("    server s1 10.0.0.1:80 weight 10\n", ""), vec![]);
+    let after = render(
+        config("    server s1 10.0.0.2:8080 weight 30\n", ""),
+        vec![],
+    );
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(!outcome.reloaded);
+    let requests = stub.requests();
+    let push = requests
+        .iter()
+        .find(|r| is_push(r))
+        .expect("persisting push");
+    assert!(push.query_is("skip_reload", "true"));
+    assert_eq!(
+        push.runtime_actions.as_deref(),
+        Some("SetServerAddr be s1 10.0.0.2 8080;SetServerWeight be s1 30")
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path.contains("/runtime/backends/")),
+        "the runtime server endpoint cannot set these fields before v3.3.1"
+    );
+}
+
+#[tokio::test]
+async fn a_version_conflict_rereads_the_version_and_the_push_succeeds() {
+    let stub = Stub::start("v3.1.0").await;
+    stub.state().conflicts_to_inject = 1;
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let outcome = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed after one retry");
+
+    assert!(outcome.reloaded);
+    let requests = stub.requests();
+    let pushes: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| is_push(r))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(pushes.len(), 2, "one conflict, one retry");
+    let version_of = |i: usize| -> u64 {
+        requests[i].query["version"]
+            .parse()
+            .expect("numeric version")
+    };
+    assert_eq!(
+        version_of(pushes[1]),
+        version_of(pushes[0]) + 1,
+        "the retry carries the version the other writer left"
+    );
+    assert!(
+        requests[pushes[0]..pushes[1]]
+            .iter()
+            .any(|r| r.is(Method::GET, &format!("{API}/configuration/version"))),
+        "the version is re-read between the attempts"
+    );
+    assert_eq!(stub.state().config, rendered.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn an_outdated_answer_starts_the_push_over_from_a_fresh_version() {
+    let stub = Stub::start("v3.1.0").await;
+    stub.state().outdated_to_inject = 1;
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let outcome = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed after starting over");
+
+    assert!(outcome.reloaded);
+    let requests = stub.requests();
+    let pushes: Vec<&Recorded> = requests.iter().filter(|r| is_push(r)).collect();
+    assert_eq!(pushes.len(), 2);
+    assert_ne!(pushes[0].query["version"], pushes[1].query["version"]);
+    assert_eq!(stub.state().config, rendered.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn conflicts_beyond_the_retry_budget_are_rejected_with_the_apis_message() {
+    let stub = Stub::start("v3.1.0").await;
+    stub.state().conflicts_to_inject = 100;
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("never settles");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("version in configuration file is"),
+        "{message}"
+    );
+    // settings() allows 2 retries after the first attempt.
+    assert_eq!(stub.requests().iter().filter(|r| is_push(r)).count(), 3);
+}
+
+#[tokio::test]
+async fn a_failed_reload_is_rejected_with_the_apis_message_and_the_next_deployment_reloads() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    let good = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    target
+        .deploy(&request(&good, 1, 1))
+        .await
+        .expect("good one");
+    let bad = render(
+        config(
+            "    server s1 10.0.0.1:80\n",
+            &format!("    {FAIL_RELOAD_MARKER}\n    maxconn 200\n"),
+        ),
+        vec![],
+    );
+
+    let error = target
+        .deploy(&request(&bad, 1, 2))
+        .await
+        .expect_err("reload fails");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(message.contains(RELOAD_FAILURE_LOG), "{message}");
+    assert_eq!(
+        stub.state().config,
+        good.haproxy_cfg,
+        "the API restored the last good configuration"
+    );
+
+    // Only a server moves relative to what the pod runs again, which alone would be a
+    // runtime change; after a failed deployment the target reloads to be sure.
+    let fixed = render(config("    server s1 10.0.0.5:80\n", ""), vec![]);
+    assert!(!plan(Some(&good), &fixed).expect("plans").reload);
+    stub.clear_requests();
+    let outcome = target
+        .deploy(&request(&fixed, 1, 3))
+        .await
+        .expect("fixed one");
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(stub.state().config, fixed.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn a_validation_error_is_rejected_with_the_apis_message() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    let rendered = render(
+        config(
+            "    server s1 10.0.0.1:80\n",
+            &format!("    {INVALID_MARKER}\n"),
+        ),
+        vec![],
+    );
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("invalid");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(message.contains("unknown keyword 'bogus'"), "{message}");
+    assert!(message.contains("HTTP 400"), "{message}");
+}
+
+#[tokio::test]
+async fn a_lower_epoch_or_an_older_generation_is_refused_before_any_request_is_sent() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    target
+        .deploy(&request(&rendered, 5, 10))
+        .await
+        .expect("accepted");
+    stub.clear_requests();
+
+    let fenced = target.deploy(&request(&rendered, 4, 99)).await;
+    let stale = target.deploy(&request(&rendered, 5, 9)).await;
+
+    assert_eq!(
+        fenced,
+        Err(DeployError::Fenced {
+            offered: 4,
+            accepted: 5
+        })
+    );
+    assert_eq!(
+        stale,
+        Err(DeployError::Stale {
+            offered: 9,
+            deployed: 10
+        })
+    );
+    assert!(stub.requests().is_empty(), "{:#?}", stub.requests());
+}
+
+#[tokio::test]
+async fn the_epoch_kept_on_the_pod_fences_a_restarted_or_deposed_controller() {
+    let stub = Stub::start("v3.1.0").await;
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    let first_leader = stub.target();
+    first_leader
+        .deploy(&request(&rendered, 7, 1))
+        .await
+        .expect("accepted");
+
+    // A controller that restarted with an older epoch in hand knows nothing in memory.
+    let restarted = stub.target();
+    stub.clear_requests();
+    let refused = restarted.deploy(&request(&rendered, 6, 1)).await;
+    assert_eq!(
+        refused,
+        Err(DeployError::Fenced {
+            offered: 6,
+            accepted: 7
+        })
+    );
+    assert!(!stub.requests().iter().any(is_push));
+
+    // A newer leader raises the pod's epoch, and the old one is refused by the pod.
+    let newer = render(
+        config("    server s1 10.0.0.1:80\n    server s2 10.0.0.2:80\n", ""),
+        vec![],
+    );
+    restarted
+        .deploy(&request(&newer, 8, 1))
+        .await
+        .expect("newer leader");
+    let epoch_file = stub
+        .state()
+        .storage
+        .get(&("general".to_string(), EPOCH_FILE.to_string()))
+        .cloned();
+    assert_eq!(epoch_file.as_deref().map(str::trim), Some("8"));
+    stub.clear_requests();
+    let late_write = first_leader.deploy(&request(&rendered, 7, 2)).await;
+    assert_eq!(
+        late_write,
+        Err(DeployError::Fenced {
+            offered: 7,
+            accepted: 8
+        })
+    );
+    assert!(!stub.requests().iter().any(is_push));
+    assert_eq!(stub.state().config, newer.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn wrong_credentials_give_an_error_naming_the_user_and_the_credentials() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target_with("not-the-password");
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("refused");
+
+    let DeployError::Unreachable(message) = &error else {
+        panic!("expected Unreachable, got {error:?}");
+    };
+    assert!(message.contains("HTTP 401"), "{message}");
+    assert!(message.contains(&format!("'{USER}'")), "{message}");
+    assert!(message.contains("username and password"), "{message}");
+    assert!(!message.contains("not-the-password"));
+}
+
+#[tokio::test]
+async fn an_unreachable_port_gives_unreachable() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    drop(listener);
+    let target = DataplaneTarget::new("haproxy-0", settings(&format!("http://{addr}"), PASSWORD))
+        .expect("target");
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("nobody listens");
+
+    assert!(
+        matches!(&error, DeployError::Unreachable(m) if m.contains(&addr.to_string())),
+        "{error:?}"
+    );
+    assert!(matches!(
+        target.deployed_checksum().await,
+        Err(DeployError::Unreachable(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_api_older_than_v3_is_refused_before_anything_is_written() {
+    let stub = Stub::start("v2.9.6 0a1b2c3").await;
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("too old");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("v2.9.6") && message.contains("v3"),
+        "{message}"
+    );
+    assert!(!stub.requests().iter().any(Recorded::is_write));
+}
+
+#[tokio::test]
+async fn a_dropped_file_is_deleted_only_after_the_new_configuration_is_live() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    let page = aux(
+        AuxKind::File,
+        "general/old-page.http",
+        "HTTP/1.0 503\r\n\r\nold\n",
+    );
+    let before = render(
+        config(
+            "    errorfile 503 general/old-page.http\n    server s1 10.0.0.1:80\n",
+            "",
+        ),
+        vec![hosts_map("a.example be\n"), page],
+    );
+    let after = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![hosts_map("a.example be\n")],
+    );
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(outcome.reloaded);
+    let requests = stub.requests();
+    let delete = position(&requests, |r| {
+        r.is(
+            Method::DELETE,
+            &format!("{API}/storage/general/old-page.http"),
+        )
+    })
+    .expect("orphan deleted");
+    let push = position(&requests, is_push).expect("pushed");
+    let last_poll = requests
+        .iter()
+        .rposition(is_reload_poll)
+        .expect("reload polled");
+    assert!(delete > push && delete > last_poll, "{requests:#?}");
+    let state = stub.state();
+    assert!(
+        !state
+            .storage
+            .contains_key(&("general".to_string(), "old-page.http".to_string()))
+    );
+    assert!(
+        state
+            .storage
+            .contains_key(&("maps".to_string(), "hosts.map".to_string())),
+        "files the render still has stay"
+    );
+}
+
+#[tokio::test]
+async fn the_deployed_checksum_is_the_renders_until_the_pod_changes() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    assert_eq!(
+        target.deployed_checksum().await,
+        Ok(None),
+        "an empty pod runs nothing haptor deployed"
+    );
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![hosts_map("a.example be\n")],
+    );
+    target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed");
+
+    assert_eq!(
+        target.deployed_checksum().await,
+        Ok(Some(rendered.checksum()))
+    );
+
+    stub.state().config.push_str("    # edited by hand\n");
+    let drifted = target.deployed_checksum().await.expect("reachable");
+    assert!(drifted.is_some());
+    assert_ne!(drifted, Some(rendered.checksum()));
+}
+
+#[tokio::test]
+async fn an_unchanged_render_writes_nothing() {
+    let stub = Stub::start("v3.1.0").await;
+    let target = stub.target();
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![hosts_map("a.example be\n")],
+    );
+    target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("first");
+    stub.clear_requests();
+
+    let outcome = target
+        .deploy(&request(&rendered, 1, 2))
+        .await
+        .expect("second");
+
+    assert!(outcome.unchanged && !outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    assert!(!requests.iter().any(Recorded::is_write), "{requests:#?}");
+}
+
+#[tokio::test]
+async fn a_restarted_controller_plans_from_the_running_configuration() {
+    let stub = Stub::start("v3.3.1").await;
+    let before = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    stub.target()
+        .deploy(&request(&before, 1, 1))
+        .await
+        .expect("before the restart");
+    let restarted = stub.target();
+    stub.clear_requests();
+    let after = render(config("    server s1 10.0.0.7:80\n", ""), vec![]);
+
+    let outcome = restarted
+        .deploy(&request(&after, 1, 2))
+        .await
+        .expect("after the restart");
+
+    let requests = stub.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.is(Method::GET, &format!("{API}/configuration/raw"))),
+        "the running configuration was read"
+    );
+    assert!(
+        !outcome.reloaded,
+        "a server move needs no reload: {outcome:?}"
+    );
+    assert_eq!(outcome.runtime_changes, 1);
+    assert_eq!(stub.state().config, after.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn a_runtime_change_the_api_refuses_becomes_a_reload() {
+    let stub = Stub::start("v3.3.1").await;
+    let target = stub.target();
+    let before = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    let after = render(config("    server s1 10.0.0.2:80\n", ""), vec![]);
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.state().refuse_runtime_servers = true;
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    let refused = position(&requests, |r| {
+        r.path.contains("/runtime/backends/be/servers/s1")
+    })
+    .expect("runtime attempted");
+    let reload_push = position(&requests, |r| {
+        is_push(r) && !r.query.contains_key("skip_reload")
+    })
+    .expect("reloading push");
+    assert!(reload_push > refused);
+    assert_eq!(stub.state().config, after.haproxy_cfg);
+}

@@ -1,0 +1,742 @@
+//! The local deploy target against a real HAProxy (`/usr/sbin/haproxy`, or the path in
+//! `HAPTOR_HAPROXY_BIN`): each test starts its own master-worker HAProxy in its own temporary
+//! work directory, on its own loopback ports, with small HTTP backends in threads, and
+//! routes requests by Host through a map. Every deployment checks that `plan(from, to).reload`
+//! is what the master's `show proc` shows actually happened, and every test ends by checking
+//! that no HAProxy process is left behind.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haptor::pure::deploy::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir};
+use haptor::pure::deploy::plan::plan;
+use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+fn haproxy_binary() -> PathBuf {
+    if let Some(configured) = std::env::var_os("HAPTOR_HAPROXY_BIN") {
+        return PathBuf::from(configured);
+    }
+    let installed = Path::new("/usr/sbin/haproxy");
+    if installed.exists() {
+        installed.to_path_buf()
+    } else {
+        PathBuf::from("haproxy")
+    }
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// An HTTP server in a thread that answers every request with its own name.
+struct Backend {
+    port: u16,
+}
+
+impl Backend {
+    fn start(name: &str) -> Backend {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a backend");
+        let port = listener.local_addr().expect("local addr").port();
+        let body = name.to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes());
+            }
+        });
+        Backend { port }
+    }
+}
+
+/// `GET /` with a Host header; the status code and body, or `None` when nothing answered.
+fn http_get(port: u16, host: &str) -> Option<(u16, String)> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Waits until `host` answers 200 with `body`, and fails the test with the last answer if it
+/// does not within [`PATIENCE`].
+async fn expect_answer(port: u16, host: &str, body: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = tokio::task::spawn_blocking({
+            let host = host.to_string();
+            move || http_get(port, &host)
+        })
+        .await
+        .expect("request thread");
+        if answer.as_ref().is_some_and(|(s, b)| *s == 200 && b == body) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{host} should answer 200 '{body}', last answer: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One backend section of a test render: each slot is a backend port (a filled slot, with
+/// its weight) or `None` (a reserved slot, disabled, pointing nowhere).
+struct BackendSpec<'a> {
+    name: &'a str,
+    slots: Vec<Option<(u16, u32)>>,
+}
+
+fn render(
+    frontend_port: u16,
+    backends: &[BackendSpec<'_>],
+    routes: &[(&str, &str)],
+) -> RenderedConfig {
+    let mut cfg = format!(
+        "global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+frontend fe
+    bind 127.0.0.1:{frontend_port}
+    http-request set-var(txn.backend) req.hdr(host),lower,map_str(maps/hosts.map,be_unknown)
+    use_backend %[var(txn.backend)]
+"
+    );
+    for backend in backends {
+        cfg.push_str(&format!("backend {}\n", backend.name));
+        for (index, slot) in backend.slots.iter().enumerate() {
+            let n = index + 1;
+            match slot {
+                Some((port, weight)) => cfg.push_str(&format!(
+                    "    server SRV_{n} 127.0.0.1:{port} weight {weight}\n"
+                )),
+                None => cfg.push_str(&format!("    server SRV_{n} 127.0.0.1:1 disabled\n")),
+            }
+        }
+    }
+    let map: String = routes
+        .iter()
+        .map(|(host, backend)| format!("{host} {backend}\n"))
+        .collect();
+    let mut rendered = RenderedConfig {
+        haproxy_cfg: cfg,
+        ..RenderedConfig::default()
+    };
+    rendered.aux_files.insert(
+        "maps/hosts.map".into(),
+        AuxFile {
+            kind: AuxKind::Map,
+            name: "hosts.map".into(),
+            path: "maps/hosts.map".into(),
+            content: map,
+        },
+    );
+    rendered
+}
+
+fn request(rendered: &RenderedConfig, epoch: u64, generation: u64) -> DeployRequest {
+    DeployRequest {
+        rendered: Arc::new(rendered.clone()),
+        checksum: rendered.checksum(),
+        epoch,
+        generation,
+    }
+}
+
+/// Whether a process has exited (gone, or a zombie nobody reaped yet).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+async fn expect_gone(pids: &[u32]) {
+    let deadline = Instant::now() + PATIENCE;
+    while !pids.iter().all(|pid| process_gone(*pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "haproxy processes {pids:?} are still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A work directory with a running HAProxy, a target for it, three backends and the
+/// frontend port.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    work_dir: WorkDir,
+    process: HaproxyProcess,
+    target: LocalTarget,
+    frontend: u16,
+    a: Backend,
+    b: Backend,
+    c: Backend,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work_dir = WorkDir::new(dir.path()).expect("work dir");
+        let process = HaproxyProcess::start(haproxy_binary(), &work_dir)
+            .await
+            .expect("haproxy starts on the bootstrap configuration");
+        let target = LocalTarget::open("local", work_dir.clone()).expect("target opens");
+        Fixture {
+            _dir: dir,
+            work_dir,
+            process,
+            target,
+            frontend: free_port(),
+            a: Backend::start("backend-A"),
+            b: Backend::start("backend-B"),
+            c: Backend::start("backend-C"),
+        }
+    }
+
+    /// be_a → A, be_b → B, each with one free slot; a.example → be_a, b.example → be_b.
+    fn base(&self) -> RenderedConfig {
+        render(
+            self.frontend,
+            &[
+                BackendSpec {
+                    name: "be_a",
+                    slots: vec![Some((self.a.port, 10)), None],
+                },
+                BackendSpec {
+                    name: "be_b",
+                    slots: vec![Some((self.b.port, 10)), None],
+                },
+            ],
+            &[("a.example", "be_a"), ("b.example", "be_b")],
+        )
+    }
+
+    async fn proc_info(&self) -> ProcInfo {
+        self.target.show_proc().await.expect("show proc answers")
+    }
+
+    /// Deploys `to` and checks that the plan from what the disk held, the outcome and what
+    /// the master shows agree on whether HAProxy reloaded.
+    async fn deploy_and_observe(
+        &self,
+        to: &RenderedConfig,
+        epoch: u64,
+        generation: u64,
+    ) -> DeployOutcome {
+        let from = self.target.on_disk().expect("disk readable");
+        let planned = plan(from.as_ref(), to).expect("plans");
+        let before = self.proc_info().await;
+        let outcome = self
+            .target
+            .deploy(&request(to, epoch, generation))
+            .await
+            .expect("deploys");
+        let after = self.proc_info().await;
+        let reloaded = after.reloads > before.reloads;
+        assert_eq!(
+            planned.reload, reloaded,
+            "plan said reload={} ({:?}) but the master went from {before:?} to {after:?}",
+            planned.reload, planned.reload_reasons
+        );
+        assert_eq!(outcome.reloaded, reloaded, "{outcome:?}");
+        if reloaded {
+            assert_eq!(after.reloads, before.reloads + 1, "exactly one reload");
+            assert_ne!(
+                after.current_worker, before.current_worker,
+                "a new worker serves"
+            );
+            assert_eq!(after.failed, 0);
+        } else {
+            assert_eq!(
+                after.current_worker, before.current_worker,
+                "the same worker serves"
+            );
+            let runtime = planned
+                .operations
+                .iter()
+                .filter(|op| op.is_runtime())
+                .count();
+            assert_eq!(outcome.runtime_changes, runtime, "{outcome:?}");
+        }
+        assert_eq!(
+            self.target.deployed_checksum().await.expect("reachable"),
+            Some(to.checksum())
+        );
+        outcome
+    }
+
+    /// Stops HAProxy and checks that its master and workers are gone.
+    async fn finish(mut self) {
+        let mut pids = vec![self.process.master_pid()];
+        if let Ok(info) = self.target.show_proc().await {
+            pids.extend(info.workers);
+        }
+        self.process.stop().await.expect("haproxy stops");
+        expect_gone(&pids).await;
+    }
+}
+
+#[tokio::test]
+async fn traffic_reaches_the_backends_routed_by_host_through_the_deployed_map() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    assert_eq!(
+        fx.target.on_disk().expect("readable"),
+        None,
+        "bootstrap only"
+    );
+    let outcome = fx.deploy_and_observe(&base, 1, 1).await;
+    assert!(outcome.reloaded && !outcome.unchanged);
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    expect_answer(fx.frontend, "b.example", "backend-B").await;
+    let unknown = http_get(fx.frontend, "nobody.example").map(|(status, _)| status);
+    assert_eq!(unknown, Some(503), "an unknown host has no backend");
+    let show_map = fx
+        .target
+        .runtime_command("show map")
+        .await
+        .expect("runtime API");
+    assert!(show_map.contains("(maps/hosts.map)"), "{show_map}");
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn endpoint_weight_and_route_changes_go_live_without_a_reload() {
+    let fx = Fixture::start().await;
+    fx.deploy_and_observe(&fx.base(), 1, 1).await;
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    let before = fx.proc_info().await;
+
+    // be_a's server moves from A to C with a new weight; be_b's free slot is filled with A
+    // and B is removed (disabled); a new host is routed by the map alone.
+    let moved = render(
+        fx.frontend,
+        &[
+            BackendSpec {
+                name: "be_a",
+                slots: vec![Some((fx.c.port, 50)), None],
+            },
+            BackendSpec {
+                name: "be_b",
+                slots: vec![None, Some((fx.a.port, 10))],
+            },
+        ],
+        &[
+            ("a.example", "be_a"),
+            ("b.example", "be_b"),
+            ("c.example", "be_a"),
+        ],
+    );
+    let outcome = fx.deploy_and_observe(&moved, 1, 2).await;
+    assert!(
+        !outcome.reloaded && outcome.runtime_changes > 0,
+        "{outcome:?}"
+    );
+    expect_answer(fx.frontend, "a.example", "backend-C").await;
+    expect_answer(fx.frontend, "c.example", "backend-C").await;
+    for _ in 0..4 {
+        expect_answer(fx.frontend, "b.example", "backend-A").await;
+    }
+    let weight = fx
+        .target
+        .runtime_command("get weight be_a/SRV_1")
+        .await
+        .expect("runtime API");
+    assert!(weight.starts_with("50 "), "{weight}");
+    let after = fx.proc_info().await;
+    assert_eq!(
+        (after.reloads, after.current_worker),
+        (before.reloads, before.current_worker)
+    );
+
+    // The files carry the runtime changes: a later reload keeps them.
+    let written = std::fs::read_to_string(fx.work_dir.config_file()).expect("cfg");
+    assert!(written.contains(&format!("server SRV_1 127.0.0.1:{} weight 50", fx.c.port)));
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn adding_a_backend_and_a_route_reloads_exactly_once_and_the_route_answers() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 1, 1).await;
+    let mut grown = render(
+        fx.frontend,
+        &[
+            BackendSpec {
+                name: "be_a",
+                slots: vec![Some((fx.a.port, 10)), None],
+            },
+            BackendSpec {
+                name: "be_b",
+                slots: vec![Some((fx.b.port, 10)), None],
+            },
+            BackendSpec {
+                name: "be_c",
+                slots: vec![Some((fx.c.port, 10)), None],
+            },
+        ],
+        &[
+            ("a.example", "be_a"),
+            ("b.example", "be_b"),
+            ("c.example", "be_c"),
+        ],
+    );
+    let outcome = fx.deploy_and_observe(&grown, 1, 2).await;
+    assert!(outcome.reloaded, "{outcome:?}");
+    expect_answer(fx.frontend, "c.example", "backend-C").await;
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+
+    // The same render again changes nothing.
+    let again = fx.deploy_and_observe(&grown, 1, 3).await;
+    assert!(again.unchanged && !again.reloaded, "{again:?}");
+
+    // A restarted controller plans from the files: an endpoint change still needs no reload.
+    grown.haproxy_cfg = grown.haproxy_cfg.replace(
+        &format!("127.0.0.1:{} weight 10", fx.c.port),
+        &format!("127.0.0.1:{} weight 10", fx.b.port),
+    );
+    let restarted = Fixture {
+        target: LocalTarget::open("local", fx.work_dir.clone()).expect("reopens"),
+        ..fx
+    };
+    let outcome = restarted.deploy_and_observe(&grown, 1, 1).await;
+    assert!(!outcome.reloaded, "{outcome:?}");
+    expect_answer(restarted.frontend, "c.example", "backend-B").await;
+    restarted.finish().await;
+}
+
+#[tokio::test]
+async fn a_config_haproxy_refuses_is_rejected_and_the_old_one_keeps_serving() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 1, 1).await;
+    let written_before = std::fs::read(fx.work_dir.config_file()).expect("cfg");
+    let map_before =
+        std::fs::read(fx.work_dir.aux_file("maps/hosts.map").expect("safe")).expect("map");
+
+    let mut broken = base.clone();
+    broken.haproxy_cfg.push_str(&format!(
+        "backend be_c\n    server SRV_1 127.0.0.1:{} bogus_option\n",
+        fx.c.port
+    ));
+    broken
+        .aux_files
+        .get_mut("maps/hosts.map")
+        .expect("map")
+        .content
+        .push_str("c.example be_c\n");
+    let planned = plan(Some(&base), &broken).expect("plans");
+    let before = fx.proc_info().await;
+    let err = fx
+        .target
+        .deploy(&request(&broken, 1, 2))
+        .await
+        .expect_err("haproxy refuses it");
+    let after = fx.proc_info().await;
+    match &err {
+        DeployError::Rejected(message) => assert!(message.contains("bogus_option"), "{message}"),
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    assert!(planned.reload);
+    assert_eq!(
+        after.reloads,
+        before.reloads + 1,
+        "the master tried to reload"
+    );
+    assert_eq!(after.failed, before.failed + 1, "and counted the failure");
+    assert_eq!(
+        after.current_worker, before.current_worker,
+        "the old worker serves on"
+    );
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    expect_answer(fx.frontend, "b.example", "backend-B").await;
+    assert_eq!(
+        std::fs::read(fx.work_dir.config_file()).expect("cfg"),
+        written_before
+    );
+    assert_eq!(
+        std::fs::read(fx.work_dir.aux_file("maps/hosts.map").expect("safe")).expect("map"),
+        map_before
+    );
+    assert_eq!(
+        fx.target.deployed_checksum().await.expect("reachable"),
+        Some(base.checksum())
+    );
+
+    // A good configuration after the failure reloads, and the failure count resets.
+    let mut fixed = broken.clone();
+    fixed.haproxy_cfg = fixed.haproxy_cfg.replace(" bogus_option", "");
+    fx.deploy_and_observe(&fixed, 1, 3).await;
+    expect_answer(fx.frontend, "c.example", "backend-C").await;
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_killed_haproxy_is_unreachable_until_it_is_started_again() {
+    let mut fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 1, 1).await;
+    let info = fx.proc_info().await;
+    let mut pids = info.workers.clone();
+    pids.push(info.master_pid);
+    fx.process.kill();
+    for worker in &info.workers {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &worker.to_string()])
+            .status();
+    }
+    expect_gone(&pids).await;
+
+    let mut moved = base.clone();
+    moved.haproxy_cfg = moved.haproxy_cfg.replace(
+        &format!("127.0.0.1:{} weight 10", fx.a.port),
+        &format!("127.0.0.1:{} weight 10", fx.c.port),
+    );
+    let err = fx
+        .target
+        .deploy(&request(&moved, 1, 2))
+        .await
+        .expect_err("nothing answers");
+    assert!(matches!(err, DeployError::Unreachable(_)), "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(
+        fx.target.on_disk().expect("readable").map(|r| r.checksum()),
+        Some(base.checksum()),
+        "nothing was written"
+    );
+
+    fx.process = HaproxyProcess::start(haproxy_binary(), &fx.work_dir)
+        .await
+        .expect("haproxy starts again on the last files");
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    let outcome = fx.deploy_and_observe(&moved, 1, 2).await;
+    assert!(!outcome.reloaded, "{outcome:?}");
+    expect_answer(fx.frontend, "a.example", "backend-C").await;
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_write_from_an_older_epoch_is_refused_and_changes_nothing() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 5, 1).await;
+    let written_before = std::fs::read(fx.work_dir.config_file()).expect("cfg");
+    let before = fx.proc_info().await;
+
+    let mut other = base.clone();
+    other
+        .haproxy_cfg
+        .push_str("backend be_late\n    server SRV_1 127.0.0.1:1 disabled\n");
+    let err = fx
+        .target
+        .deploy(&request(&other, 4, 99))
+        .await
+        .expect_err("fenced");
+    assert_eq!(
+        err,
+        DeployError::Fenced {
+            offered: 4,
+            accepted: 5
+        }
+    );
+    let stale = fx
+        .target
+        .deploy(&request(&other, 5, 0))
+        .await
+        .expect_err("stale");
+    assert_eq!(
+        stale,
+        DeployError::Stale {
+            offered: 0,
+            deployed: 1
+        }
+    );
+
+    // A restarted controller still refuses the old epoch: it is kept on disk.
+    let reopened = LocalTarget::open("local", fx.work_dir.clone()).expect("reopens");
+    assert_eq!(reopened.accepted_epoch().await, 5);
+    assert!(matches!(
+        reopened.deploy(&request(&other, 4, 100)).await,
+        Err(DeployError::Fenced {
+            offered: 4,
+            accepted: 5
+        })
+    ));
+
+    let after = fx.proc_info().await;
+    assert_eq!(
+        (after.reloads, after.current_worker),
+        (before.reloads, before.current_worker)
+    );
+    assert_eq!(
+        std::fs::read(fx.work_dir.config_file()).expect("cfg"),
+        written_before
+    );
+    assert_eq!(
+        fx.target.deployed_checksum().await.expect("reachable"),
+        Some(base.checksum())
+    );
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+
+    // A newer epoch is accepted, whatever its generation.
+    fx.deploy_and_observe(&other, 6, 1).await;
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_config_edited_behind_the_targets_back_is_drift_and_a_deploy_restores_it() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 1, 1).await;
+    let mut edited = std::fs::read_to_string(fx.work_dir.config_file()).expect("cfg");
+    edited.push_str("backend be_rogue\n    server x 127.0.0.1:1 disabled\n");
+    std::fs::write(fx.work_dir.config_file(), &edited).expect("edit");
+
+    let on_disk = fx.target.deployed_checksum().await.expect("reachable");
+    assert!(on_disk.is_some());
+    assert_ne!(on_disk, Some(base.checksum()), "the edit shows as drift");
+
+    let outcome = fx.deploy_and_observe(&base, 1, 2).await;
+    assert!(!outcome.unchanged, "{outcome:?}");
+    let restored = std::fs::read_to_string(fx.work_dir.config_file()).expect("cfg");
+    assert!(!restored.contains("be_rogue"));
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_large_map_is_replaced_live_in_several_payloads() {
+    let fx = Fixture::start().await;
+    let hosts = |prefix: &str| -> Vec<(String, &'static str)> {
+        (0..2000)
+            .map(|i| (format!("{prefix}-{i:05}.example.com"), "be_b"))
+            .collect()
+    };
+    let with_hosts = |extra: &[(String, &'static str)]| {
+        let mut routes: Vec<(&str, &str)> = vec![("a.example", "be_a")];
+        routes.extend(extra.iter().map(|(h, b)| (h.as_str(), *b)));
+        render(
+            fx.frontend,
+            &[
+                BackendSpec {
+                    name: "be_a",
+                    slots: vec![Some((fx.a.port, 10))],
+                },
+                BackendSpec {
+                    name: "be_b",
+                    slots: vec![Some((fx.b.port, 10))],
+                },
+            ],
+            &routes,
+        )
+    };
+    let first = with_hosts(&hosts("old"));
+    fx.deploy_and_observe(&first, 1, 1).await;
+    let second = with_hosts(&hosts("new"));
+    let map_bytes = second.aux_files["maps/hosts.map"].content.len();
+    assert!(
+        map_bytes > 32 * 1024,
+        "the map ({map_bytes} bytes) exceeds HAProxy's buffer"
+    );
+    let outcome = fx.deploy_and_observe(&second, 1, 2).await;
+    assert!(!outcome.reloaded, "{outcome:?}");
+    expect_answer(fx.frontend, "new-01999.example.com", "backend-B").await;
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    let gone = http_get(fx.frontend, "old-01999.example.com").map(|(status, _)| status);
+    assert_eq!(gone, Some(503), "the old entries are gone");
+    let show_map = fx
+        .target
+        .runtime_command("show map")
+        .await
+        .expect("runtime API");
+    assert!(show_map.contains("entry_cnt=2001"), "{show_map}");
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_runtime_change_haproxy_refuses_turns_into_one_reload() {
+    let fx = Fixture::start().await;
+    let base = fx.base();
+    fx.deploy_and_observe(&base, 1, 1).await;
+    // The files gain a server slot HAProxy never loaded, so the plan from the disk counts on
+    // a runtime change that HAProxy cannot make ("No such server.").
+    let slot = format!("    server SRV_1 127.0.0.1:{} weight 10\n", fx.a.port);
+    let written = std::fs::read_to_string(fx.work_dir.config_file()).expect("cfg");
+    let edited = written.replacen(
+        &slot,
+        &format!("{slot}    server SRV_3 127.0.0.1:1 disabled\n"),
+        1,
+    );
+    assert_ne!(edited, written);
+    std::fs::write(fx.work_dir.config_file(), edited).expect("edit");
+    let mut to = base.clone();
+    to.haproxy_cfg = to.haproxy_cfg.replacen(
+        &slot,
+        &format!("{slot}    server SRV_3 127.0.0.1:{} weight 10\n", fx.c.port),
+        1,
+    );
+    let from = fx.target.on_disk().expect("readable");
+    let planned = plan(from.as_ref(), &to).expect("plans");
+    assert!(!planned.reload, "{:?}", planned.reload_reasons);
+
+    let before = fx.proc_info().await;
+    let outcome = fx
+        .target
+        .deploy(&request(&to, 1, 2))
+        .await
+        .expect("deploys by reloading");
+    let after = fx.proc_info().await;
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(after.reloads, before.reloads + 1);
+    assert_ne!(after.current_worker, before.current_worker);
+    let state = fx
+        .target
+        .runtime_command("show servers state be_a")
+        .await
+        .expect("runtime API");
+    assert!(state.contains(" SRV_3 "), "{state}");
+    assert_eq!(
+        fx.target.deployed_checksum().await.expect("reachable"),
+        Some(to.checksum())
+    );
+    fx.finish().await;
+}
