@@ -200,26 +200,25 @@ pub async fn run(
                 .introspection
                 .record_error(ErrorRecord::new("manifest", problem.to_string()));
         }
-        if report.config_changed {
-            if let Some(config) = folder.config() {
-                let _ = config_tx.send(Some(config));
-            }
+        if report.config_changed
+            && let Some(config) = folder.config()
+        {
+            let _ = config_tx.send(Some(config));
         }
-        if !printed_binds {
-            if let Some(rendered) = controller
+        if !printed_binds
+            && let Some(rendered) = controller
                 .services
                 .introspection
                 .state()
                 .last_deployed_checksum
                 .as_ref()
                 .and_then(|_| controller.services.introspection.rendered())
-            {
-                printed_binds = true;
-                if let Ok(parsed) = crate::pure::haproxy::parse_config(&rendered.haproxy_cfg) {
-                    for frontend in crate::pure::haproxy::view(&parsed).frontends {
-                        for bind in frontend.binds {
-                            println!("  frontend {}: {}", frontend.name, bind.address);
-                        }
+        {
+            printed_binds = true;
+            if let Ok(parsed) = crate::pure::haproxy::parse_config(&rendered.haproxy_cfg) {
+                for frontend in crate::pure::haproxy::view(&parsed).frontends {
+                    for bind in frontend.binds {
+                        println!("  frontend {}: {}", frontend.name, bind.address);
                     }
                 }
             }
