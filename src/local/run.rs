@@ -192,6 +192,16 @@ pub async fn run(
             () = &mut shutdown => break,
             _ = ticker.tick() => {}
         }
+        if !process.is_running() {
+            tracing::warn!("haproxy exited; starting it again on the last deployed files");
+            match HaproxyProcess::start(&options.haproxy_bin, &work_dir).await {
+                Ok(restarted) => process = restarted,
+                Err(e) => {
+                    tracing::error!(error = %e, "haproxy did not start; retrying");
+                    controller.services.introspection.record_error(ErrorRecord::new("haproxy", e.to_string()));
+                }
+            }
+        }
         let report = folder.scan(&memory);
         for problem in &report.problems {
             tracing::warn!(%problem, "manifest not loaded; its last good content stays");

@@ -1,0 +1,569 @@
+//! The Ingress library shipped in `deploy/library/ingress.yaml`, tested as users meet it:
+//! its own validation tests through `haptor validate`, every Ingress example of the
+//! Kubernetes documentation corpus through `haptor render --validate`, and real requests
+//! through a real HAProxy running the rendered configuration on loopback, with small echo
+//! servers standing in for the endpoints. Everything uses the built `haptor` binary and the
+//! installed `haproxy`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const LIBRARY: &str = "deploy/library/ingress.yaml";
+const CORPUS: &str = "../shared/corpus/kubernetes/ingress";
+/// The library's own default bind addresses, replaced in copies that run HAProxy.
+const DEFAULT_BINDS: [&str; 3] = ["127.0.0.1:18080", "127.0.0.1:18443", "127.0.0.1:18404"];
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn haptor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(args)
+        .output()
+        .expect("the haptor binary runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn path_text(path: &Path) -> &str {
+    path.to_str().expect("test paths are UTF-8")
+}
+
+/// The test certificate of `deploy/library/testdata/tls-secret.yaml`, as a Secret named
+/// `name` in `namespace`.
+fn tls_secret(namespace: &str, name: &str) -> Value {
+    let text = std::fs::read_to_string(repo("deploy/library/testdata/tls-secret.yaml"))
+        .expect("the test TLS Secret exists");
+    let mut secret: Value = serde_yaml_ng::from_str(&text).expect("the test Secret is YAML");
+    secret["metadata"] = json!({"name": name, "namespace": namespace});
+    secret
+}
+
+fn write_fixtures(dir: &Path, objects: &[Value]) {
+    let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
+    std::fs::write(dir.join("objects.yaml"), documents.join("\n---\n")).expect("write fixtures");
+}
+
+#[test]
+fn the_library_passes_its_own_validation_tests() {
+    let output = haptor(&["validate", "-f", path_text(&repo(LIBRARY)), "-o", "json"]);
+    let report: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {}", text(&output)));
+    let failed: Vec<String> = report["tests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["passed"] != json!(true))
+        .map(|t| t.to_string())
+        .collect();
+    assert!(failed.is_empty(), "failing tests: {failed:#?}");
+    assert!(output.status.success(), "{}", text(&output));
+    let count = report["tests"].as_array().map_or(0, Vec::len);
+    assert!(count >= 20, "only {count} validation tests");
+    let haproxy_checked = report["tests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t["assertions"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["kind"] == "haproxy_valid"))
+        })
+        .count();
+    assert!(
+        haproxy_checked >= 5,
+        "only {haproxy_checked} tests run haproxy -c"
+    );
+}
+
+/// Every `kind: Ingress` document of the corpus, with the file it came from.
+fn corpus_ingresses() -> Vec<(String, Value)> {
+    let dir = repo(CORPUS);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable corpus file");
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let Ok(value) = <Value as serde::Deserialize>::deserialize(document) else {
+                continue;
+            };
+            if value["kind"] == "Ingress" {
+                let name = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                found.push((name, value));
+            }
+        }
+    }
+    found
+}
+
+/// How a backend names its Service port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum PortRef {
+    Number(u64),
+    Name(String),
+}
+
+/// The `service` backends an Ingress references: `(service, port)`.
+fn service_backends(ingress: &Value) -> BTreeSet<(String, PortRef)> {
+    let mut backends = Vec::new();
+    backends.push(&ingress["spec"]["defaultBackend"]);
+    for rule in ingress["spec"]["rules"].as_array().into_iter().flatten() {
+        for path in rule["http"]["paths"].as_array().into_iter().flatten() {
+            backends.push(&path["backend"]);
+        }
+    }
+    backends
+        .into_iter()
+        .filter_map(|b| {
+            let service = &b["service"];
+            let name = service["name"].as_str()?;
+            let port = match service["port"]["number"].as_u64() {
+                Some(number) => PortRef::Number(number),
+                None => PortRef::Name(service["port"]["name"].as_str()?.to_string()),
+            };
+            Some((name.to_string(), port))
+        })
+        .collect()
+}
+
+/// Services (one port per referenced number or name), EndpointSlices and TLS Secrets for
+/// everything `ingress` (in namespace `default`) references.
+fn supporting_objects(ingress: &Value) -> Vec<Value> {
+    let mut ports: BTreeMap<String, Vec<PortRef>> = BTreeMap::new();
+    for (service, port) in service_backends(ingress) {
+        ports.entry(service).or_default().push(port);
+    }
+    let mut objects = Vec::new();
+    for (n, (service, refs)) in ports.iter().enumerate() {
+        let mut service_ports = Vec::new();
+        let mut slice_ports = Vec::new();
+        for (i, port) in refs.iter().enumerate() {
+            let (name, number) = match port {
+                PortRef::Number(number) => (format!("port-{number}"), *number),
+                PortRef::Name(name) => (name.clone(), 9000 + i as u64),
+            };
+            service_ports.push(json!({"name": name, "port": number, "targetPort": 8080 + i}));
+            slice_ports.push(json!({"name": name, "port": 8080 + i}));
+        }
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": service, "namespace": "default"},
+            "spec": {"ports": service_ports}
+        }));
+        objects.push(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{service}-1"), "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": service}},
+            "ports": slice_ports,
+            "endpoints": [{"addresses": [format!("10.1.{n}.1")]}, {"addresses": [format!("10.1.{n}.2")]}]
+        }));
+    }
+    for tls in ingress["spec"]["tls"].as_array().into_iter().flatten() {
+        if let Some(secret) = tls["secretName"].as_str() {
+            objects.push(tls_secret("default", secret));
+        }
+    }
+    objects
+}
+
+#[test]
+fn every_kubernetes_documentation_ingress_example_renders_into_a_valid_config() {
+    let examples = corpus_ingresses();
+    assert!(
+        examples.len() >= 10,
+        "the corpus holds {} Ingress documents",
+        examples.len()
+    );
+    let mut failures = Vec::new();
+    for (file, original) in &examples {
+        let mut ingress = original.clone();
+        // Served only when it names the library's class; the examples name nginx or none.
+        ingress["spec"]["ingressClassName"] = json!("haptor");
+        if ingress["metadata"]["namespace"].is_null() {
+            ingress["metadata"]["namespace"] = json!("default");
+        }
+        let namespace = ingress["metadata"]["namespace"].as_str().unwrap_or("default");
+        if namespace != "default" {
+            // The supporting objects live in `default`; move the example there.
+            ingress["metadata"]["namespace"] = json!("default");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut objects = vec![ingress.clone()];
+        objects.extend(supporting_objects(&ingress));
+        write_fixtures(dir.path(), &objects);
+        let output = haptor(&[
+            "render",
+            "-f",
+            path_text(&repo(LIBRARY)),
+            "--fixtures",
+            path_text(dir.path()),
+            "--validate",
+        ]);
+        let out = text(&output);
+        if !output.status.success() {
+            failures.push(format!("{file}: haptor render failed:\n{out}"));
+            continue;
+        }
+        for (service, _) in service_backends(&ingress) {
+            if !out.contains(&format!("backend svc_default_{service}_")) {
+                failures.push(format!("{file}: no backend for Service {service}:\n{out}"));
+            }
+        }
+        let has_tls = ingress["spec"]["tls"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["secretName"].is_string()));
+        if has_tls && !out.contains(" crt-list ") {
+            failures.push(format!("{file}: TLS configured but no crt-list bound:\n{out}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} examples failed:\n\n{}",
+        failures.len(),
+        examples.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// An HTTP server on loopback answering every request with `<name> <path>`.
+fn echo_server(name: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an echo server");
+    let port = listener.local_addr().expect("local address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&request);
+                let path = head.split_whitespace().nth(1).unwrap_or("?").to_string();
+                let body = format!("{name} {path}");
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// HAProxy running a rendered configuration; stopped when dropped.
+struct RunningHaproxy {
+    child: Child,
+    http: u16,
+}
+
+impl Drop for RunningHaproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends one HTTP/1.1 request and returns the status code, the `location` header and the
+/// body.
+fn get(port: u16, host: &str, path: &str, headers: &[&str]) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to haproxy");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut request =
+        format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).expect("send request");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let location = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("location")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, location, body.trim().to_string())
+}
+
+fn service_with_endpoint(name: &str, port: u16) -> [Value; 2] {
+    [
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port}]}}),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": format!("{name}-1"), "namespace": "default",
+                            "labels": {"kubernetes.io/service-name": name}},
+               "ports": [{"name": "http", "port": port}],
+               "endpoints": [{"addresses": ["127.0.0.1"]}]}),
+    ]
+}
+
+fn backend(service: &str, port: Value) -> Value {
+    if port.is_number() {
+        json!({"service": {"name": service, "port": {"number": port}}})
+    } else {
+        json!({"service": {"name": service, "port": {"name": port}}})
+    }
+}
+
+fn route(path: &str, path_type: &str, service: &str) -> Value {
+    json!({"path": path, "pathType": path_type, "backend": backend(service, json!(80))})
+}
+
+fn ingress(name: &str, annotations: Value, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["ingressClassName"] = json!("haptor");
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+           "spec": spec})
+}
+
+/// Renders the library against `objects` and starts HAProxy on it, on free loopback ports.
+fn start_haproxy(dir: &Path, objects: &[Value]) -> RunningHaproxy {
+    let ports = [free_port(), free_port(), free_port()];
+    let mut library = std::fs::read_to_string(repo(LIBRARY)).expect("the library exists");
+    for (default, port) in DEFAULT_BINDS.iter().zip(ports) {
+        library = library.replace(default, &format!("127.0.0.1:{port}"));
+    }
+    let config = dir.join("library.yaml");
+    std::fs::write(&config, library).expect("write the library copy");
+    let fixtures = dir.join("fixtures");
+    std::fs::create_dir_all(&fixtures).expect("fixtures dir");
+    write_fixtures(&fixtures, objects);
+    let out = dir.join("out");
+    let output = haptor(&[
+        "render",
+        "-f",
+        path_text(&config),
+        "--fixtures",
+        path_text(&fixtures),
+        "--out",
+        path_text(&out),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    let cfg_path = out.join("haproxy.cfg");
+    let cfg = std::fs::read_to_string(&cfg_path).expect("rendered haproxy.cfg");
+    let cfg = cfg.replace(
+        "default-path origin /etc/haproxy",
+        &format!("default-path origin {}", path_text(&out)),
+    );
+    std::fs::write(&cfg_path, &cfg).expect("rewrite haproxy.cfg");
+    let child = Command::new(std::env::var("HAPROXY_BIN").unwrap_or_else(|_| "haproxy".into()))
+        .args(["-db", "-f", path_text(&cfg_path)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("haproxy starts");
+    let running = RunningHaproxy {
+        child,
+        http: ports[0],
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", running.http)).is_err() {
+        assert!(Instant::now() < deadline, "haproxy did not listen:\n{cfg}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running
+}
+
+#[test]
+fn real_requests_are_routed_like_the_ingress_specification_says() {
+    let names = [
+        "web", "foo", "exact", "wild", "awild", "anyhost", "fallback", "private", "internal",
+        "open", "redirected",
+    ];
+    let mut objects: Vec<Value> = Vec::new();
+    for name in names {
+        objects.extend(service_with_endpoint(name, echo_server(name)));
+    }
+    objects.push(serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo("deploy/library/testdata/auth-secret.yaml"))
+            .expect("the test auth Secret exists"),
+    )
+    .expect("the auth Secret is YAML"));
+    objects.push(ingress(
+        "main",
+        json!({}),
+        json!({
+            "defaultBackend": backend("fallback", json!("http")),
+            "rules": [
+                {"host": "a.example", "http": {"paths": [
+                    route("/", "Prefix", "web"),
+                    route("/foo/", "Prefix", "foo"),
+                    route("/foo", "Exact", "exact"),
+                    route("/gone", "Prefix", "no-such-service")]}},
+                {"host": "*.wild.example", "http": {"paths": [route("/", "Prefix", "wild")]}},
+                {"host": "a.wild.example", "http": {"paths": [route("/", "ImplementationSpecific", "awild")]}},
+                {"http": {"paths": [route("/any", "Prefix", "anyhost")]}}
+            ]
+        }),
+    ));
+    let annotated = [
+        (
+            "private",
+            json!({"haproxy.org/auth-type": "basic-auth", "haproxy.org/auth-secret": "web-users"}),
+        ),
+        (
+            "internal",
+            json!({"haproxy.org/allow-list": "10.0.0.0/8, 192.168.0.0/16"}),
+        ),
+        ("open", json!({"haproxy.org/allow-list": "10.0.0.0/8,127.0.0.1"})),
+        ("redirected", json!({"haproxy.org/ssl-redirect": "true"})),
+    ];
+    for (name, annotations) in annotated {
+        objects.push(ingress(
+            name,
+            annotations,
+            json!({"rules": [{"host": format!("{name}.example"),
+                              "http": {"paths": [route("/", "Prefix", name)]}}]}),
+        ));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let haproxy = start_haproxy(dir.path(), &objects);
+    let port = haproxy.http;
+
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("a.example", "/", 200, "web /"),
+        ("A.Example:8080", "/x", 200, "web /x"),
+        ("a.example", "/foo", 200, "exact /foo"),
+        ("a.example", "/foo/", 200, "foo /foo/"),
+        ("a.example", "/foo/bar", 200, "foo /foo/bar"),
+        ("a.example", "/foobar", 200, "web /foobar"),
+        ("a.example", "/gone/x", 503, ""),
+        ("x.wild.example", "/", 200, "wild /"),
+        ("y.x.wild.example", "/", 200, "fallback /"),
+        ("wild.example", "/", 200, "fallback /"),
+        ("a.wild.example", "/p", 200, "awild /p"),
+        ("other.example", "/any", 200, "anyhost /any"),
+        ("other.example", "/any/more", 200, "anyhost /any/more"),
+        ("other.example", "/anything", 200, "fallback /anything"),
+        ("a.example", "/any", 200, "web /any"),
+        ("private.example", "/", 401, ""),
+        ("internal.example", "/", 403, ""),
+        ("open.example", "/", 200, "open /"),
+        ("redirected.example", "/here", 302, ""),
+    ];
+    let mut wrong = Vec::new();
+    for (host, path, status, body) in cases {
+        let (got_status, _, got_body) = get(port, host, path, &[]);
+        if got_status != *status || (!body.is_empty() && got_body != *body) {
+            wrong.push(format!(
+                "{host}{path}: expected {status} '{body}', got {got_status} '{got_body}'"
+            ));
+        }
+    }
+    // alice:s3cret and bob:hunter2, the credentials of testdata/auth-secret.yaml.
+    let (status, _, body) = get(
+        port,
+        "private.example",
+        "/",
+        &["authorization: Basic YWxpY2U6czNjcmV0"],
+    );
+    if status != 200 || body != "private /" {
+        wrong.push(format!("alice's credentials: got {status} '{body}'"));
+    }
+    let (status, _, _) = get(
+        port,
+        "private.example",
+        "/",
+        &["authorization: Basic Ym9iOndyb25n"],
+    );
+    if status != 401 {
+        wrong.push(format!("a wrong password: got {status}"));
+    }
+    let (_, location, _) = get(port, "redirected.example", "/here", &[]);
+    if location != "https://redirected.example/here" {
+        wrong.push(format!("redirect location: '{location}'"));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Run with `cargo test --release --test ingress_library -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing measurement; meaningful only in release builds"]
+fn rendering_a_thousand_ingresses_takes_milliseconds() {
+    use haptor::pure::config::config_from_yaml;
+    use haptor::pure::fixtures;
+    use haptor::pure::pipeline::CompiledConfig;
+
+    let path = repo(LIBRARY);
+    let text = std::fs::read_to_string(&path).expect("the library exists");
+    let config = config_from_yaml(path_text(&path), &text).expect("the library parses");
+    let compiled = CompiledConfig::compile(config.spec).expect("the library compiles");
+    let stores = compiled.new_stores().expect("stores");
+    for n in 0..1000 {
+        let mut ingress = fixtures::ingress(n, "haptor");
+        if n % 10 == 0 {
+            ingress["metadata"]["annotations"] = json!({"haproxy.org/timeout-server": "5s"});
+        }
+        for (store, object) in [
+            ("ingresses", ingress),
+            ("services", fixtures::service(n)),
+            ("endpointslices", fixtures::endpoint_slice(n, 3)),
+        ] {
+            stores
+                .get(store)
+                .expect("watched")
+                .apply(object)
+                .expect("applies");
+        }
+    }
+    let snapshot = stores.snapshot();
+    compiled
+        .render(snapshot.clone(), None)
+        .expect("the first render");
+    let runs = 20;
+    let started = Instant::now();
+    for _ in 0..runs {
+        compiled.render(snapshot.clone(), None).expect("renders");
+    }
+    let each = started.elapsed() / runs;
+    println!("one render of 1 000 Ingresses: {each:?}");
+    assert!(each < Duration::from_millis(100), "{each:?}");
+}
