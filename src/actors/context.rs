@@ -37,10 +37,23 @@ pub trait ReconcilePipeline: Send + Sync {
     ) -> Result<RenderedAndValidated, RenderFailure>;
 }
 
-/// Render with the config's templates, then the three validation phases (cached).
-#[derive(Debug, Clone)]
+/// Render with the config's templates, then the three validation phases (cached). A render
+/// that differs from the last fully validated one only in runtime-changeable values skips
+/// `haproxy -c` (see [`Validator::validate_after`]).
+#[derive(Debug)]
 pub struct FullPipeline {
     pub validator: Validator,
+    /// The last render that passed all three phases.
+    baseline: std::sync::Mutex<Option<Arc<crate::pure::rendered::RenderedConfig>>>,
+}
+
+impl FullPipeline {
+    pub fn new(validator: Validator) -> FullPipeline {
+        FullPipeline {
+            validator,
+            baseline: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 impl ReconcilePipeline for FullPipeline {
@@ -57,26 +70,38 @@ impl ReconcilePipeline for FullPipeline {
             line: e.line(),
         })?;
         let render_time = started.elapsed();
-        let validated = self.validator.validate(rendered).map_err(|e| match e {
-            PipelineError::Invalid(invalid) => RenderFailure {
-                stage: invalid.phase.to_string(),
-                line: invalid.problems.first().and_then(|p| p.line),
-                template: invalid.problems.first().map(|p| p.file.clone()),
-                message: invalid.to_string(),
-            },
-            PipelineError::Render(e) => RenderFailure {
-                stage: "render".into(),
-                message: e.to_string(),
-                template: None,
-                line: None,
-            },
-            PipelineError::CheckUnavailable(message) => RenderFailure {
-                stage: "check".into(),
-                message,
-                template: None,
-                line: None,
-            },
-        })?;
+        let baseline = self
+            .baseline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let validated = self
+            .validator
+            .validate_after(baseline.as_deref(), rendered)
+            .map_err(|e| match e {
+                PipelineError::Invalid(invalid) => RenderFailure {
+                    stage: invalid.phase.to_string(),
+                    line: invalid.problems.first().and_then(|p| p.line),
+                    template: invalid.problems.first().map(|p| p.file.clone()),
+                    message: invalid.to_string(),
+                },
+                PipelineError::Render(e) => RenderFailure {
+                    stage: "render".into(),
+                    message: e.to_string(),
+                    template: None,
+                    line: None,
+                },
+                PipelineError::CheckUnavailable(message) => RenderFailure {
+                    stage: "check".into(),
+                    message,
+                    template: None,
+                    line: None,
+                },
+            })?;
+        if !validated.semantic_skipped {
+            *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Arc::clone(&validated.rendered));
+        }
         Ok(RenderedAndValidated {
             rendered: validated.rendered,
             checksum: validated.checksum,

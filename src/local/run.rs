@@ -135,9 +135,7 @@ pub async fn run(
     };
     let controller = match start_controller(
         sources,
-        Arc::new(FullPipeline {
-            validator: validator.clone(),
-        }),
+        Arc::new(FullPipeline::new(validator.clone())),
         Arc::new(InMemorySink::default()),
         ControllerSettings::default(),
         addresses,
@@ -198,7 +196,10 @@ pub async fn run(
                 Ok(restarted) => process = restarted,
                 Err(e) => {
                     tracing::error!(error = %e, "haproxy did not start; retrying");
-                    controller.services.introspection.record_error(ErrorRecord::new("haproxy", e.to_string()));
+                    controller
+                        .services
+                        .introspection
+                        .record_error(ErrorRecord::new("haproxy", e.to_string()));
                 }
             }
         }

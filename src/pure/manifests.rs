@@ -131,7 +131,47 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
     set
 }
 
-fn push_object(set: &mut ManifestSet, file: &Path, line: usize, object: serde_json::Value) {
+/// Kinds that live outside namespaces; every other kind read without `metadata.namespace`
+/// lands in `default`, as `kubectl apply` would put it.
+const CLUSTER_SCOPED_KINDS: &[&str] = &[
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "GatewayClass",
+    "IngressClass",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "PriorityClass",
+    "StorageClass",
+    "ValidatingWebhookConfiguration",
+];
+
+fn default_namespace(object: &mut serde_json::Value) {
+    let kind = object
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    if CLUSTER_SCOPED_KINDS.contains(&kind) {
+        return;
+    }
+    if let Some(metadata) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        let missing = metadata
+            .get("namespace")
+            .and_then(|n| n.as_str())
+            .is_none_or(str::is_empty);
+        if missing {
+            metadata.insert(
+                "namespace".into(),
+                serde_json::Value::String("default".into()),
+            );
+        }
+    }
+}
+
+fn push_object(set: &mut ManifestSet, file: &Path, line: usize, mut object: serde_json::Value) {
+    default_namespace(&mut object);
     let missing: Vec<&str> = [
         (
             "apiVersion",
@@ -298,6 +338,17 @@ mod tests {
             set.problems[0].to_string(),
             "m.yaml:1: the document has no kind, metadata.name"
         );
+    }
+
+    #[test]
+    fn a_namespaced_object_without_a_namespace_lands_in_default_and_a_cluster_scoped_one_in_none() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: c}\n";
+        let set = parse_manifests(Path::new("m.yaml"), text);
+        assert_eq!(
+            set.manifests[0].object.pointer("/metadata/namespace"),
+            Some(&serde_json::json!("default"))
+        );
+        assert_eq!(set.manifests[1].object.pointer("/metadata/namespace"), None);
     }
 
     #[test]

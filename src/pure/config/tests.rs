@@ -145,19 +145,27 @@ fn assertions_missing_their_fields_are_reported() {
 }
 
 #[test]
-fn an_assertion_target_must_name_an_existing_template() {
+fn an_assertion_target_needs_a_known_kind_and_a_name_but_not_a_template() {
     let mut spec = sample().spec;
-    spec.validation_tests
-        .get_mut("basic")
-        .expect("present")
-        .assertions[1]
-        .target = "map:nope.map".into();
-    let problems = validate_spec(&spec);
-    assert_eq!(problems.len(), 1);
-    assert_eq!(
-        problems[0].path,
-        "spec.validationTests.basic.assertions[1].target"
-    );
+    let set_target = |spec: &mut HAProxyTemplateConfigSpec, target: &str| {
+        spec.validation_tests
+            .get_mut("basic")
+            .expect("present")
+            .assertions[1]
+            .target = target.into();
+    };
+    // Files registered during a render have no template of their own.
+    set_target(&mut spec, "cert:registered.pem");
+    assert!(validate_spec(&spec).is_empty());
+    for bad in ["map:", "registered:x.pem"] {
+        set_target(&mut spec, bad);
+        let problems = validate_spec(&spec);
+        assert_eq!(problems.len(), 1, "{bad}");
+        assert_eq!(
+            problems[0].path,
+            "spec.validationTests.basic.assertions[1].target"
+        );
+    }
 }
 
 #[test]

@@ -349,6 +349,9 @@ pub struct ValidatedConfig {
     pub warnings: Vec<ConfigProblem>,
     /// Every phase was skipped because an identical render was validated before.
     pub from_cache: bool,
+    /// `haproxy -c` was skipped: the render differs from one that passed it only in what
+    /// the runtime API changes (server addresses, ports, weights and states, map entries).
+    pub semantic_skipped: bool,
     pub duration: Duration,
 }
 
@@ -395,6 +398,7 @@ impl Validator {
                 rendered: Arc::new(rendered),
                 warnings: report.warnings,
                 from_cache: true,
+                semantic_skipped: false,
                 duration: started.elapsed(),
             });
         }
@@ -412,6 +416,39 @@ impl Validator {
             rendered: Arc::new(rendered),
             warnings: report.warnings,
             from_cache: false,
+            semantic_skipped: false,
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Validates a render that follows `baseline`, a render that passed all three phases.
+    /// When the plan from `baseline` to `rendered` needs no reload — only server addresses,
+    /// ports, weights, states and map entries differ — the phases do not run again: the plan
+    /// has parsed every changed line and found each one equal to a validated line but for
+    /// those values, so the parser, the schema check and `haproxy -c` would judge the same
+    /// configuration again, and endpoint changes must reach HAProxy in milliseconds. HAProxy's
+    /// runtime API still refuses a malformed value, and the deployer then falls back to a
+    /// reload that HAProxy validates.
+    pub fn validate_after(
+        &self,
+        baseline: Option<&RenderedConfig>,
+        rendered: RenderedConfig,
+    ) -> Result<ValidatedConfig, PipelineError> {
+        let Some(baseline) = baseline else {
+            return self.validate(rendered);
+        };
+        let started = Instant::now();
+        let runtime_only =
+            crate::pure::deploy::plan::plan(Some(baseline), &rendered).is_ok_and(|p| !p.reload);
+        if !runtime_only {
+            return self.validate(rendered);
+        }
+        Ok(ValidatedConfig {
+            checksum: rendered.checksum(),
+            rendered: Arc::new(rendered),
+            warnings: vec![],
+            from_cache: false,
+            semantic_skipped: true,
             duration: started.elapsed(),
         })
     }

@@ -237,3 +237,39 @@ fn a_manifest_maps_to_the_watched_resource_of_its_kind() {
     );
     assert_eq!(config.watched_resource_for("v1", "Secret"), None);
 }
+
+#[test]
+fn an_endpoint_only_change_after_a_validated_render_skips_haproxy_c_and_a_structural_one_does_not()
+{
+    let config = compiled(VALID_CFG);
+    let validator = validator();
+    let baseline = validator
+        .validate(
+            config
+                .render(with_service(&config, "web", 8080).snapshot(), None)
+                .expect("renders"),
+        )
+        .expect("valid");
+    // Only the server's port changes: runtime-only, `haproxy -c` skipped.
+    let moved = config
+        .render(with_service(&config, "web", 9090).snapshot(), None)
+        .expect("renders");
+    let fast = validator
+        .validate_after(Some(&baseline.rendered), moved)
+        .expect("valid");
+    assert!(fast.semantic_skipped);
+    // A new server line is structural: the full check runs (and here rejects a missing backend).
+    let structural = compiled(
+        "global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend nowhere\n",
+    );
+    let rendered = structural
+        .render(structural.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
+    let err = validator
+        .validate_after(Some(&baseline.rendered), rendered)
+        .expect_err("haproxy -c ran and rejected it");
+    assert!(
+        matches!(err, PipelineError::Invalid(ref e) if e.phase == ValidationPhase::Semantic),
+        "{err}"
+    );
+}
