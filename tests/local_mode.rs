@@ -193,7 +193,13 @@ fn start(app_a: u16, app_b: u16) -> Local {
     let config = library
         .replace("127.0.0.1:18080", &format!("127.0.0.1:{http}"))
         .replace("127.0.0.1:18443", &format!("127.0.0.1:{https}"))
-        .replace("127.0.0.1:18404", &format!("127.0.0.1:{status}"));
+        .replace("127.0.0.1:18404", &format!("127.0.0.1:{status}"))
+        // Drift repair within the test's patience.
+        .replacen(
+            "spec:\n",
+            "spec:\n  dataplane:\n    driftPreventionInterval: 500ms\n",
+            1,
+        );
     std::fs::write(dir.join("config.yaml"), config).expect("config");
     let child = Command::new(env!("CARGO_BIN_EXE_haptor"))
         .args([
@@ -342,6 +348,14 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
         get(local.http, "b.localhost", "/").map(|r| r.1),
         Some("hello from app-b\n".into())
     );
+
+    // The deployed haproxy.cfg edited behind haptor's back: the DriftMonitor restores it.
+    let cfg_path = local.work().join("haproxy.cfg");
+    let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
+    std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
+    eventually("the drift to be repaired", Duration::from_secs(15), || {
+        (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
+    });
 
     // haproxy killed behind haptor's back: haptor starts it again and it serves the last config.
     let killed = std::fs::read_to_string(local.work().join("haproxy.pid"))

@@ -1,7 +1,8 @@
 //! Synthetic Kubernetes objects at scale (Ingresses, Services, EndpointSlices) for benches and
 //! load tests. Each generated app `app-N` in namespace `ns-(N % 10)` has one Ingress with
 //! host `app-N.example`, one Service on port 80 and one EndpointSlice with `endpoints`
-//! addresses in 10.x.y.z.
+//! addresses in 127.x.y.z (loopback, so a real haproxy using them never sends traffic off this
+//! machine).
 
 use serde_json::{Value, json};
 
@@ -35,7 +36,8 @@ pub fn service(n: usize) -> Value {
 /// The EndpointSlice of app `n` with `endpoints` addresses.
 pub fn endpoint_slice(n: usize, endpoints: usize) -> Value {
     let addresses: Vec<Value> = (0..endpoints)
-        .map(|e| json!({"addresses": [format!("10.{}.{}.{}", (n / 250) % 250, n % 250, e + 1)]}))
+        // Loopback addresses only: benches run real haproxy, which may connect to them.
+        .map(|e| json!({"addresses": [format!("127.{}.{}.{}", 1 + (n / 250) % 250, n % 250, e + 1)]}))
         .collect();
     json!({
         "apiVersion": "discovery.k8s.io/v1",
