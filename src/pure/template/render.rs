@@ -75,6 +75,26 @@ pub(crate) struct ContextCache {
     context: Option<Context>,
 }
 
+/// Brings `array` (copied from `cached`) up to `current` by copying only the objects whose
+/// `Arc` changed, when both snapshots hold the same objects in the same order (an update of
+/// existing objects, the common case). Returns false when the shape changed.
+fn patch_store_array(cached: &StoreSnapshot, current: &StoreSnapshot, array: &mut [Value]) -> bool {
+    let (old, new) = (cached.entries(), current.entries());
+    if old.len() != new.len() || array.len() != new.len() {
+        return false;
+    }
+    let same_order = old.iter().zip(new).all(|(a, b)| a.key() == b.key());
+    if !same_order {
+        return false;
+    }
+    for ((before, after), slot) in old.iter().zip(new).zip(array.iter_mut()) {
+        if !Arc::ptr_eq(before.object(), after.object()) {
+            *slot = (**after.object()).clone();
+        }
+    }
+    true
+}
+
 fn store_array(snapshot: &StoreSnapshot) -> Value {
     Value::Array(
         snapshot
@@ -118,7 +138,15 @@ impl ContextCache {
                 .get(name)
                 .is_some_and(|cached| Arc::ptr_eq(cached, snapshot));
             if !unchanged {
-                resources.insert(name.to_string(), store_array(snapshot));
+                let patched = match (self.stores.get(name), resources.get_mut(name)) {
+                    (Some(cached), Some(Value::Array(array))) => {
+                        patch_store_array(cached, snapshot, array)
+                    }
+                    _ => false,
+                };
+                if !patched {
+                    resources.insert(name.to_string(), store_array(snapshot));
+                }
                 self.stores.insert(name.to_string(), Arc::clone(snapshot));
             }
         }

@@ -749,3 +749,32 @@ fn server_slots_keep_an_endpoint_in_its_slot_across_renders() {
     store.apply(slice(&["10.0.0.3", "10.0.0.4"])).unwrap();
     assert!(render().contains("server SRV_2 10.0.0.3:8080"));
 }
+
+#[test]
+fn an_updated_object_is_seen_by_the_next_render_when_the_store_keeps_its_shape() {
+    let set = TemplateSet::compile(input(
+        "{{#each (resources \"svc\")}}{{metadata.name}}={{spec.port}} {{/each}}",
+    ))
+    .unwrap();
+    let store = crate::pure::store::ResourceStore::new("svc", vec!["metadata.name".into()], vec![])
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        store
+            .apply(json!({"metadata": {"name": name}, "spec": {"port": 1}}))
+            .unwrap();
+    }
+    let render = || {
+        let mut stores = StoresSnapshot::new();
+        stores.insert(store.snapshot());
+        set.render(&RenderContext::new(stores, PathResolver::default()))
+            .unwrap()
+            .haproxy_cfg
+    };
+    assert_eq!(render(), "a=1 b=1 c=1 ");
+    store
+        .apply(json!({"metadata": {"name": "b"}, "spec": {"port": 2}}))
+        .unwrap();
+    assert_eq!(render(), "a=1 b=2 c=1 ");
+    store.delete(&json!({"metadata": {"name": "a"}}));
+    assert_eq!(render(), "b=2 c=1 ");
+}
