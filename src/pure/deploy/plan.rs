@@ -319,34 +319,7 @@ fn server_line_changes(old: &str, new: &str) -> Option<Vec<Operation>> {
         if next.weight > 256 {
             return None;
         }
-        let server = new_server.0;
-        if previous.address != next.address || previous.port != next.port {
-            ops.push(Operation::SetServerAddress {
-                backend: backend.clone(),
-                server: server.clone(),
-                address: next.address.clone(),
-                port: next.port,
-            });
-        }
-        if previous.weight != next.weight {
-            ops.push(Operation::SetServerWeight {
-                backend: backend.clone(),
-                server: server.clone(),
-                weight: next.weight,
-            });
-        }
-        if previous.disabled != next.disabled {
-            let state = if next.disabled {
-                ServerState::Maint
-            } else {
-                ServerState::Ready
-            };
-            ops.push(Operation::SetServerState {
-                backend,
-                server,
-                state,
-            });
-        }
+        server_changes(&mut ops, backend, new_server.0, &previous, &next);
     }
     Some(ops)
 }
@@ -520,6 +493,43 @@ fn server_facts(config: &Config) -> BTreeMap<(String, String), ServerFacts> {
     facts
 }
 
+/// The runtime operations that turn server `previous` into `next`.
+fn server_changes(
+    ops: &mut Vec<Operation>,
+    backend: String,
+    server: String,
+    previous: &ServerFacts,
+    next: &ServerFacts,
+) {
+    if previous.address != next.address || previous.port != next.port {
+        ops.push(Operation::SetServerAddress {
+            backend: backend.clone(),
+            server: server.clone(),
+            address: next.address.clone(),
+            port: next.port,
+        });
+    }
+    if previous.weight != next.weight {
+        ops.push(Operation::SetServerWeight {
+            backend: backend.clone(),
+            server: server.clone(),
+            weight: next.weight,
+        });
+    }
+    if previous.disabled != next.disabled {
+        let state = if next.disabled {
+            ServerState::Maint
+        } else {
+            ServerState::Ready
+        };
+        ops.push(Operation::SetServerState {
+            backend,
+            server,
+            state,
+        });
+    }
+}
+
 fn server_operations(old: &Config, new: &Config) -> Vec<Operation> {
     let before = server_facts(old);
     let mut ops = Vec::new();
@@ -527,33 +537,7 @@ fn server_operations(old: &Config, new: &Config) -> Vec<Operation> {
         let Some(previous) = before.get(&(backend.clone(), server.clone())) else {
             continue;
         };
-        if previous.address != after.address || previous.port != after.port {
-            ops.push(Operation::SetServerAddress {
-                backend: backend.clone(),
-                server: server.clone(),
-                address: after.address.clone(),
-                port: after.port,
-            });
-        }
-        if previous.weight != after.weight {
-            ops.push(Operation::SetServerWeight {
-                backend: backend.clone(),
-                server: server.clone(),
-                weight: after.weight,
-            });
-        }
-        if previous.disabled != after.disabled {
-            let state = if after.disabled {
-                ServerState::Maint
-            } else {
-                ServerState::Ready
-            };
-            ops.push(Operation::SetServerState {
-                backend,
-                server,
-                state,
-            });
-        }
+        server_changes(&mut ops, backend, server, previous, &after);
     }
     ops
 }
