@@ -4,7 +4,8 @@
 //! of the config channel. A file with a malformed document keeps its last good content: its
 //! problems are reported with file and line, and nothing it held is removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -25,8 +26,25 @@ struct Stamp {
 #[derive(Debug, Default)]
 struct FileContent {
     stamp: Option<Stamp>,
-    objects: Vec<Value>,
+    /// The file's objects by identity, with a hash of their content: the objects themselves
+    /// live in the resource source only, so a large folder is held in memory once.
+    objects: HashMap<ObjectKey, u64>,
     configs: Vec<(usize, Value)>,
+}
+
+fn content_hash(object: &Value) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A stand-in object that names `key`, enough for the source to delete the real one.
+fn key_object(key: &ObjectKey) -> Value {
+    serde_json::json!({
+        "apiVersion": key.0,
+        "kind": key.1,
+        "metadata": {"namespace": key.2, "name": key.3},
+    })
 }
 
 /// `(apiVersion, kind, namespace, name)`: an object's identity in the folder.
@@ -59,7 +77,8 @@ pub struct ScanReport {
 pub struct ManifestFolder {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileContent>,
-    published: BTreeMap<ObjectKey, Value>,
+    /// What the source holds: each object's content hash.
+    published: BTreeMap<ObjectKey, u64>,
     config: Option<Arc<HAProxyTemplateConfig>>,
 }
 
@@ -92,6 +111,9 @@ impl ManifestFolder {
             return report;
         }
         let mut changed = false;
+        // Objects of the files read in this scan, and the keys those files held before.
+        let mut incoming: BTreeMap<ObjectKey, (u64, Value)> = BTreeMap::new();
+        let mut dropped: BTreeSet<ObjectKey> = BTreeSet::new();
         for path in paths {
             let stamp = std::fs::metadata(&path).ok().map(|m| Stamp {
                 modified: m.modified().ok(),
@@ -122,15 +144,25 @@ impl ManifestFolder {
                 report.problems.extend(parsed.problems);
                 continue;
             }
-            let mut objects = Vec::new();
+            let mut objects = HashMap::new();
             let mut configs = Vec::new();
             for manifest in parsed.manifests {
                 if manifest.kind() == "HAProxyTemplateConfig" {
                     configs.push((manifest.line, manifest.object));
                 } else {
-                    objects.push(manifest.object);
+                    let key = object_key(&manifest.object);
+                    let hash = content_hash(&manifest.object);
+                    objects.insert(key.clone(), hash);
+                    incoming.insert(key, (hash, manifest.object));
                 }
             }
+            dropped.extend(
+                entry
+                    .objects
+                    .keys()
+                    .filter(|k| !objects.contains_key(*k))
+                    .cloned(),
+            );
             *entry = FileContent {
                 stamp,
                 objects,
@@ -138,32 +170,45 @@ impl ManifestFolder {
             };
             changed = true;
         }
-        let before = self.files.len();
-        self.files.retain(|path, _| seen.contains(path));
-        changed |= self.files.len() != before;
+        let removed_files: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !seen.contains(p))
+            .cloned()
+            .collect();
+        for path in removed_files {
+            if let Some(content) = self.files.remove(&path) {
+                dropped.extend(content.objects.into_keys());
+                changed = true;
+            }
+        }
         if !changed {
             return report;
         }
 
-        let mut desired: BTreeMap<ObjectKey, Value> = BTreeMap::new();
-        for content in self.files.values() {
-            for object in &content.objects {
-                desired.insert(object_key(object), object.clone());
-            }
-        }
-        for (key, object) in &desired {
-            if self.published.get(key) != Some(object) {
-                source.apply(object.clone());
+        for (key, (hash, object)) in incoming {
+            dropped.remove(&key);
+            if self.published.get(&key) != Some(&hash) {
+                source.apply(object);
+                self.published.insert(key, hash);
                 report.applied += 1;
             }
         }
-        for (key, object) in &self.published {
-            if !desired.contains_key(key) {
-                source.delete(object);
+        for key in dropped {
+            // Another file may still define the object (it moved): read that file again.
+            let holder = self
+                .files
+                .iter_mut()
+                .find(|(_, c)| c.objects.contains_key(&key));
+            if let Some((_, content)) = holder {
+                content.stamp = None;
+                continue;
+            }
+            if self.published.remove(&key).is_some() {
+                source.delete(&key_object(&key));
                 report.deleted += 1;
             }
         }
-        self.published = desired;
 
         let configs: Vec<(&PathBuf, usize, &Value)> = self
             .files
@@ -333,5 +378,22 @@ mod tests {
                 .message
                 .contains("a second HAProxyTemplateConfig")
         );
+    }
+
+    #[test]
+    fn an_object_defined_in_two_files_stays_while_one_of_them_still_has_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        write(&dir.path().join("a.yaml"), &svc("web", 80));
+        write(&dir.path().join("b.yaml"), &svc("web", 80));
+        folder.scan(&source);
+        std::fs::remove_file(dir.path().join("a.yaml")).expect("delete");
+        let report = folder.scan(&source);
+        assert_eq!(report.deleted, 0, "b.yaml still defines the Service");
+        assert_eq!(source.objects("v1", "Service").len(), 1);
+        std::fs::remove_file(dir.path().join("b.yaml")).expect("delete");
+        folder.scan(&source);
+        assert!(source.objects("v1", "Service").is_empty());
     }
 }
