@@ -223,3 +223,31 @@ impl Iteration {
         f(&mut guard)
     }
 }
+
+/// Forwards the current value of a watch channel, then every change, into an actor's mailbox
+/// as the message `to_message` makes of it (`None`: nothing to send for that value). Ends
+/// when the channel closes or the actor is gone. The actor aborts the returned task when it
+/// stops.
+pub fn forward_watch<T, M>(
+    mut source: watch::Receiver<T>,
+    target: ActorRef<M>,
+    to_message: impl Fn(T) -> Option<M> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    T: Clone + Send + Sync + 'static,
+    M: ractor::Message,
+{
+    tokio::spawn(async move {
+        loop {
+            let value = source.borrow_and_update().clone();
+            if let Some(message) = to_message(value)
+                && target.cast(message).is_err()
+            {
+                return;
+            }
+            if source.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::actors::context::{Iteration, current};
+use crate::actors::context::{Iteration, current, forward_watch};
 use crate::actors::coordinator::Coordinator;
 use crate::actors::deployment::{ConfigPublisher, DeployScheduler, DriftMonitor, PublishSink};
 use crate::messages::{
@@ -156,21 +156,12 @@ impl Actor for LeaderElector {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let mut source = self.iteration.services.sources.leadership.clone();
-        let target = myself.clone();
-        let source_task = tokio::spawn(async move {
-            // The current value first (a restarted elector must learn where it stands), then changes.
-            let first = *source.borrow_and_update();
-            if target.cast(LeaderElectorMsg::Changed(first)).is_err() {
-                return;
-            }
-            while source.changed().await.is_ok() {
-                let next = *source.borrow_and_update();
-                if target.cast(LeaderElectorMsg::Changed(next)).is_err() {
-                    return;
-                }
-            }
-        });
+        // The current value first (a restarted elector must learn where it stands), then changes.
+        let source_task = forward_watch(
+            self.iteration.services.sources.leadership.clone(),
+            myself,
+            |leadership| Some(LeaderElectorMsg::Changed(leadership)),
+        );
         Ok(LeaderElectorState {
             current: Leadership::default(),
             source_task,
@@ -223,20 +214,11 @@ impl Actor for Discovery {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let mut source = self.iteration.services.sources.instances.clone();
-        let target = myself.clone();
-        let source_task = tokio::spawn(async move {
-            let first = source.borrow_and_update().clone();
-            if target.cast(DiscoveryMsg::Changed(first)).is_err() {
-                return;
-            }
-            while source.changed().await.is_ok() {
-                let next = source.borrow_and_update().clone();
-                if target.cast(DiscoveryMsg::Changed(next)).is_err() {
-                    return;
-                }
-            }
-        });
+        let source_task = forward_watch(
+            self.iteration.services.sources.instances.clone(),
+            myself,
+            |instances| Some(DiscoveryMsg::Changed(instances)),
+        );
         Ok(DiscoveryState {
             instances: vec![],
             source_task,

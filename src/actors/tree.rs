@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::actors::context::{Iteration, Services, current, set};
+use crate::actors::context::{Iteration, Services, current, forward_watch, set};
 use crate::actors::deployment::PublishSink;
 use crate::actors::introspection::ErrorRecord;
 use crate::actors::leadership::{CredentialsLoader, Discovery, LeaderElector};
@@ -106,29 +106,15 @@ impl Actor for ConfigLoader {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let mut source = self.iteration.services.sources.config.clone();
-        let source_task = tokio::spawn(async move {
-            // The iteration was built from the current value; only later changes matter, but a
-            // restarted loader compares the current value too in case it missed one.
-            let first = source.borrow_and_update().clone();
-            if let Some(config) = first
-                && myself
-                    .cast(ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
-                    .is_err()
-            {
-                return;
-            }
-            while source.changed().await.is_ok() {
-                let next = source.borrow_and_update().clone();
-                if let Some(config) = next
-                    && myself
-                        .cast(ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
-                        .is_err()
-                {
-                    return;
-                }
-            }
-        });
+        // The iteration was built from the current value; a restarted loader compares the
+        // current value too, in case it missed a change.
+        let source_task = forward_watch(
+            self.iteration.services.sources.config.clone(),
+            myself,
+            |config| {
+                config.map(|config| ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
+            },
+        );
         Ok(ConfigLoaderState { source_task })
     }
 
