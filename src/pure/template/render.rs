@@ -560,22 +560,45 @@ impl HelperDef for ServerSlots<'_> {
         let range = snapshot
             .fetch_range(&[namespace.as_ref(), service.as_ref()])
             .map_err(|err| misuse(err.to_string()))?;
-        let wanted = super::slots::ready_endpoints(
-            snapshot.entries()[range].iter().map(|e| &**e.object()),
-            &port_name,
-        );
+        let entries = &snapshot.entries()[range];
         let key = format!("{namespace}/{service}/{port_name}");
-        let slots = super::slots::assign_slots(
-            self.state.previous_slots.get(&key).map(Vec::as_slice),
-            &wanted,
+        let settings = super::slots::SlotSettings {
+            port_name,
             min_slots,
-        );
-        let lines = super::slots::server_lines(&slots, &params, &indent);
+            params,
+            indent,
+        };
+        let previous = self.state.previous_slots.get(&key);
+        let entry = match previous {
+            Some(previous) if previous.made_from(entries.iter().map(|e| e.object()), &settings) => {
+                previous.clone()
+            }
+            _ => {
+                let wanted = super::slots::ready_endpoints(
+                    entries.iter().map(|e| &**e.object()),
+                    &settings.port_name,
+                );
+                let slots = super::slots::assign_slots(
+                    previous.map(|p| p.slots.as_slice()),
+                    &wanted,
+                    settings.min_slots,
+                );
+                let lines: Arc<str> =
+                    super::slots::server_lines(&slots, &settings.params, &settings.indent).into();
+                super::slots::SlotEntry {
+                    slots,
+                    slices: entries.iter().map(|e| Arc::clone(e.object())).collect(),
+                    settings,
+                    lines,
+                }
+            }
+        };
+        let lines = entry.lines.to_string();
         self.state
             .slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, slots);
+            .insert(key, entry);
         Ok(ScopedJson::Derived(Value::String(lines)))
     }
 }

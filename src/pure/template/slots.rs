@@ -7,14 +7,53 @@
 //! it runs once per backend and dominates large renders.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 /// The address placeholders get: a port nothing listens on, disabled anyway.
 pub const PLACEHOLDER_ADDRESS: &str = "127.0.0.1:1";
 
+/// What one `server_slots` call produced, kept for the next render: the slot assignment,
+/// and — so an unchanged backend costs nothing next time — the EndpointSlices it was made
+/// from (held, so pointer identity is sound), the call's settings and the lines.
+#[derive(Debug, Clone)]
+pub struct SlotEntry {
+    pub slots: Vec<Option<String>>,
+    pub slices: Vec<Arc<Value>>,
+    pub settings: SlotSettings,
+    pub lines: Arc<str>,
+}
+
+/// The arguments of a `server_slots` call besides its EndpointSlices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotSettings {
+    pub port_name: String,
+    pub min_slots: usize,
+    pub params: String,
+    pub indent: String,
+}
+
+impl SlotEntry {
+    /// Whether this entry was made from exactly these slices with these settings; then the
+    /// assignment (which keeps every endpoint in its slot) and the lines are the same again.
+    pub fn made_from<'a>(
+        &self,
+        slices: impl ExactSizeIterator<Item = &'a Arc<Value>>,
+        settings: &SlotSettings,
+    ) -> bool {
+        self.settings == *settings
+            && self.slices.len() == slices.len()
+            && self
+                .slices
+                .iter()
+                .zip(slices)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
 /// Slot assignments of the last successful render, by `namespace/service/port`.
-pub type SlotMemory = HashMap<String, Vec<Option<String>>>;
+pub type SlotMemory = HashMap<String, SlotEntry>;
 
 /// Assigns `wanted` endpoints (`address:port`) to slots: at least `min_slots` slots, growing
 /// in steps of `min_slots`; endpoints keep the slot they had in `previous`; new ones fill the
