@@ -78,3 +78,42 @@ fn version_prints_the_package_version() {
     assert!(output.status.success());
     assert!(stdout(&output).contains(env!("CARGO_PKG_VERSION")));
 }
+
+#[test]
+fn a_reader_that_stops_early_does_not_make_haptor_panic() {
+    use std::io::Read;
+    // Far more output than a pipe buffers: the structured view of every corpus config.
+    let corpus = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/corpus/haproxy/configs"
+    );
+    let mut files: Vec<String> = std::fs::read_dir(corpus)
+        .expect("the HAProxy corpus")
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .collect();
+    files.sort();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(["lint", "--dump", "json"])
+        .args(&files[..100])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut first = [0u8; 3];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("reads the start");
+    // The pipe is closed here, while haptor still has most of its output to write.
+    let output = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        output.status.code().is_some(),
+        "ended by a signal: {:?}",
+        output.status
+    );
+}

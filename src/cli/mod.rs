@@ -2,12 +2,43 @@
 //! thin: they read files, call into `crate::pure` (offline commands) or start the actor
 //! tree (`run`, `local`), print results and choose the exit code.
 
+/// Writes to standard output; a closed output (`haptor plan a b | head -1`) ends the process
+/// quietly instead of panicking as `print!` does.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), false) };
+}
+
+/// [`out!`] with a trailing newline.
+macro_rules! outln {
+    () => { $crate::cli::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), true) };
+}
+
+pub(crate) use outln;
+
 mod offline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+/// Writes formatted text (and a newline) to standard output; exits with success when the
+/// reader has gone away (a closed pipe is not an error of haptor's).
+pub fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(args).and_then(|()| {
+        if newline {
+            stdout.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    if written.is_err() {
+        std::process::exit(0);
+    }
+}
 
 /// Exit code of a command that found problems in its input.
 pub const EXIT_PROBLEMS: u8 = 1;
@@ -186,7 +217,7 @@ pub fn execute(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Crd => offline::print_crds(),
         Command::Version => {
-            println!("haptor {}", env!("CARGO_PKG_VERSION"));
+            outln!("haptor {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
         Command::Validate(args) => offline::validate(&args),

@@ -22,7 +22,7 @@ use crate::pure::validation_tests::run_suite;
 pub fn print_crds() -> ExitCode {
     match crate::pure::config::crds_yaml() {
         Ok(yaml) => {
-            print!("{yaml}");
+            out!("{yaml}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -66,7 +66,7 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     let report = run_suite(&compiled, &validator, &args.tests);
     match args.output {
         OutputFormat::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => {
                 eprintln!("haptor validate: cannot serialise the report: {e}");
                 return ExitCode::from(EXIT_UNUSABLE);
@@ -75,13 +75,13 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
         OutputFormat::Summary => {
             for test in &report.tests {
                 let verdict = if test.passed { "PASS" } else { "FAIL" };
-                println!(
+                outln!(
                     "{verdict} {} ({:.1} ms)",
                     test.name,
                     test.duration.as_secs_f64() * 1000.0
                 );
                 if let Some(error) = &test.error {
-                    println!("     {error}");
+                    outln!("     {error}");
                 }
                 for (i, assertion) in test
                     .assertions
@@ -93,7 +93,7 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
                         .ok()
                         .and_then(|v| v.as_str().map(String::from))
                         .unwrap_or_default();
-                    println!(
+                    outln!(
                         "     assertion {} ({kind} on {}): {}",
                         i + 1,
                         assertion.target,
@@ -108,11 +108,12 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
                 }
             }
             if report.tests.is_empty() {
-                println!("no validation tests in {}", args.file.display());
+                outln!("no validation tests in {}", args.file.display());
             }
-            println!(
+            outln!(
                 "validation tests: {} passed, {} failed",
-                report.passed, report.failed
+                report.passed,
+                report.failed
             );
         }
     }
@@ -234,13 +235,13 @@ fn load_fixture_dir(
 }
 
 fn print_rendered(rendered: &RenderedConfig) {
-    println!("# ---- haproxy.cfg");
-    print!("{}", rendered.haproxy_cfg);
+    outln!("# ---- haproxy.cfg");
+    out!("{}", rendered.haproxy_cfg);
     for (path, file) in &rendered.aux_files {
-        println!("# ---- {path} ({})", file.kind);
-        print!("{}", file.content);
+        outln!("# ---- {path} ({})", file.kind);
+        out!("{}", file.content);
         if !file.content.ends_with('\n') && !file.content.is_empty() {
-            println!();
+            outln!();
         }
     }
 }
@@ -276,13 +277,13 @@ pub fn lint(args: &LintArgs) -> ExitCode {
         let parsed = match parse_config(&text) {
             Ok(parsed) => parsed,
             Err(e) => {
-                println!("{name}:{}: {}", e.line, e.message);
+                outln!("{name}:{}: {}", e.line, e.message);
                 problems += 1;
                 continue;
             }
         };
         for problem in check_schema(&parsed) {
-            println!("{name}:{}: {}", problem.line, problem.message);
+            outln!("{name}:{}: {}", problem.line, problem.message);
             problems += 1;
         }
         if args.haproxy {
@@ -291,9 +292,9 @@ pub fn lint(args: &LintArgs) -> ExitCode {
                     for message in messages.iter().filter(|m| m.severity == Severity::Alert) {
                         match &message.location {
                             Some((_, line)) => {
-                                println!("{name}:{line}: {} (haproxy -c)", message.text)
+                                outln!("{name}:{line}: {} (haproxy -c)", message.text)
                             }
-                            None => println!("{name}: {} (haproxy -c)", message.text),
+                            None => outln!("{name}: {} (haproxy -c)", message.text),
                         }
                         problems += 1;
                     }
@@ -315,7 +316,7 @@ pub fn lint(args: &LintArgs) -> ExitCode {
             serde_json::Value::Array(dumps)
         };
         match serde_json::to_string_pretty(&out) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => eprintln!("cannot serialise the structured view: {e}"),
         }
     }
@@ -380,7 +381,7 @@ pub fn plan(args: &PlanArgs) -> ExitCode {
     };
     match args.output {
         OutputFormat::Json => match serde_json::to_string_pretty(&plan) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => outln!("{json}"),
             Err(e) => {
                 eprintln!("haptor plan: cannot serialise the plan: {e}");
                 return ExitCode::from(EXIT_UNUSABLE);
@@ -390,7 +391,7 @@ pub fn plan(args: &PlanArgs) -> ExitCode {
             for reason in &plan.reload_reasons {
                 eprintln!("reload needed: {reason}");
             }
-            print!("{}", plan.to_text());
+            out!("{}", plan.to_text());
         }
     }
     ExitCode::SUCCESS

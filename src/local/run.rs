@@ -15,6 +15,7 @@ use crate::actors::deployment::InMemorySink;
 use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
 use crate::actors::introspection::ErrorRecord;
 use crate::actors::sources::MemorySource;
+use crate::cli::outln;
 use crate::local::folder::ManifestFolder;
 use crate::messages::{Instance, Leadership};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
@@ -163,20 +164,20 @@ pub async fn run(
 
     let metrics = bound_address(&controller.root, METRICS_SERVER_NAME).await;
     let debug = bound_address(&controller.root, DEBUG_SERVER_NAME).await;
-    println!(
+    outln!(
         "haptor local: watching {} (haproxy work dir {})",
         options.dir.display(),
         work_path.display()
     );
     if let Some(addr) = metrics {
-        println!("  metrics:   http://{addr}/metrics");
+        outln!("  metrics:   http://{addr}/metrics");
     }
     if let Some(addr) = debug {
-        println!(
+        outln!(
             "  debug:     http://{addr}/debug/actors  http://{addr}/debug/vars/errors  http://{addr}/healthz"
         );
     }
-    println!(
+    outln!(
         "  haproxy:   master pid {} (listening as the rendered haproxy.cfg says; see /debug/vars/rendered)",
         process.master_pid()
     );
@@ -229,13 +230,13 @@ pub async fn run(
             if let Ok(parsed) = crate::pure::haproxy::parse_config(&rendered.haproxy_cfg) {
                 for frontend in crate::pure::haproxy::view(&parsed).frontends {
                     for bind in frontend.binds {
-                        println!("  frontend {}: {}", frontend.name, bind.address);
+                        outln!("  frontend {}: {}", frontend.name, bind.address);
                     }
                 }
             }
         }
     }
-    println!("haptor local: stopping");
+    outln!("haptor local: stopping");
     controller.stop().await;
     process
         .stop()
