@@ -175,6 +175,14 @@ impl Actor for ConfigLoader {
     }
 }
 
+/// The child spec of an all-replica actor that takes no start arguments.
+fn all_replica<A>(name: impl Into<String>, actor: A) -> ChildSpec
+where
+    A: Actor<Arguments = ()> + Clone,
+{
+    ChildSpec::new(name, ActorRole::AllReplica, actor, ())
+}
+
 /// The spec of one config iteration: its all-replica subtree (the leader-only subtree is
 /// added by the LeaderElector while this replica leads).
 pub fn iteration_spec(
@@ -194,44 +202,31 @@ pub fn iteration_spec(
             kind,
             iteration: Arc::clone(&iteration),
         };
-        children.push(ChildSpec::new(
-            format!("validator-{}", kind.name()),
-            ActorRole::AllReplica,
-            validator,
-            (),
-        ));
+        children.push(all_replica(format!("validator-{}", kind.name()), validator));
     }
-    children.push(ChildSpec::new(
+    children.push(all_replica(
         "config-loader",
-        ActorRole::AllReplica,
         ConfigLoader {
             iteration: Arc::clone(&iteration),
         },
-        (),
     ));
-    children.push(ChildSpec::new(
+    children.push(all_replica(
         "credentials-loader",
-        ActorRole::AllReplica,
         CredentialsLoader {
             iteration: Arc::clone(&iteration),
         },
-        (),
     ));
-    children.push(ChildSpec::new(
+    children.push(all_replica(
         "index-tracker",
-        ActorRole::AllReplica,
         IndexTracker {
             iteration: Arc::clone(&iteration),
         },
-        (),
     ));
-    children.push(ChildSpec::new(
+    children.push(all_replica(
         "reconciler",
-        ActorRole::AllReplica,
         Reconciler {
             iteration: Arc::clone(&iteration),
         },
-        (),
     ));
     for (name, watched) in &compiled.spec.watched_resources {
         let watcher = ResourceWatcher {
@@ -239,20 +234,13 @@ pub fn iteration_spec(
             watched: watched.clone(),
             iteration: Arc::clone(&iteration),
         };
-        children.push(ChildSpec::new(
-            format!("watcher-{name}"),
-            ActorRole::AllReplica,
-            watcher,
-            (),
-        ));
+        children.push(all_replica(format!("watcher-{name}"), watcher));
     }
-    children.push(ChildSpec::new(
+    children.push(all_replica(
         "discovery",
-        ActorRole::AllReplica,
         Discovery {
             iteration: Arc::clone(&iteration),
         },
-        (),
     ));
     children.push(ChildSpec::new(
         "leader-elector",

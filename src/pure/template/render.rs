@@ -511,7 +511,6 @@ impl HelperDef for StoreHelper<'_> {
     }
 }
 
-/// `path_for "name" "map|file|cert|crt-list"`: the path relative to `default-path origin`.
 /// `server_slots "endpointslices" namespace service port_name slots=10 params="check"`:
 /// the `server SRV_n` lines of a backend (see [`super::slots`]).
 struct ServerSlots<'s> {
@@ -603,6 +602,7 @@ impl HelperDef for ServerSlots<'_> {
     }
 }
 
+/// `path_for "name" "map|file|cert|crt-list"`: the path relative to `default-path origin`.
 struct PathFor<'s> {
     state: &'s RenderState<'s>,
 }
