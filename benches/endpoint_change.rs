@@ -132,6 +132,9 @@ fn endpoint_change(c: &mut Criterion) {
         .sample_size(20)
         .measurement_time(Duration::from_secs(10));
     let mut n = 0usize;
+    // Criterion reports each sample as the mean of its iterations; the target is a
+    // median of single events, so every event's latency is kept too and summarised below.
+    let mut latencies: Vec<Duration> = Vec::new();
     group.bench_function("event_to_runtime_api_ack", |b| {
         b.iter_custom(|iters| {
             runtime.block_on(async {
@@ -144,7 +147,9 @@ fn endpoint_change(c: &mut Criterion) {
                     let started = Instant::now();
                     source.apply(fixtures::endpoint_slice(n % BACKENDS, endpoints));
                     let outcome = done.recv().await.expect("a deployment");
-                    total += started.elapsed();
+                    let latency = started.elapsed();
+                    latencies.push(latency);
+                    total += latency;
                     assert!(!outcome.reloaded, "an endpoint change must not reload");
                 }
                 total
@@ -155,6 +160,18 @@ fn endpoint_change(c: &mut Criterion) {
         b.iter(|| checker.check_blocking(&rendered).expect("valid"))
     });
     group.finish();
+    if !latencies.is_empty() {
+        latencies.sort();
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+        eprintln!(
+            "endpoint change at {BACKENDS} backends, {} single events: p50 {:.2?}, p90 {:.2?}, p99 {:.2?}, max {:.2?}",
+            latencies.len(),
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            at(1.0),
+        );
+    }
     runtime.block_on(async {
         controller.stop().await;
         let _ = process.stop().await;

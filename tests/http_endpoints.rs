@@ -235,7 +235,7 @@ async fn debug_vars_serve_the_introspection_record_and_refuse_unknown_names() {
         haproxy_cfg: "global\n    daemon\n".into(),
         ..RenderedConfig::default()
     };
-    introspection.set_rendered(Arc::new(rendered.clone()));
+    introspection.set_rendered(Arc::new(rendered.clone()), rendered.checksum());
     introspection.set_resource_count("services", 4);
     introspection.update_state(|s| s.epoch = 3);
     introspection.record_error(ErrorRecord::new("render", "line 9: boom"));

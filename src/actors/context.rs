@@ -38,12 +38,15 @@ pub trait ReconcilePipeline: Send + Sync {
 }
 
 /// Render with the config's templates, then the three validation phases (cached). A render
-/// that differs from the last fully validated one only in runtime-changeable values skips
+/// that differs from the last accepted one only in runtime-changeable values skips
 /// `haproxy -c` (see [`Validator::validate_after`]).
 #[derive(Debug)]
 pub struct FullPipeline {
     pub validator: Validator,
-    /// The last render that passed all three phases.
+    /// The last accepted render. It passed all three phases, or differs from one that did
+    /// only in runtime-changeable values: "differs only in those values" is transitive, so
+    /// every render since the last full validation keeps its structure, and comparing with
+    /// the latest keeps the comparison to the lines this render changed.
     baseline: std::sync::Mutex<Option<Arc<crate::pure::rendered::RenderedConfig>>>,
 }
 
@@ -98,10 +101,8 @@ impl ReconcilePipeline for FullPipeline {
                     line: None,
                 },
             })?;
-        if !validated.semantic_skipped {
-            *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(Arc::clone(&validated.rendered));
-        }
+        *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::clone(&validated.rendered));
         Ok(RenderedAndValidated {
             rendered: validated.rendered,
             checksum: validated.checksum,

@@ -89,7 +89,7 @@ impl Coordinator {
                 );
                 services
                     .introspection
-                    .set_rendered(Arc::clone(&done.rendered));
+                    .set_rendered(Arc::clone(&done.rendered), done.checksum.clone());
                 services
                     .introspection
                     .update_state(|s| s.reconciliations += 1);

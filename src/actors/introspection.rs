@@ -114,8 +114,8 @@ impl Introspection {
         self.write(|r| r.config = Some(config));
     }
 
-    pub fn set_rendered(&self, rendered: Arc<RenderedConfig>) {
-        let checksum = rendered.checksum();
+    /// Records the latest render and its checksum (computed once, by the pipeline).
+    pub fn set_rendered(&self, rendered: Arc<RenderedConfig>, checksum: String) {
         self.write(|r| {
             r.rendered = Some(rendered);
             r.state.last_rendered_checksum = Some(checksum);

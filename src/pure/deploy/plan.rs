@@ -285,8 +285,9 @@ pub fn plan(
 /// parameter except address, port, weight and `disabled`; `None` when the texts differ in any
 /// other way (the full comparison then decides).
 fn server_line_changes(old: &str, new: &str) -> Option<Vec<Operation>> {
-    let old_lines: Vec<&str> = old.lines().collect();
-    let new_lines: Vec<&str> = new.lines().collect();
+    let region = DifferingLines::between(old, new);
+    let old_lines: Vec<&str> = region.old.lines().collect();
+    let new_lines: Vec<&str> = region.new.lines().collect();
     if old_lines.len() != new_lines.len() {
         return None;
     }
@@ -295,7 +296,12 @@ fn server_line_changes(old: &str, new: &str) -> Option<Vec<Operation>> {
         if before == after {
             continue;
         }
-        let backend = enclosing_proxy(&old_lines[..index])?;
+        let lines_above = old_lines[..index]
+            .iter()
+            .rev()
+            .copied()
+            .chain(region.above.lines().rev());
+        let backend = enclosing_proxy(lines_above)?;
         let (old_server, new_server) = (single_server(before)?, single_server(after)?);
         if old_server.0 != new_server.0
             || server_shape(&old_server.1) != server_shape(&new_server.1)
@@ -324,10 +330,88 @@ fn server_line_changes(old: &str, new: &str) -> Option<Vec<Operation>> {
     Some(ops)
 }
 
+/// Two texts cut into three parts: the whole lines they share at the start (`above`), the
+/// whole lines where they differ (`old`, `new`), and the whole lines they share at the end.
+/// Finding the cut points is a byte comparison, so a change of a few lines in a megabyte is
+/// planned without splitting the megabyte into lines.
+#[derive(Debug, PartialEq, Eq)]
+struct DifferingLines<'a> {
+    above: &'a str,
+    old: &'a str,
+    new: &'a str,
+}
+
+impl<'a> DifferingLines<'a> {
+    fn between(old: &'a str, new: &'a str) -> DifferingLines<'a> {
+        let (old_bytes, new_bytes) = (old.as_bytes(), new.as_bytes());
+        let prefix = common_prefix(old_bytes, new_bytes);
+        // Back to the start of the line the first difference is on.
+        let start = old_bytes[..prefix]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |at| at + 1);
+        let room = old.len().min(new.len()) - start;
+        let mut suffix = common_suffix(old_bytes, new_bytes).min(room);
+        // Forward to the start of a line in both texts: the shared end must begin after a
+        // line break, or at the very end.
+        let begins_line = |bytes: &[u8], suffix: usize| {
+            suffix == 0 || bytes.len() == suffix || bytes[bytes.len() - suffix - 1] == b'\n'
+        };
+        if !(begins_line(old_bytes, suffix) && begins_line(new_bytes, suffix)) {
+            let shared = &old_bytes[old.len() - suffix..];
+            suffix = shared
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(0, |at| suffix - at - 1);
+        }
+        // Every cut is at a line break (an ASCII byte) or an end, so each is a char boundary.
+        DifferingLines {
+            above: &old[..start],
+            old: &old[start..old.len() - suffix],
+            new: &new[start..new.len() - suffix],
+        }
+    }
+}
+
+/// How many bytes two slices share at the start; compared a block at a time, which the
+/// compiler turns into `memcmp`.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let mut done = 0;
+    for (x, y) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+        if x == y {
+            done += x.len();
+            continue;
+        }
+        return done + x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    }
+    done
+}
+
+/// How many bytes two slices share at the end.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let mut done = 0;
+    for (x, y) in a.rchunks(BLOCK).zip(b.rchunks(BLOCK)) {
+        if x == y {
+            done += x.len();
+            continue;
+        }
+        return done
+            + x.iter()
+                .rev()
+                .zip(y.iter().rev())
+                .take_while(|(p, q)| p == q)
+                .count();
+    }
+    done
+}
+
 /// The name of the `backend` or `listen` section a line belongs to: the nearest section
-/// header above it. `None` for any other section, or a conditional block in between.
-fn enclosing_proxy(lines_above: &[&str]) -> Option<String> {
-    for line in lines_above.iter().rev() {
+/// header among the lines above it, given nearest first. `None` for any other section, or a
+/// conditional block in between.
+fn enclosing_proxy<'l>(lines_above: impl Iterator<Item = &'l str>) -> Option<String> {
+    for line in lines_above {
         let trimmed = line.trim_start();
         if trimmed.starts_with(".if")
             || trimmed.starts_with(".elif")
@@ -728,5 +812,90 @@ mod tests {
             assert!(server_line_changes(&from.haproxy_cfg, &to.haproxy_cfg).is_none());
             assert!(plan(Some(&from), to).expect("plans").reload);
         }
+    }
+
+    #[test]
+    fn the_differing_lines_are_whole_lines_that_rebuild_both_texts() {
+        // A small deterministic generator: texts from a few short lines, then random edits,
+        // so shared starts and ends fall on and off line boundaries.
+        let mut seed: u64 = 0x5eed;
+        let mut next = move |bound: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) as usize) % bound
+        };
+        let pieces = ["a", "ab", "b", "", "a b", "\r"];
+        for _ in 0..5_000 {
+            let mut old = String::new();
+            for _ in 0..next(6) {
+                old.push_str(pieces[next(pieces.len())]);
+                if next(5) > 0 {
+                    old.push('\n');
+                }
+            }
+            let mut new = old.clone();
+            for _ in 0..next(3) {
+                let at = next(new.len() + 1);
+                if next(2) == 0 && at < new.len() {
+                    new.remove(at);
+                } else {
+                    new.insert_str(at, pieces[next(pieces.len())]);
+                }
+            }
+            let region = DifferingLines::between(&old, &new);
+            let old_rest = &old[region.above.len() + region.old.len()..];
+            let new_rest = &new[region.above.len() + region.new.len()..];
+            assert!(old.starts_with(region.above) && new.starts_with(region.above));
+            assert_eq!(old_rest, new_rest, "{old:?} -> {new:?}: {region:?}");
+            for (text, part) in [(&old, region.old), (&new, region.new)] {
+                let start = region.above.len();
+                let end = start + part.len();
+                let begins_line = |at: usize| at == 0 || text.as_bytes()[at - 1] == b'\n';
+                assert!(begins_line(start), "{old:?} -> {new:?}: {region:?}");
+                assert!(
+                    end == text.len() || begins_line(end),
+                    "{old:?} -> {new:?}: {region:?}"
+                );
+            }
+            if old == new {
+                assert!(region.old.is_empty() && region.new.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_change_deep_in_a_large_config_is_planned_from_its_own_lines() {
+        let servers: String = (0..2_000)
+            .map(|n| {
+                format!(
+                    "backend b{n}\n  server s1 10.0.{}.{}:80 check\n",
+                    n / 250,
+                    n % 250
+                )
+            })
+            .collect();
+        let from = RenderedConfig {
+            haproxy_cfg: servers.clone(),
+            ..Default::default()
+        };
+        let to = RenderedConfig {
+            haproxy_cfg: servers.replace("10.0.6.1:80 check", "10.0.6.1:81 check"),
+            ..Default::default()
+        };
+        let plan = plan(Some(&from), &to).expect("plans");
+        assert!(!plan.reload);
+        assert_eq!(
+            plan.operations,
+            vec![
+                Operation::SetServerAddress {
+                    backend: "b1501".into(),
+                    server: "s1".into(),
+                    address: "10.0.6.1".into(),
+                    port: Some(81),
+                },
+                Operation::WriteConfig
+            ]
+        );
     }
 }

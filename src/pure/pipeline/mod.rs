@@ -421,7 +421,8 @@ impl Validator {
         })
     }
 
-    /// Validates a render that follows `baseline`, a render that passed all three phases.
+    /// Validates a render that follows `baseline`, a render that passed all three phases or
+    /// differs from one that did only in runtime-changeable values.
     /// When the plan from `baseline` to `rendered` needs no reload — only server addresses,
     /// ports, weights, states and map entries differ — the phases do not run again: the plan
     /// has parsed every changed line and found each one equal to a validated line but for

@@ -228,7 +228,7 @@ pub struct TemplateSet {
     /// The last render's context; renders of one set take turns on it.
     context_cache: std::sync::Mutex<render::ContextCache>,
     /// Server slot assignments of the last successful render (`server_slots`).
-    slot_memory: std::sync::Mutex<slots::SlotMemory>,
+    slot_memory: std::sync::Mutex<Arc<slots::SlotMemory>>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -331,7 +331,7 @@ impl TemplateSet {
         let previous_slots = self
             .slot_memory
             .lock()
-            .map(|m| m.clone())
+            .map(|m| Arc::clone(&m))
             .unwrap_or_default();
         let state = RenderState::new(
             input,
@@ -389,7 +389,7 @@ impl TemplateSet {
         }
         // Only a successful render's assignments are remembered.
         if let Ok(mut memory) = self.slot_memory.lock() {
-            *memory = slots;
+            *memory = Arc::new(slots);
         }
         Ok(RenderedConfig {
             haproxy_cfg,

@@ -570,7 +570,7 @@ impl HelperDef for ServerSlots<'_> {
         let previous = self.state.previous_slots.get(&key);
         let entry = match previous {
             Some(previous) if previous.made_from(entries.iter().map(|e| e.object()), &settings) => {
-                previous.clone()
+                Arc::clone(previous)
             }
             _ => {
                 let wanted = super::slots::ready_endpoints(
@@ -584,12 +584,12 @@ impl HelperDef for ServerSlots<'_> {
                 );
                 let lines: Arc<str> =
                     super::slots::server_lines(&slots, &settings.params, &settings.indent).into();
-                super::slots::SlotEntry {
+                Arc::new(super::slots::SlotEntry {
                     slots,
                     slices: entries.iter().map(|e| Arc::clone(e.object())).collect(),
                     settings,
                     lines,
-                }
+                })
             }
         };
         let lines = entry.lines.to_string();

@@ -180,6 +180,67 @@ pub(crate) fn read_back(work_dir: &WorkDir) -> Result<Option<RenderedConfig>, Lo
     Ok(Some(rendered))
 }
 
+/// What the filesystem says about one file haptor wrote: its length, modification time and
+/// inode. Writes are atomic renames, so each gets a new inode; an edit in place changes the
+/// time or the length. Equal stamps mean nobody wrote the file since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+/// The stamps of the files of one deployment, taken right after haptor wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WrittenStamps(Vec<(PathBuf, Option<FileStamp>)>);
+
+impl WrittenStamps {
+    /// Stamps `haproxy.cfg`, the manifest and every auxiliary file of `rendered` as they are
+    /// now (a missing file is stamped as missing).
+    pub(crate) fn take(
+        work_dir: &WorkDir,
+        rendered: &RenderedConfig,
+    ) -> Result<WrittenStamps, LocalTargetError> {
+        let mut paths = vec![work_dir.config_file(), work_dir.manifest_file()];
+        for path in rendered.aux_files.keys() {
+            paths.push(work_dir.aux_file(path)?);
+        }
+        let mut stamps = Vec::with_capacity(paths.len());
+        for path in paths {
+            let stamp = stamp_of(&path)?;
+            stamps.push((path, stamp));
+        }
+        Ok(WrittenStamps(stamps))
+    }
+
+    /// Whether every file still has the stamp it had when haptor wrote it.
+    pub(crate) fn still_hold(&self) -> Result<bool, LocalTargetError> {
+        for (path, stamp) in &self.0 {
+            if stamp_of(path)? != *stamp {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn stamp_of(path: &Path) -> Result<Option<FileStamp>, LocalTargetError> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(path) {
+        Ok(meta) => Ok(Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: meta.ino(),
+        })),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(LocalTargetError::Io {
+            action: "inspect",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// The bytes some files had before a deployment touched them, to put back if HAProxy refuses
 /// the new configuration (`None`: the file did not exist).
 #[derive(Debug, Default)]
@@ -282,6 +343,33 @@ mod tests {
         let r = rendered();
         write_all(&wd, &r);
         assert_eq!(read_back(&wd).expect("reads"), Some(r));
+    }
+
+    #[test]
+    fn written_stamps_hold_until_any_file_is_touched() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let wd = WorkDir::new(dir.path()).expect("work dir");
+        let r = rendered();
+        write_all(&wd, &r);
+        let stamps = WrittenStamps::take(&wd, &r).expect("stamps");
+        assert!(stamps.still_hold().expect("stats"));
+
+        // Same length, same inode, in place: only the modification time tells. Wait past the
+        // file system's timestamp granularity first.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let map = wd.aux_file("maps/hosts.map").expect("safe");
+        fs::write(&map, "a.example be_b\n").expect("edit");
+        assert!(!stamps.still_hold().expect("stats"), "an edit in place");
+
+        write_all(&wd, &r);
+        let stamps = WrittenStamps::take(&wd, &r).expect("stamps");
+        // An identical rewrite by someone else is a new file, and so not ours any more.
+        write_atomic(&wd.config_file(), config_text(&r, &wd).as_bytes()).expect("cfg");
+        assert!(!stamps.still_hold().expect("stats"), "a replaced file");
+
+        let stamps = WrittenStamps::take(&wd, &r).expect("stamps");
+        fs::remove_file(&map).expect("delete");
+        assert!(!stamps.still_hold().expect("stats"), "a deleted file");
     }
 
     #[test]

@@ -162,6 +162,10 @@ struct TargetState {
     deployed_generation: u64,
     /// The last configuration HAProxy took (`None`: nothing haptor deployed, or unknown).
     last_deployed: Option<Arc<RenderedConfig>>,
+    /// The stamps of `last_deployed`'s files right after this target wrote them. While they
+    /// hold, the files are `last_deployed` and need not be read back (a megabyte per
+    /// deployment at 1 000 backends); `None` after a failure, or before the first write.
+    written: Option<files::WrittenStamps>,
 }
 
 /// Why the runtime part of a deployment stopped.
@@ -193,6 +197,7 @@ impl LocalTarget {
                 accepted_epoch,
                 deployed_generation: 0,
                 last_deployed,
+                written: None,
             }),
         })
     }
@@ -271,17 +276,12 @@ impl LocalTarget {
         for path in to.aux_files.keys() {
             self.work_dir.aux_file(path)?;
         }
-        let before = self.show_proc().await?;
-        let from = files::read_back(&self.work_dir)?;
-        if state.last_deployed.is_some() && from.as_ref() != state.last_deployed.as_deref() {
-            tracing::warn!(
-                target_name = %self.name,
-                work_dir = %self.work_dir.root().display(),
-                "the files on disk differ from the last deployment (edited behind haptor's back); planning from the disk"
-            );
-        }
-        let plan = plan(from.as_ref(), to).map_err(|e| DeployError::Rejected(e.to_string()))?;
+        let from = self.deployed_files(&mut state)?;
+        let plan = plan(from.as_deref(), to).map_err(|e| DeployError::Rejected(e.to_string()))?;
         if plan.is_empty() {
+            // Nothing to change, but HAProxy must be there to be running it.
+            self.show_proc().await?;
+            state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
             state.last_deployed = Some(to.clone());
             return Ok(DeployOutcome {
                 unchanged: true,
@@ -291,9 +291,11 @@ impl LocalTarget {
 
         let mut runtime_changes = 0;
         if !plan.reload {
+            // The runtime API answering is proof enough that HAProxy runs.
             match self.apply_runtime(&plan).await {
                 Ok(applied) => {
                     self.write_files(&plan, to)?;
+                    state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                     state.last_deployed = Some(to.clone());
                     tracing::info!(
                         target_name = %self.name,
@@ -319,6 +321,7 @@ impl LocalTarget {
             }
         }
 
+        let before = self.show_proc().await?;
         let snapshot = Snapshot::capture(self.touched_paths(&plan)?)?;
         if let Err(error) = self.write_files(&plan, to) {
             if let Err(restore) = snapshot.restore() {
@@ -328,6 +331,7 @@ impl LocalTarget {
         }
         match self.reload(&before).await {
             Ok(()) => {
+                state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                 state.last_deployed = Some(to.clone());
                 tracing::info!(
                     target_name = %self.name,
@@ -347,11 +351,36 @@ impl LocalTarget {
                 if let Err(restore) = snapshot.restore() {
                     tracing::error!(error = %restore, "the previous files could not all be put back");
                 }
-                state.last_deployed = from.map(Arc::new);
+                state.last_deployed = from;
                 tracing::warn!(target_name = %self.name, error = %error, "deployment failed");
                 Err(error)
             }
         }
+    }
+
+    /// The deployment the files hold, to plan from: the last deployment while the files
+    /// still carry the stamps of its writing, else read back from disk (an edit behind
+    /// haptor's back is planned from, and so undone). Clears the stamps: only a deployment
+    /// that ends well sets them again.
+    fn deployed_files(
+        &self,
+        state: &mut TargetState,
+    ) -> Result<Option<Arc<RenderedConfig>>, LocalTargetError> {
+        if let Some(stamps) = state.written.take()
+            && stamps.still_hold()?
+            && state.last_deployed.is_some()
+        {
+            return Ok(state.last_deployed.clone());
+        }
+        let from = files::read_back(&self.work_dir)?.map(Arc::new);
+        if state.last_deployed.is_some() && from != state.last_deployed {
+            tracing::warn!(
+                target_name = %self.name,
+                work_dir = %self.work_dir.root().display(),
+                "the files on disk differ from the last deployment (edited behind haptor's back); planning from the disk"
+            );
+        }
+        Ok(from)
     }
 
     /// Every file a plan writes or deletes, and the manifest.
