@@ -406,7 +406,7 @@ fn a_service_without_endpoints_gets_a_backend_without_servers() {
     stores
         .get("endpointslices")
         .unwrap()
-        .replace_all(Vec::new());
+        .replace_all(Vec::<serde_json::Value>::new());
     let rendered = render(&stores);
     let sections = backends(&rendered.haproxy_cfg);
     let entries = map_entries(&rendered);

@@ -17,7 +17,7 @@ use crate::pure::config::WatchedResource;
 
 #[derive(Default)]
 struct Channel {
-    objects: BTreeMap<(String, String), Value>,
+    objects: BTreeMap<(String, String), Arc<Value>>,
     subscribers: Vec<mpsc::UnboundedSender<ResourceEvent>>,
 }
 
@@ -59,14 +59,18 @@ impl MemorySource {
         f(channels.entry(key).or_default())
     }
 
-    /// Adds or replaces an object (by apiVersion, kind, namespace and name).
-    pub fn apply(&self, object: Value) {
+    /// Adds or replaces an object (by apiVersion, kind, namespace and name). The source and
+    /// every subscriber share the one copy.
+    pub fn apply(&self, object: impl Into<Arc<Value>>) {
+        let object: Arc<Value> = object.into();
         let key = type_key(&object);
         self.with_channel(key, |channel| {
-            channel.objects.insert(identity(&object), object.clone());
+            channel
+                .objects
+                .insert(identity(&object), Arc::clone(&object));
             channel
                 .subscribers
-                .retain(|s| s.send(ResourceEvent::Apply(object.clone())).is_ok());
+                .retain(|s| s.send(ResourceEvent::Apply(Arc::clone(&object))).is_ok());
         });
     }
 
@@ -79,13 +83,13 @@ impl MemorySource {
             };
             channel
                 .subscribers
-                .retain(|s| s.send(ResourceEvent::Delete(old.clone())).is_ok());
+                .retain(|s| s.send(ResourceEvent::Delete(Arc::clone(&old))).is_ok());
             true
         })
     }
 
     /// Every object of one apiVersion and kind.
-    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<Value> {
+    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<Arc<Value>> {
         self.with_channel((api_version.to_string(), kind.to_string()), |c| {
             c.objects.values().cloned().collect()
         })
@@ -97,7 +101,7 @@ impl MemorySource {
         self.with_channel((api_version.to_string(), kind.to_string()), |channel| {
             let _ = tx.send(ResourceEvent::InitStart);
             for object in channel.objects.values() {
-                let _ = tx.send(ResourceEvent::InitApply(object.clone()));
+                let _ = tx.send(ResourceEvent::InitApply(Arc::clone(object)));
             }
             let _ = tx.send(ResourceEvent::InitDone);
             channel.subscribers.push(tx);
@@ -134,13 +138,19 @@ mod tests {
         assert_eq!(stream.next().await, Some(ResourceEvent::InitStart));
         assert_eq!(
             stream.next().await,
-            Some(ResourceEvent::InitApply(svc("a")))
+            Some(ResourceEvent::InitApply(svc("a").into()))
         );
         assert_eq!(stream.next().await, Some(ResourceEvent::InitDone));
         source.apply(svc("b"));
         assert!(source.delete(&svc("a")));
-        assert_eq!(stream.next().await, Some(ResourceEvent::Apply(svc("b"))));
-        assert_eq!(stream.next().await, Some(ResourceEvent::Delete(svc("a"))));
+        assert_eq!(
+            stream.next().await,
+            Some(ResourceEvent::Apply(svc("b").into()))
+        );
+        assert_eq!(
+            stream.next().await,
+            Some(ResourceEvent::Delete(svc("a").into()))
+        );
         assert!(!source.delete(&svc("a")), "deleting twice finds nothing");
     }
 }

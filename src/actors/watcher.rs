@@ -31,7 +31,7 @@ pub struct ResourceWatcher {
 
 pub struct WatcherState {
     store: Arc<ResourceStore>,
-    initial: Option<Vec<serde_json::Value>>,
+    initial: Option<Vec<Arc<serde_json::Value>>>,
     synced: bool,
     pending_changes: usize,
     flush_armed: bool,

@@ -227,11 +227,9 @@ pub async fn run(
                 .and_then(|_| controller.services.introspection.rendered())
         {
             printed_binds = true;
-            if let Ok(parsed) = crate::pure::haproxy::parse_config(&rendered.haproxy_cfg) {
-                for frontend in crate::pure::haproxy::view(&parsed).frontends {
-                    for bind in frontend.binds {
-                        outln!("  frontend {}: {}", frontend.name, bind.address);
-                    }
+            if let Ok(binds) = crate::pure::haproxy::view::frontend_binds(&rendered.haproxy_cfg) {
+                for (frontend, address) in binds {
+                    outln!("  frontend {frontend}: {address}");
                 }
             }
         }

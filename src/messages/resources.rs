@@ -1,6 +1,8 @@
 //! Messages about watched resources: events from a source into a ResourceWatcher, sync
 //! reports to the IndexTracker, and change notices to the Reconciler.
 
+use std::sync::Arc;
+
 use ractor::{ActorRef, RpcReplyPort};
 
 use super::deploy::CoordinatorMsg;
@@ -13,11 +15,11 @@ use super::events::CorrelationId;
 pub enum ResourceEvent {
     /// A (re)list begins: objects until `InitDone` replace the store's content.
     InitStart,
-    InitApply(serde_json::Value),
+    InitApply(Arc<serde_json::Value>),
     /// The list is complete; objects not listed are gone.
     InitDone,
-    Apply(serde_json::Value),
-    Delete(serde_json::Value),
+    Apply(Arc<serde_json::Value>),
+    Delete(Arc<serde_json::Value>),
 }
 
 /// Messages of a ResourceWatcher.

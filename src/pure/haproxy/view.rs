@@ -14,6 +14,34 @@ use serde::Serialize;
 use super::ast::{Config, Directive, Section, SectionKind};
 use super::keywords::{ParamArity, is_bind_param, is_server_param};
 
+/// The `bind` lines of every frontend and listen section, as `(section, address)`, read from
+/// the configuration text without parsing its other sections: a summary that stays cheap when
+/// the configuration holds 10 000 backends.
+pub fn frontend_binds(text: &str) -> Result<Vec<(String, String)>, super::ParseError> {
+    let mut wanted = String::new();
+    let mut keep = false;
+    for line in text.split_inclusive('\n') {
+        let word = line.split_whitespace().next().unwrap_or_default();
+        if let Some(kind) = SectionKind::from_keyword(word) {
+            keep = matches!(kind, SectionKind::Frontend | SectionKind::Listen);
+        }
+        if keep {
+            wanted.push_str(line);
+        }
+    }
+    let parsed = super::parse_config(&wanted)?;
+    Ok(view(&parsed)
+        .frontends
+        .into_iter()
+        .flat_map(|frontend| {
+            frontend
+                .binds
+                .into_iter()
+                .map(move |bind| (frontend.name.clone(), bind.address))
+        })
+        .collect())
+}
+
 /// Frontends, backends and referenced files of one configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ConfigView {
@@ -563,6 +591,21 @@ listen stats
 
     fn the_view() -> ConfigView {
         view(&parse_config(CONFIG).expect("test config parses"))
+    }
+
+    #[test]
+    fn the_bind_summary_reads_frontends_and_listens_and_skips_the_rest() {
+        let text = "global\n  maxconn 10\nfrontend www\n  bind :80\n  bind 127.0.0.1:443 ssl crt /x.pem\n\
+                    backend be\n  server s1 \"unterminated\nlisten stats\n  bind :9000\n";
+        // The broken backend line is never parsed: only frontend and listen sections are.
+        assert_eq!(
+            frontend_binds(text).expect("parses"),
+            vec![
+                ("www".to_string(), ":80".to_string()),
+                ("www".to_string(), "127.0.0.1:443".to_string()),
+                ("stats".to_string(), ":9000".to_string()),
+            ]
+        );
     }
 
     #[test]

@@ -156,8 +156,8 @@ impl ResourceStore {
     }
 
     /// Inserts or replaces (by namespace/name) one object.
-    pub fn apply(&self, object: Value) -> Result<StoreChange, StoreError> {
-        let (key, object) = self.prepare(object)?;
+    pub fn apply(&self, object: impl Into<Arc<Value>>) -> Result<StoreChange, StoreError> {
+        let (key, object) = self.prepare(object.into())?;
         let identity = key.object_ref();
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(old_key) = live.by_identity.get(&identity)
@@ -199,11 +199,14 @@ impl ResourceStore {
 
     /// Replaces the whole content (an initial sync or a relist). Objects that cannot be
     /// stored are skipped and returned; later duplicates of an identity win.
-    pub fn replace_all(&self, objects: impl IntoIterator<Item = Value>) -> Vec<StoreError> {
+    pub fn replace_all<O: Into<Arc<Value>>>(
+        &self,
+        objects: impl IntoIterator<Item = O>,
+    ) -> Vec<StoreError> {
         let mut rejected = Vec::new();
         let mut fresh = LiveState::default();
         for object in objects {
-            match self.prepare(object) {
+            match self.prepare(object.into()) {
                 Ok((key, object)) => {
                     let identity = key.object_ref();
                     fresh.remove(&identity);
@@ -296,8 +299,11 @@ impl ResourceStore {
 
     /// A snapshot of the current state with `object` applied, leaving the store untouched.
     /// Admission checks use it to render "what if this object were accepted".
-    pub fn snapshot_with_applied(&self, object: Value) -> Result<Arc<StoreSnapshot>, StoreError> {
-        let (key, object) = self.prepare(object)?;
+    pub fn snapshot_with_applied(
+        &self,
+        object: impl Into<Arc<Value>>,
+    ) -> Result<Arc<StoreSnapshot>, StoreError> {
+        let (key, object) = self.prepare(object.into())?;
         let identity = key.object_ref();
         let base = self.snapshot();
         let mut entries: Vec<SnapshotEntry> = base
@@ -325,14 +331,28 @@ impl ResourceStore {
     }
 
     /// Strips ignored fields, normalises numbers and computes the key; runs outside locks.
-    fn prepare(&self, mut object: Value) -> Result<(Arc<EntryKey>, Arc<Value>), StoreError> {
+    /// The object as stored, and its key. An object that needs no change (no ignored field,
+    /// no whole number written as a float) is kept as it is, shared with whoever sent it, so a
+    /// source and the store hold one copy.
+    fn prepare(&self, object: Arc<Value>) -> Result<(Arc<EntryKey>, Arc<Value>), StoreError> {
         let identity = ObjectRef::of(&object).ok_or_else(|| StoreError::MissingName {
             store: self.name.to_string(),
         })?;
-        for path in &self.ignore_fields {
-            path.remove_from(&mut object);
-        }
-        normalise_numbers(&mut object);
+        let object = if self
+            .ignore_fields
+            .iter()
+            .any(|p| p.first(&object).is_some())
+            || has_unnormalised_numbers(&object)
+        {
+            let mut owned = Arc::unwrap_or_clone(object);
+            for path in &self.ignore_fields {
+                path.remove_from(&mut owned);
+            }
+            normalise_numbers(&mut owned);
+            Arc::new(owned)
+        } else {
+            object
+        };
         let index = self
             .index_by
             .iter()
@@ -343,7 +363,7 @@ impl ResourceStore {
             namespace: identity.namespace,
             name: identity.name,
         };
-        Ok((Arc::new(key), Arc::new(object)))
+        Ok((Arc::new(key), object))
     }
 
     fn check_arity(&self, given: usize) -> Result<(), StoreError> {
@@ -376,6 +396,19 @@ const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
 
 /// Rewrites every float with no fractional part (`80.0`) as an integer (`80`), so templates
 /// print ports and counts the way Kubernetes users wrote them.
+/// Whether [`normalise_numbers`] would change anything.
+fn has_unnormalised_numbers(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => number
+            .as_f64()
+            .filter(|_| number.is_f64())
+            .is_some_and(|float| float.fract() == 0.0 && (-I64_BOUND..I64_BOUND).contains(&float)),
+        Value::Array(items) => items.iter().any(has_unnormalised_numbers),
+        Value::Object(map) => map.values().any(has_unnormalised_numbers),
+        _ => false,
+    }
+}
+
 pub fn normalise_numbers(value: &mut Value) {
     match value {
         Value::Number(number) => {
@@ -551,6 +584,28 @@ mod tests {
                     .to_string()
             })
             .collect()
+    }
+
+    #[test]
+    fn an_object_that_needs_no_change_is_shared_with_its_sender_and_one_that_does_is_copied() {
+        let store = slices_store();
+        let clean: Arc<Value> = Arc::new(json!({
+            "metadata": {"namespace": "shop", "name": "web-abc",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "ports": [{"port": 8080}]
+        }));
+        store.apply(Arc::clone(&clean)).unwrap();
+        assert!(Arc::ptr_eq(&store.list()[0], &clean), "no second copy");
+
+        // Ignored fields and whole floats are changed, so the store keeps its own copy and
+        // the sender's object is left as it was.
+        let sent: Arc<Value> = Arc::new(slice("shop", "web-abc", "web"));
+        store.apply(Arc::clone(&sent)).unwrap();
+        let stored = &store.list()[0];
+        assert!(!Arc::ptr_eq(stored, &sent));
+        assert!(stored["metadata"].get("managedFields").is_none());
+        assert_eq!(stored["ports"][0]["port"], json!(8080));
+        assert!(sent["metadata"].get("managedFields").is_some());
     }
 
     #[test]
