@@ -10,6 +10,10 @@
 //! - `cache_hit`: a full `Validator::validate` of an already validated render.
 //!
 //! The ratio render_parse_schema / haproxy_c is the figure the issue tracks (target ≤ 25 %).
+//!
+//! `ingress_library_1000_ingresses` does the same for the embedded Ingress library
+//! (`deploy/library/ingress.yaml`, what `haptor local` runs by default): render + parse +
+//! schema after one EndpointSlice change, against `haproxy -c` on that render.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -24,7 +28,13 @@ use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker};
 const INGRESSES: usize = 1_000;
 
 fn example() -> CompiledConfig {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ingress/config.yaml");
+    compiled(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/ingress/config.yaml"
+    ))
+}
+
+fn compiled(path: &str) -> CompiledConfig {
     let text = std::fs::read_to_string(path).expect("example config");
     let config = config_from_yaml(path, &text).expect("parses");
     CompiledConfig::compile(config.spec).expect("compiles")
@@ -105,5 +115,44 @@ fn pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline);
+fn ingress_library(c: &mut Criterion) {
+    let config = compiled(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/library/ingress.yaml"
+    ));
+    let stores = loaded_stores(&config);
+    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let checker = HaproxyChecker::new(CheckerSettings::default());
+    checker
+        .check_blocking(&rendered)
+        .expect("the library's 1 000-ingress render is valid");
+    let mut group = c.benchmark_group("ingress_library_1000_ingresses");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_secs(1));
+    let slices = stores.get("endpointslices").expect("store").clone();
+    let mut change = 0usize;
+    group.bench_function("render_parse_schema", |b| {
+        b.iter_batched(
+            || {
+                change += 1;
+                slices
+                    .apply(fixtures::endpoint_slice(change % INGRESSES, 2 + change % 3))
+                    .expect("applies");
+            },
+            |()| {
+                let rendered = config.render(stores.snapshot(), None).expect("renders");
+                black_box(check_offline(&rendered).expect("valid"));
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("haproxy_c", |b| {
+        b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid")))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, ingress_library);
 criterion_main!(benches);
