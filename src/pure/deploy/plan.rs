@@ -861,6 +861,14 @@ mod tests {
             if old == new {
                 assert!(region.old.is_empty() && region.new.is_empty());
             }
+            // Nothing shared is left in the differing parts: their first lines differ, and
+            // so do their last ones.
+            if !region.old.is_empty() && !region.new.is_empty() {
+                let a: Vec<&str> = region.old.split_inclusive('\n').collect();
+                let b: Vec<&str> = region.new.split_inclusive('\n').collect();
+                assert_ne!(a.first(), b.first(), "{old:?} -> {new:?}: {region:?}");
+                assert_ne!(a.last(), b.last(), "{old:?} -> {new:?}: {region:?}");
+            }
         }
     }
 

@@ -396,13 +396,18 @@ const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
 
 /// Rewrites every float with no fractional part (`80.0`) as an integer (`80`), so templates
 /// print ports and counts the way Kubernetes users wrote them.
+/// The integer a float without a fraction stands for (`8080.0` → `8080`); `None` for
+/// integers, fractions and floats outside the `i64` range.
+fn whole_float(number: &Number) -> Option<i64> {
+    let float = number.as_f64().filter(|_| number.is_f64())?;
+    // The range check makes the cast exact.
+    (float.fract() == 0.0 && (-I64_BOUND..I64_BOUND).contains(&float)).then_some(float as i64)
+}
+
 /// Whether [`normalise_numbers`] would change anything.
 fn has_unnormalised_numbers(value: &Value) -> bool {
     match value {
-        Value::Number(number) => number
-            .as_f64()
-            .filter(|_| number.is_f64())
-            .is_some_and(|float| float.fract() == 0.0 && (-I64_BOUND..I64_BOUND).contains(&float)),
+        Value::Number(number) => whole_float(number).is_some(),
         Value::Array(items) => items.iter().any(has_unnormalised_numbers),
         Value::Object(map) => map.values().any(has_unnormalised_numbers),
         _ => false,
@@ -412,12 +417,8 @@ fn has_unnormalised_numbers(value: &Value) -> bool {
 pub fn normalise_numbers(value: &mut Value) {
     match value {
         Value::Number(number) => {
-            if let Some(float) = number.as_f64().filter(|_| number.is_f64())
-                && float.fract() == 0.0
-                && (-I64_BOUND..I64_BOUND).contains(&float)
-            {
-                // The range check above makes the cast exact.
-                *number = Number::from(float as i64);
+            if let Some(whole) = whole_float(number) {
+                *number = Number::from(whole);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(normalise_numbers),
