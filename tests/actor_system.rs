@@ -40,10 +40,10 @@ spec:
     template: |
       global
         maxconn 100
-      {{#each (resources "services")}}
+      {{#resources "services"}}
       backend {{metadata.name}}
         # marker {{default metadata.annotations.marker "none"}}
-      {{/each}}
+      {{/resources}}
 "#;
 
 /// Renders with the config's templates, skipping validation, optionally slowly; records
@@ -366,8 +366,8 @@ async fn an_invalid_config_change_is_rejected_and_the_running_config_stays() {
     eventually("the initial render", || h.pipeline.renders().len() == 1).await;
     h.config
         .send(Some(config(&CONFIG.replace(
-            "{{#each (resources \"services\")}}",
-            "{{#each (resources \"services\")",
+            "{{#resources \"services\"}}",
+            "{{#resources \"services\"",
         ))))
         .expect("send");
     eventually("the rejection to be recorded", || {

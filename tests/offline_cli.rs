@@ -99,8 +99,8 @@ fn a_template_syntax_error_is_reported_with_template_and_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = broken_copy(
         &dir,
-        "{{#each (resources \"services\") as |service|}}",
-        "{{#each (resources \"services\") as |service|",
+        "{{#resources \"services\" as |service|}}",
+        "{{#resources \"services\" as |service|",
     );
     let output = haptor(&["validate", "-f", config.to_str().expect("utf-8")]);
     let out = text(&output);

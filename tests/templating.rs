@@ -32,20 +32,20 @@ backend default_404
   http-request return status 404
 "#;
 
-const HOST_PATHS_MAP: &str = r#"{{#each (resources "ingresses") as |ing|}}
+const HOST_PATHS_MAP: &str = r#"{{#resources "ingresses" as |ing|}}
 {{#each ing.spec.rules as |rule|}}
 {{#each rule.http.paths as |p|}}
 {{rule.host}}{{p.path}} {{> backend-name}}
 {{/each}}
 {{/each}}
-{{/each}}
+{{/resources}}
 "#;
 
 const BACKEND_NAME: &str = r#"{{sanitize (concat "ing_" ing.metadata.namespace "_" ing.metadata.name "_" p.backend.service.name "_" p.backend.service.port.number)}}"#;
 
 /// One backend per Ingress path. The Ingress names a Service port by number; the Service
 /// maps it to a port name; EndpointSlice ports carry that name with the target port.
-const BACKENDS: &str = r#"{{#each (resources "ingresses") as |ing|}}
+const BACKENDS: &str = r#"{{#resources "ingresses" as |ing|}}
 {{#each ing.spec.rules as |rule|}}
 {{#each rule.http.paths as |p|}}
 backend {{> backend-name}}
@@ -71,7 +71,7 @@ backend {{> backend-name}}
 {{/with}}
 {{/each}}
 {{/each}}
-{{/each}}
+{{/resources}}
 "#;
 
 fn ingress(namespace: &str, name: &str, host: &str, path: &str, service: &str, port: u16) -> Value {

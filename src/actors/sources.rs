@@ -1,7 +1,9 @@
 //! An in-memory resource source: the stand-in for a Kubernetes API server's watch that
 //! `haptor local` (fed by the manifest folder) and the tests (fed directly) use. Like a
 //! real watch after a (re)connect, every stream opened on it starts with the full current
-//! list (`InitStart`, `InitApply`…, `InitDone`) and then carries each change.
+//! list (`InitStart`, `InitApply`…, `InitDone`) and then carries each change. Objects are
+//! held and sent as [`CompactObject`]s: the source, the events and the stores share one
+//! compact copy of each.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -14,10 +16,11 @@ use tokio::sync::mpsc;
 use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
+use crate::pure::store::CompactObject;
 
 #[derive(Default)]
 struct Channel {
-    objects: BTreeMap<(String, String), Arc<Value>>,
+    objects: BTreeMap<(String, String), CompactObject>,
     subscribers: Vec<mpsc::UnboundedSender<ResourceEvent>>,
 }
 
@@ -60,17 +63,31 @@ impl MemorySource {
     }
 
     /// Adds or replaces an object (by apiVersion, kind, namespace and name). The source and
-    /// every subscriber share the one copy.
-    pub fn apply(&self, object: impl Into<Arc<Value>>) {
-        let object: Arc<Value> = object.into();
-        let key = type_key(&object);
+    /// every subscriber share the one compact copy.
+    pub fn apply(&self, object: Value) {
+        let (api_version, kind) = type_key(&object);
+        let (namespace, name) = identity(&object);
+        self.apply_compact(&api_version, &kind, &namespace, &name, object.into());
+    }
+
+    /// Adds or replaces an object already in compact form, named by its apiVersion, kind,
+    /// namespace and name (the manifest folder knows them from reading it).
+    pub fn apply_compact(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        object: CompactObject,
+    ) {
+        let key = (api_version.to_string(), kind.to_string());
         self.with_channel(key, |channel| {
             channel
                 .objects
-                .insert(identity(&object), Arc::clone(&object));
+                .insert((namespace.to_string(), name.to_string()), object.clone());
             channel
                 .subscribers
-                .retain(|s| s.send(ResourceEvent::Apply(Arc::clone(&object))).is_ok());
+                .retain(|s| s.send(ResourceEvent::Apply(object.clone())).is_ok());
         });
     }
 
@@ -83,13 +100,13 @@ impl MemorySource {
             };
             channel
                 .subscribers
-                .retain(|s| s.send(ResourceEvent::Delete(Arc::clone(&old))).is_ok());
+                .retain(|s| s.send(ResourceEvent::Delete(old.clone())).is_ok());
             true
         })
     }
 
     /// Every object of one apiVersion and kind.
-    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<Arc<Value>> {
+    pub fn objects(&self, api_version: &str, kind: &str) -> Vec<CompactObject> {
         self.with_channel((api_version.to_string(), kind.to_string()), |c| {
             c.objects.values().cloned().collect()
         })
@@ -101,7 +118,7 @@ impl MemorySource {
         self.with_channel((api_version.to_string(), kind.to_string()), |channel| {
             let _ = tx.send(ResourceEvent::InitStart);
             for object in channel.objects.values() {
-                let _ = tx.send(ResourceEvent::InitApply(Arc::clone(object)));
+                let _ = tx.send(ResourceEvent::InitApply(object.clone()));
             }
             let _ = tx.send(ResourceEvent::InitDone);
             channel.subscribers.push(tx);

@@ -19,7 +19,7 @@ use crate::actors::context::{Iteration, current, set};
 use crate::messages::events::new_correlation_id;
 use crate::messages::{EventKind, IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};
 use crate::pure::config::WatchedResource;
-use crate::pure::store::ResourceStore;
+use crate::pure::store::{CompactObject, ObjectRef, ResourceStore};
 
 /// Watches one resource.
 #[derive(Clone)]
@@ -31,7 +31,7 @@ pub struct ResourceWatcher {
 
 pub struct WatcherState {
     store: Arc<ResourceStore>,
-    initial: Option<Vec<Arc<serde_json::Value>>>,
+    initial: Option<Vec<CompactObject>>,
     synced: bool,
     pending_changes: usize,
     flush_armed: bool,
@@ -40,8 +40,8 @@ pub struct WatcherState {
 }
 
 impl ResourceWatcher {
-    fn publish_change(&self, object: &serde_json::Value, deleted: bool) {
-        let name = crate::pure::store::ObjectRef::of(object)
+    fn publish_change(&self, identity: Option<ObjectRef>, deleted: bool) {
+        let name = identity
             .map(|r| format!("{}/{}", r.namespace, r.name))
             .unwrap_or_default();
         self.iteration.services.fanout.publish(
@@ -124,7 +124,11 @@ impl Actor for ResourceWatcher {
         match msg {
             WatcherMsg::Event(ResourceEvent::InitStart) => state.initial = Some(Vec::new()),
             WatcherMsg::Event(ResourceEvent::InitApply(object)) => {
-                if compiled.selects(&self.resource, &object) {
+                // Only a field selector needs the object's fields here; the store parses
+                // every object once anyway.
+                if !compiled.has_field_selector(&self.resource)
+                    || compiled.selects(&self.resource, &object.to_value())
+                {
                     state.initial.get_or_insert_with(Vec::new).push(object);
                 }
             }
@@ -150,8 +154,10 @@ impl Actor for ResourceWatcher {
                 }
             }
             WatcherMsg::Event(ResourceEvent::Apply(object)) => {
-                let changed = if compiled.selects(&self.resource, &object) {
-                    match state.store.apply(object.clone()) {
+                let value = object.to_value();
+                let identity = ObjectRef::of(&value);
+                let changed = if compiled.selects(&self.resource, &value) {
+                    match state.store.apply_parsed(object, Some(value)) {
                         Ok(_) => true,
                         Err(error) => {
                             tracing::warn!(resource = %self.resource, %error, "object not stored");
@@ -160,16 +166,19 @@ impl Actor for ResourceWatcher {
                     }
                 } else {
                     // An object that stopped matching the field selector leaves the store.
-                    state.store.delete(&object)
+                    state.store.delete(&value)
                 };
                 if changed {
-                    self.publish_change(&object, false);
+                    self.publish_change(identity, false);
                     state.pending_changes += 1;
                 }
             }
             WatcherMsg::Event(ResourceEvent::Delete(object)) => {
-                if state.store.delete(&object) {
-                    self.publish_change(&object, true);
+                let identity = ObjectRef::of(&object.to_value());
+                if let Some(identity) = identity
+                    && state.store.delete_ref(&identity)
+                {
+                    self.publish_change(Some(identity), true);
                     state.pending_changes += 1;
                 }
             }

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::actors::sources::MemorySource;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_value};
 use crate::pure::manifests::{self, ManifestError};
+use crate::pure::store::CompactObject;
 
 /// When a file last changed, as far as a scan can tell without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +33,9 @@ struct FileContent {
     configs: Vec<(usize, Value)>,
 }
 
-fn content_hash(object: &Value) -> u64 {
+fn content_hash(object: &CompactObject) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    object.to_string().hash(&mut hasher);
+    object.json().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -111,8 +112,9 @@ impl ManifestFolder {
             return report;
         }
         let mut changed = false;
-        // Objects of the files read in this scan, and the keys those files held before.
-        let mut incoming: BTreeMap<ObjectKey, (u64, Value)> = BTreeMap::new();
+        // Objects of the files read in this scan (compact: a folder of 10 000 objects must
+        // not be held as trees), and the keys those files held before.
+        let mut incoming: BTreeMap<ObjectKey, (u64, CompactObject)> = BTreeMap::new();
         let mut dropped: BTreeSet<ObjectKey> = BTreeSet::new();
         for path in paths {
             let stamp = std::fs::metadata(&path).ok().map(|m| Stamp {
@@ -136,25 +138,29 @@ impl ManifestFolder {
                     continue;
                 }
             };
-            let parsed = manifests::parse_manifests(&path, &text);
-            if !parsed.problems.is_empty() {
-                // Keep the last good content; remember the stamp so the same broken file is
-                // reported once, not on every scan.
-                entry.stamp = stamp;
-                report.problems.extend(parsed.problems);
-                continue;
-            }
-            let mut objects = HashMap::new();
+            let mut read = Vec::new();
             let mut configs = Vec::new();
-            for manifest in parsed.manifests {
+            let problems = manifests::visit_manifests(&path, &text, &mut |manifest| {
                 if manifest.kind() == "HAProxyTemplateConfig" {
                     configs.push((manifest.line, manifest.object));
                 } else {
                     let key = object_key(&manifest.object);
-                    let hash = content_hash(&manifest.object);
-                    objects.insert(key.clone(), hash);
-                    incoming.insert(key, (hash, manifest.object));
+                    let object = CompactObject::from(manifest.object);
+                    read.push((key, content_hash(&object), object));
                 }
+            });
+            drop(text);
+            if !problems.is_empty() {
+                // Keep the last good content; remember the stamp so the same broken file is
+                // reported once, not on every scan.
+                entry.stamp = stamp;
+                report.problems.extend(problems);
+                continue;
+            }
+            let mut objects = HashMap::new();
+            for (key, hash, object) in read {
+                objects.insert(key.clone(), hash);
+                incoming.insert(key, (hash, object));
             }
             dropped.extend(
                 entry
@@ -189,7 +195,7 @@ impl ManifestFolder {
         for (key, (hash, object)) in incoming {
             dropped.remove(&key);
             if self.published.get(&key) != Some(&hash) {
-                source.apply(object);
+                source.apply_compact(&key.0, &key.1, &key.2, &key.3, object);
                 self.published.insert(key, hash);
                 report.applied += 1;
             }
@@ -310,7 +316,7 @@ mod tests {
         write(&dir.path().join("a.yaml"), &svc("web", 8080));
         assert_eq!(folder.scan(&source).applied, 1);
         assert!(
-            matches!(&next_events(&mut stream, 1).await[0], ResourceEvent::Apply(v) if v.pointer("/spec/ports/0/port") == Some(&8080.into()))
+            matches!(&next_events(&mut stream, 1).await[0], ResourceEvent::Apply(v) if v.to_value().pointer("/spec/ports/0/port") == Some(&8080.into()))
         );
 
         // A rename moves the file but not the object: nothing changes.

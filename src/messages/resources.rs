@@ -1,12 +1,11 @@
 //! Messages about watched resources: events from a source into a ResourceWatcher, sync
 //! reports to the IndexTracker, and change notices to the Reconciler.
 
-use std::sync::Arc;
-
 use ractor::{ActorRef, RpcReplyPort};
 
 use super::deploy::CoordinatorMsg;
 use super::events::CorrelationId;
+use crate::pure::store::CompactObject;
 
 /// One event of a resource source (a Kubernetes watch, a manifest folder, a test).
 /// Mirrors kube's watcher events: an initial list framed by `InitStart`/`InitDone`, then
@@ -15,11 +14,11 @@ use super::events::CorrelationId;
 pub enum ResourceEvent {
     /// A (re)list begins: objects until `InitDone` replace the store's content.
     InitStart,
-    InitApply(Arc<serde_json::Value>),
+    InitApply(CompactObject),
     /// The list is complete; objects not listed are gone.
     InitDone,
-    Apply(Arc<serde_json::Value>),
-    Delete(Arc<serde_json::Value>),
+    Apply(CompactObject),
+    Delete(CompactObject),
 }
 
 /// Messages of a ResourceWatcher.

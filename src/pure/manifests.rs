@@ -75,7 +75,23 @@ pub struct ManifestSet {
 /// Parses the documents of one file's text. Empty documents are skipped; a document that is
 /// not a mapping with `apiVersion`, `kind` and `metadata.name` is a problem.
 pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
-    let mut set = ManifestSet::default();
+    let mut manifests = Vec::new();
+    let problems = visit_manifests(file, text, &mut |manifest| manifests.push(manifest));
+    ManifestSet {
+        manifests,
+        problems,
+    }
+}
+
+/// As [`parse_manifests`], handing each object to `on_manifest` as soon as it is read, so a
+/// caller that keeps objects in another form never holds a whole large file as trees.
+/// Returns the problems.
+pub fn visit_manifests(
+    file: &Path,
+    text: &str,
+    on_manifest: &mut dyn FnMut(Manifest),
+) -> Vec<ManifestError> {
+    let mut problems = Vec::new();
     for (start_line, doc_text) in split_documents(text) {
         if doc_text.lines().all(|l| {
             let t = l.trim();
@@ -99,8 +115,7 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
                     .map(|l| start_line + l.line() - 1)
                     .unwrap_or(start_line);
                 let message = strip_location(&e.to_string());
-                set.problems
-                    .push(problem(Some(line), format!("malformed YAML: {message}")));
+                problems.push(problem(Some(line), format!("malformed YAML: {message}")));
                 continue;
             }
             None => continue,
@@ -109,7 +124,7 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
             continue;
         }
         let Some(object) = value.as_object() else {
-            set.problems.push(problem(
+            problems.push(problem(
                 Some(start_line),
                 "a manifest must be a mapping with apiVersion, kind and metadata".into(),
             ));
@@ -122,13 +137,13 @@ pub fn parse_manifests(file: &Path, text: &str) -> ManifestSet {
                 .into_iter()
                 .flatten()
             {
-                push_object(&mut set, file, start_line, item.clone());
+                push_object(on_manifest, &mut problems, file, start_line, item.clone());
             }
             continue;
         }
-        push_object(&mut set, file, start_line, value);
+        push_object(on_manifest, &mut problems, file, start_line, value);
     }
-    set
+    problems
 }
 
 /// Kinds that live outside namespaces; every other kind read without `metadata.namespace`
@@ -170,7 +185,13 @@ fn default_namespace(object: &mut serde_json::Value) {
     }
 }
 
-fn push_object(set: &mut ManifestSet, file: &Path, line: usize, mut object: serde_json::Value) {
+fn push_object(
+    on_manifest: &mut dyn FnMut(Manifest),
+    problems: &mut Vec<ManifestError>,
+    file: &Path,
+    line: usize,
+    mut object: serde_json::Value,
+) {
     default_namespace(&mut object);
     let missing: Vec<&str> = [
         (
@@ -194,13 +215,13 @@ fn push_object(set: &mut ManifestSet, file: &Path, line: usize, mut object: serd
     .map(|(field, _)| field)
     .collect();
     if missing.is_empty() {
-        set.manifests.push(Manifest {
+        on_manifest(Manifest {
             object,
             file: file.to_path_buf(),
             line,
         });
     } else {
-        set.problems.push(ManifestError {
+        problems.push(ManifestError {
             file: file.to_path_buf(),
             line: Some(line),
             message: format!("the document has no {}", missing.join(", ")),

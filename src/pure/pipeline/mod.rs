@@ -215,6 +215,11 @@ impl CompiledConfig {
     }
 
     /// Whether an object passes the watched resource's client-side field selector.
+    /// Whether `resource` has a field selector (only then does [`Self::selects`] read fields).
+    pub fn has_field_selector(&self, resource: &str) -> bool {
+        self.field_selectors.contains_key(resource)
+    }
+
     pub fn selects(&self, resource: &str, object: &Value) -> bool {
         self.field_selectors
             .get(resource)

@@ -1,15 +1,17 @@
 //! Resource stores: the in-memory copies of every watched Kubernetes resource that templates
-//! read. Each [`ResourceStore`] indexes its objects (plain `serde_json::Value`s) by the
+//! read. Each [`ResourceStore`] indexes its objects (held as [`CompactObject`]s) by the
 //! configured `indexBy` field paths, strips `ignoreFields` on insert and hands out cheap
 //! immutable [`StoreSnapshot`]s so a render sees one consistent state. [`Stores`] is the
 //! name → store collection; [`StoresSnapshot`] is its per-render view.
 
+mod compact;
 mod path;
 mod resource;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use compact::CompactObject;
 pub use path::FieldPath;
 pub use resource::{
     EntryKey, ObjectRef, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot,

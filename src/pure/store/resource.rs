@@ -8,10 +8,17 @@
 //! the lock, so the write critical section is an `O(log n)` map update. Readers hold the read
 //! lock only while copying pointers.
 //!
-//! Renders read a [`StoreSnapshot`]: a sorted `Vec` of `(Arc<key>, Arc<object>)`. Building
-//! one copies `2n` reference counts and no object data, and the result is cached until the
-//! next change, so repeated renders between changes share one snapshot. A render thus sees
-//! one consistent state of each store even while events keep arriving.
+//! Renders read a [`StoreSnapshot`]: a sorted `Vec` of `(Arc<key>, object)`, each object a
+//! [`CompactObject`] (its compact JSON text, reference counted). Building one copies `2n`
+//! reference counts and no object data, and the result is cached until the next change, so
+//! repeated renders between changes share one snapshot. A render thus sees one consistent
+//! state of each store even while events keep arriving.
+//!
+//! # Memory
+//!
+//! The store parses an object once, on insert, to strip ignored fields and compute its
+//! index key, and keeps only the compact text; the tree is dropped. Whoever reads fields
+//! later (a template) makes its own short-lived tree with [`CompactObject::to_value`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::{Bound, Range};
@@ -20,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use serde_json::{Number, Value};
 
 use super::StoreError;
+use super::compact::CompactObject;
 use super::path::FieldPath;
 
 /// An object's identity inside one store. `uid` is not part of it: a deleted and recreated
@@ -88,12 +96,12 @@ pub enum StoreChange {
 struct LiveState {
     /// Bumped on every change; a cached snapshot is valid while its generation matches.
     generation: u64,
-    entries: BTreeMap<Arc<EntryKey>, Arc<Value>>,
+    entries: BTreeMap<Arc<EntryKey>, CompactObject>,
     by_identity: HashMap<ObjectRef, Arc<EntryKey>>,
 }
 
 impl LiveState {
-    fn remove(&mut self, identity: &ObjectRef) -> Option<Arc<Value>> {
+    fn remove(&mut self, identity: &ObjectRef) -> Option<CompactObject> {
         let key = self.by_identity.remove(identity)?;
         self.entries.remove(&key)
     }
@@ -156,8 +164,18 @@ impl ResourceStore {
     }
 
     /// Inserts or replaces (by namespace/name) one object.
-    pub fn apply(&self, object: impl Into<Arc<Value>>) -> Result<StoreChange, StoreError> {
-        let (key, object) = self.prepare(object.into())?;
+    pub fn apply(&self, object: impl Into<CompactObject>) -> Result<StoreChange, StoreError> {
+        self.apply_parsed(object.into(), None)
+    }
+
+    /// As [`ResourceStore::apply`], for a caller that already made the object's tree (so it
+    /// is not parsed twice). `value` must be `object`'s own tree.
+    pub fn apply_parsed(
+        &self,
+        object: CompactObject,
+        value: Option<Value>,
+    ) -> Result<StoreChange, StoreError> {
+        let (key, object) = self.prepare(object, value)?;
         let identity = key.object_ref();
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(old_key) = live.by_identity.get(&identity)
@@ -165,7 +183,7 @@ impl ResourceStore {
             && live
                 .entries
                 .get(old_key)
-                .is_some_and(|old| **old == *object)
+                .is_some_and(|old| old.json() == object.json())
         {
             return Ok(StoreChange::Unchanged);
         }
@@ -199,14 +217,14 @@ impl ResourceStore {
 
     /// Replaces the whole content (an initial sync or a relist). Objects that cannot be
     /// stored are skipped and returned; later duplicates of an identity win.
-    pub fn replace_all<O: Into<Arc<Value>>>(
+    pub fn replace_all<O: Into<CompactObject>>(
         &self,
         objects: impl IntoIterator<Item = O>,
     ) -> Vec<StoreError> {
         let mut rejected = Vec::new();
         let mut fresh = LiveState::default();
         for object in objects {
-            match self.prepare(object.into()) {
+            match self.prepare(object.into(), None) {
                 Ok((key, object)) => {
                     let identity = key.object_ref();
                     fresh.remove(&identity);
@@ -236,16 +254,16 @@ impl ResourceStore {
     }
 
     /// Every object, ordered by index key, then namespace, then name.
-    pub fn list(&self) -> Vec<Arc<Value>> {
+    pub fn list(&self) -> Vec<CompactObject> {
         self.snapshot()
             .entries
             .iter()
-            .map(|e| Arc::clone(&e.object))
+            .map(|e| e.object.clone())
             .collect()
     }
 
     /// The objects whose index key starts with `keys` (all of them for an empty slice).
-    pub fn fetch(&self, keys: &[&str]) -> Result<Vec<Arc<Value>>, StoreError> {
+    pub fn fetch(&self, keys: &[&str]) -> Result<Vec<CompactObject>, StoreError> {
         self.check_arity(keys.len())?;
         let lower = EntryKey {
             index: keys.iter().map(|k| (*k).to_string()).collect(),
@@ -257,13 +275,13 @@ impl ResourceStore {
             .entries
             .range::<EntryKey, _>((Bound::Included(&lower), Bound::Unbounded))
             .take_while(|(key, _)| key.cmp_prefix(keys).is_eq())
-            .map(|(_, object)| Arc::clone(object))
+            .map(|(_, object)| object.clone())
             .collect())
     }
 
     /// The one object whose key starts with `keys`, `None` if there is none, and an error
     /// naming the count when there are several.
-    pub fn get_single(&self, keys: &[&str]) -> Result<Option<Arc<Value>>, StoreError> {
+    pub fn get_single(&self, keys: &[&str]) -> Result<Option<CompactObject>, StoreError> {
         let mut found = self.fetch(keys)?;
         match found.len() {
             0 | 1 => Ok(found.pop()),
@@ -289,7 +307,7 @@ impl ResourceStore {
                 .iter()
                 .map(|(key, object)| SnapshotEntry {
                     key: Arc::clone(key),
-                    object: Arc::clone(object),
+                    object: object.clone(),
                 })
                 .collect(),
         });
@@ -301,9 +319,9 @@ impl ResourceStore {
     /// Admission checks use it to render "what if this object were accepted".
     pub fn snapshot_with_applied(
         &self,
-        object: impl Into<Arc<Value>>,
+        object: impl Into<CompactObject>,
     ) -> Result<Arc<StoreSnapshot>, StoreError> {
-        let (key, object) = self.prepare(object.into())?;
+        let (key, object) = self.prepare(object.into(), None)?;
         let identity = key.object_ref();
         let base = self.snapshot();
         let mut entries: Vec<SnapshotEntry> = base
@@ -333,30 +351,32 @@ impl ResourceStore {
     /// Strips ignored fields, normalises numbers and computes the key; runs outside locks.
     /// The object as stored, and its key. An object that needs no change (no ignored field,
     /// no whole number written as a float) is kept as it is, shared with whoever sent it, so a
-    /// source and the store hold one copy.
-    fn prepare(&self, object: Arc<Value>) -> Result<(Arc<EntryKey>, Arc<Value>), StoreError> {
-        let identity = ObjectRef::of(&object).ok_or_else(|| StoreError::MissingName {
+    /// source and the store hold one copy. `parsed` is the object's tree when the caller
+    /// already made it.
+    fn prepare(
+        &self,
+        object: CompactObject,
+        parsed: Option<Value>,
+    ) -> Result<(Arc<EntryKey>, CompactObject), StoreError> {
+        let mut value = parsed.unwrap_or_else(|| object.to_value());
+        let identity = ObjectRef::of(&value).ok_or_else(|| StoreError::MissingName {
             store: self.name.to_string(),
         })?;
-        let object = if self
-            .ignore_fields
-            .iter()
-            .any(|p| p.first(&object).is_some())
-            || has_unnormalised_numbers(&object)
+        let object = if self.ignore_fields.iter().any(|p| p.first(&value).is_some())
+            || has_unnormalised_numbers(&value)
         {
-            let mut owned = Arc::unwrap_or_clone(object);
             for path in &self.ignore_fields {
-                path.remove_from(&mut owned);
+                path.remove_from(&mut value);
             }
-            normalise_numbers(&mut owned);
-            Arc::new(owned)
+            normalise_numbers(&mut value);
+            CompactObject::from_value(&value)
         } else {
             object
         };
         let index = self
             .index_by
             .iter()
-            .map(|path| path.index_value(&object))
+            .map(|path| path.index_value(&value))
             .collect();
         let key = EntryKey {
             index,
@@ -431,7 +451,7 @@ pub fn normalise_numbers(value: &mut Value) {
 #[derive(Debug, Clone)]
 pub struct SnapshotEntry {
     key: Arc<EntryKey>,
-    object: Arc<Value>,
+    object: CompactObject,
 }
 
 impl SnapshotEntry {
@@ -439,8 +459,13 @@ impl SnapshotEntry {
         &self.key
     }
 
-    pub fn object(&self) -> &Arc<Value> {
+    pub fn object(&self) -> &CompactObject {
         &self.object
+    }
+
+    /// A fresh tree of the object.
+    pub fn value(&self) -> Value {
+        self.object.to_value()
     }
 }
 
@@ -500,7 +525,7 @@ impl StoreSnapshot {
     }
 
     /// Every object in list order.
-    pub fn objects(&self) -> impl ExactSizeIterator<Item = &Arc<Value>> {
+    pub fn objects(&self) -> impl ExactSizeIterator<Item = &CompactObject> {
         self.entries.iter().map(|e| &e.object)
     }
 
@@ -537,7 +562,7 @@ impl StoreSnapshot {
     }
 
     /// The one object whose key starts with `keys`, as [`ResourceStore::get_single`].
-    pub fn get_single(&self, keys: &[&str]) -> Result<Option<&Arc<Value>>, StoreError> {
+    pub fn get_single(&self, keys: &[&str]) -> Result<Option<&CompactObject>, StoreError> {
         Ok(self
             .single_position(keys)?
             .map(|at| &self.entries[at].object))
@@ -575,11 +600,11 @@ mod tests {
         .unwrap()
     }
 
-    fn names(objects: &[Arc<Value>]) -> Vec<String> {
+    fn names(objects: &[CompactObject]) -> Vec<String> {
         objects
             .iter()
             .map(|o| {
-                o["metadata"]["name"]
+                o.to_value()["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string()
@@ -590,23 +615,27 @@ mod tests {
     #[test]
     fn an_object_that_needs_no_change_is_shared_with_its_sender_and_one_that_does_is_copied() {
         let store = slices_store();
-        let clean: Arc<Value> = Arc::new(json!({
+        let clean = CompactObject::from(json!({
             "metadata": {"namespace": "shop", "name": "web-abc",
                          "labels": {"kubernetes.io/service-name": "web"}},
             "ports": [{"port": 8080}]
         }));
-        store.apply(Arc::clone(&clean)).unwrap();
-        assert!(Arc::ptr_eq(&store.list()[0], &clean), "no second copy");
+        store.apply(clean.clone()).unwrap();
+        assert!(
+            CompactObject::same(&store.list()[0], &clean),
+            "no second copy"
+        );
 
         // Ignored fields and whole floats are changed, so the store keeps its own copy and
         // the sender's object is left as it was.
-        let sent: Arc<Value> = Arc::new(slice("shop", "web-abc", "web"));
-        store.apply(Arc::clone(&sent)).unwrap();
+        let sent = CompactObject::from(slice("shop", "web-abc", "web"));
+        store.apply(sent.clone()).unwrap();
         let stored = &store.list()[0];
-        assert!(!Arc::ptr_eq(stored, &sent));
+        assert!(!CompactObject::same(stored, &sent));
+        let stored = stored.to_value();
         assert!(stored["metadata"].get("managedFields").is_none());
         assert_eq!(stored["ports"][0]["port"], json!(8080));
-        assert!(sent["metadata"].get("managedFields").is_some());
+        assert!(sent.to_value()["metadata"].get("managedFields").is_some());
     }
 
     #[test]
@@ -666,7 +695,7 @@ mod tests {
     fn ignored_fields_are_stripped_and_whole_floats_become_integers() {
         let store = slices_store();
         store.apply(slice("shop", "web-abc", "web")).unwrap();
-        let stored = store.list().pop().unwrap();
+        let stored = store.list().pop().unwrap().to_value();
         assert!(stored["metadata"].get("managedFields").is_none());
         assert!(
             stored["ports"][0]["port"].is_i64(),

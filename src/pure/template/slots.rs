@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::pure::store::CompactObject;
+
 /// The address placeholders get: a port nothing listens on, disabled anyway.
 pub const PLACEHOLDER_ADDRESS: &str = "127.0.0.1:1";
 
@@ -20,7 +22,7 @@ pub const PLACEHOLDER_ADDRESS: &str = "127.0.0.1:1";
 #[derive(Debug, Clone)]
 pub struct SlotEntry {
     pub slots: Vec<Option<String>>,
-    pub slices: Vec<Arc<Value>>,
+    pub slices: Vec<CompactObject>,
     pub settings: SlotSettings,
     pub lines: Arc<str>,
 }
@@ -39,7 +41,7 @@ impl SlotEntry {
     /// assignment (which keeps every endpoint in its slot) and the lines are the same again.
     pub fn made_from<'a>(
         &self,
-        slices: impl ExactSizeIterator<Item = &'a Arc<Value>>,
+        slices: impl ExactSizeIterator<Item = &'a CompactObject>,
         settings: &SlotSettings,
     ) -> bool {
         self.settings == *settings
@@ -48,7 +50,7 @@ impl SlotEntry {
                 .slices
                 .iter()
                 .zip(slices)
-                .all(|(a, b)| Arc::ptr_eq(a, b))
+                .all(|(a, b)| CompactObject::same(a, b))
     }
 }
 

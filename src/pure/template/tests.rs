@@ -42,15 +42,13 @@ fn render_ok(template: &str) -> String {
 // ---------------------------------------------------------------- stores in templates
 
 #[test]
-fn resources_lists_a_store_in_list_order() {
-    let out = render_ok(
-        r#"{{#each (resources "services")}}{{metadata.namespace}}/{{metadata.name}} {{/each}}"#,
-    );
+fn resources_lists_a_store_in_list_order_as_a_block_and_as_a_list() {
     let expected: Vec<String> = services()
         .get("services")
         .unwrap()
         .objects()
         .map(|o| {
+            let o = o.to_value();
             format!(
                 "{}/{}",
                 o["metadata"]["namespace"].as_str().unwrap(),
@@ -58,12 +56,58 @@ fn resources_lists_a_store_in_list_order() {
             )
         })
         .collect();
-    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), expected);
+    for template in [
+        r#"{{#resources "services"}}{{metadata.namespace}}/{{metadata.name}} {{/resources}}"#,
+        r#"{{#resources "services" as |s|}}{{s.metadata.namespace}}/{{s.metadata.name}} {{/resources}}"#,
+        r#"{{#each (resources "services")}}{{metadata.namespace}}/{{metadata.name}} {{/each}}"#,
+    ] {
+        let out = render_ok(template);
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            expected,
+            "{template}"
+        );
+    }
 }
 
 #[test]
-fn the_context_exposes_stores_under_resources() {
-    assert_eq!(render_ok("{{len resources.services}}"), "3");
+fn the_store_blocks_number_their_iterations_and_fall_back_to_else_when_empty() {
+    assert_eq!(
+        render_ok(
+            r#"{{#resources "services" as |s i|}}{{i}}{{@index}}{{#if @first}}F{{/if}}{{#if @last}}L{{/if}} {{/resources}}"#
+        ),
+        "00F 11 22L "
+    );
+    assert_eq!(
+        render_ok(r#"{{#fetch "services" "nowhere"}}x{{else}}none{{/fetch}}"#),
+        "none"
+    );
+}
+
+#[test]
+fn inside_a_store_block_with_a_parameter_this_is_the_enclosing_this() {
+    let set = TemplateSet::compile(input(
+        r#"{{#with limits}}{{#resources "services" as |s|}}{{max}}:{{s.metadata.name}} {{/resources}}{{/with}}"#,
+    ))
+    .unwrap();
+    let out = set
+        .render(
+            &RenderContext::new(services(), PathResolver::default())
+                .with_value("limits", json!({"max": 7})),
+        )
+        .unwrap()
+        .haproxy_cfg;
+    assert_eq!(out.split_whitespace().count(), 3);
+    assert!(out.split_whitespace().all(|w| w.starts_with("7:")), "{out}");
+}
+
+#[test]
+fn store_data_is_not_a_context_path() {
+    assert_eq!(
+        render_ok("{{#if resources.services}}a path{{else}}no path{{/if}}"),
+        "no path"
+    );
+    assert_eq!(render_ok(r#"{{len (resources "services")}}"#), "3");
 }
 
 #[test]
@@ -400,7 +444,7 @@ fn render_glob_renders_matching_snippets_in_name_order() {
 
 #[test]
 fn a_partial_sees_the_current_scope() {
-    let mut set = input(r#"{{#each (resources "services")}}{{> line}}{{/each}}"#);
+    let mut set = input(r#"{{#resources "services"}}{{> line}}{{/resources}}"#);
     set.snippets
         .insert("line".into(), "{{metadata.name}};".into());
     let out = TemplateSet::compile(set)
