@@ -137,6 +137,11 @@ impl Local {
             .and_then(|f| f.set_modified(later))
             .expect("touch");
     }
+    /// Where haptor's log goes (beside the manifest folder, not in it).
+    fn log(&self) -> PathBuf {
+        self.dir.with_file_name("haptor.log")
+    }
+
     fn debug_get(&self, path: &str) -> String {
         get(self.debug, "localhost", path)
             .map(|(_, body)| body)
@@ -168,6 +173,15 @@ impl Drop for Local {
         if pid_alive(&master) {
             let _ = Command::new("pkill").args(["-9", "-P", &master]).status();
             let _ = Command::new("kill").args(["-9", &master]).status();
+        }
+        if std::thread::panicking() {
+            // A failed test shows what haptor said, which is otherwise discarded.
+            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- the last lines haptor local logged ---");
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
         }
     }
 }
@@ -210,7 +224,7 @@ fn start(app_a: u16, app_b: u16) -> Local {
         ])
         .args(["--debug-addr", &format!("127.0.0.1:{debug}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(tmp.path().join("haptor.log")).expect("log file"))
         .spawn()
         .expect("haptor local starts");
     Local {

@@ -9,9 +9,14 @@
 //! `resources`, `fetch`, `get_single`, `path_for`, `register_file`, `render`,
 //! `render_glob`).
 //!
-//! The context of a render holds `resources.<store>` (every store's objects in list order),
-//! `paths` (`base_dir`, `maps_dir`, `files_dir`, `certs_dir`), the caller's extra values
-//! (e.g. `dataplane`) and the user's `extraContext`, all at the top level.
+//! The context of a render holds `paths` (`base_dir`, `maps_dir`, `files_dir`,
+//! `certs_dir`), the caller's extra values (e.g. `dataplane`) and the user's
+//! `extraContext`, all at the top level. Store data is not in it: the store helpers
+//! `resources`, `fetch` and `get_single` hand out objects (see `render.rs`).
+//!
+//! A template whose inputs did not change since the last successful render (the same
+//! context, the same snapshot of every store it read) is not rendered again: its output,
+//! the files it registered and the server slots it assigned are reused (`memo.rs`).
 //!
 //! Notes for template authors (handlebars-rust 6 behaviour):
 //! - In strict mode `{{#if a.b}}` tolerates a missing `b`, but `{{#with x}}` on null fails
@@ -20,13 +25,16 @@
 //!   (`as |ing|`), `../` or `@root.` to reach outer values.
 //! - Prefer block tags on lines of their own (handlebars removes such lines) over `~`:
 //!   after `{{#x ~}}`, the whitespace following the next expression is dropped as well.
-//! - `{{#fetch "store" key...}}` iterates without copying; `(fetch ...)` copies.
+//! - Iterate stores with the block forms, `{{#resources "store" as |x|}}` and
+//!   `{{#fetch "store" key... as |x|}}`: each iteration gets a short-lived copy of one
+//!   object. `{{#each (resources "store")}}` works too but copies the whole store twice.
 //!
 //! Compile-time checks (`check.rs`) reject unknown helpers, partials naming no snippet,
 //! computed partial names, `{{#*inline}}` decorators and include cycles between snippets.
 
 mod check;
 mod helpers;
+mod memo;
 mod render;
 pub mod slots;
 
@@ -229,6 +237,12 @@ pub struct TemplateSet {
     context_cache: std::sync::Mutex<render::ContextCache>,
     /// Server slot assignments of the last successful render (`server_slots`).
     slot_memory: std::sync::Mutex<Arc<slots::SlotMemory>>,
+    /// Each template's memo from the last successful render.
+    memos: std::sync::Mutex<Arc<memo::TemplateMemos>>,
+    /// False only in tests that compare memoised renders with full ones.
+    memoise: bool,
+    /// Registry names of the templates the last render reused rather than rendered.
+    reused: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -300,7 +314,26 @@ impl TemplateSet {
             limits: RenderLimits::default(),
             context_cache: std::sync::Mutex::default(),
             slot_memory: std::sync::Mutex::default(),
+            memos: std::sync::Mutex::default(),
+            memoise: true,
+            reused: std::sync::Mutex::default(),
         })
+    }
+
+    /// A set that renders every template every time (for tests comparing the two).
+    #[cfg(test)]
+    pub(crate) fn without_memos(mut self) -> TemplateSet {
+        self.memoise = false;
+        self
+    }
+
+    /// Registry names (`haproxy.cfg`, `maps/<name>`, …) of the templates the last render
+    /// reused because nothing they read had changed.
+    pub fn reused_in_last_render(&self) -> Vec<String> {
+        self.reused
+            .lock()
+            .map(|names| names.clone())
+            .unwrap_or_default()
     }
 
     /// Replaces the render limits.
@@ -327,12 +360,21 @@ impl TemplateSet {
             *guard = render::ContextCache::default();
             guard
         });
-        let context = cache.refresh(input)?;
+        let (context, context_generation) = cache.refresh(input)?;
         let previous_slots = self
             .slot_memory
             .lock()
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
+        let previous_memos = self
+            .memos
+            .lock()
+            .map(|m| Arc::clone(&m))
+            .unwrap_or_default();
+        let mut memos = memo::TemplateMemos::new();
+        if let Ok(mut reused) = self.reused.lock() {
+            reused.clear();
+        }
         let state = RenderState::new(
             input,
             &self.snippets,
@@ -341,10 +383,19 @@ impl TemplateSet {
         );
         let mut remaining = self.limits.max_output_bytes;
 
-        let haproxy_cfg = self.render_one(HAPROXY_CFG, context, &state, &mut remaining)?;
+        let mut render = |name: &str, remaining: &mut usize| {
+            self.render_memoised(
+                name,
+                (context, context_generation),
+                &state,
+                remaining,
+                (&previous_memos, &mut memos),
+            )
+        };
+        let haproxy_cfg = render(HAPROXY_CFG, &mut remaining)?;
         let mut aux_files: BTreeMap<String, AuxFile> = BTreeMap::new();
         for (kind, name, registry_name) in &self.aux {
-            let content = self.render_one(registry_name, context, &state, &mut remaining)?;
+            let content = render(registry_name, &mut remaining)?;
             let path = input.path_resolver.path(*kind, name);
             if let Some(existing) = aux_files.get(&path) {
                 return Err(TemplateError::Render {
@@ -387,14 +438,45 @@ impl TemplateSet {
                 }
             }
         }
-        // Only a successful render's assignments are remembered.
+        // Only a successful render's assignments and memos are remembered.
         if let Ok(mut memory) = self.slot_memory.lock() {
             *memory = Arc::new(slots);
+        }
+        if let Ok(mut kept) = self.memos.lock() {
+            *kept = Arc::new(memos);
         }
         Ok(RenderedConfig {
             haproxy_cfg,
             aux_files,
         })
+    }
+
+    /// Renders one template, or reuses its memo when its inputs did not change.
+    fn render_memoised(
+        &self,
+        name: &str,
+        (context, context_generation): (&Context, u64),
+        state: &RenderState<'_>,
+        remaining: &mut usize,
+        (previous, next): (&memo::TemplateMemos, &mut memo::TemplateMemos),
+    ) -> Result<String, TemplateError> {
+        if let Some(memo) = previous.get(name).filter(|_| self.memoise)
+            && memo.inputs_unchanged(context_generation, state.stores())
+            && memo.output.len() <= *remaining
+            && state.replay(memo)
+        {
+            *remaining -= memo.output.len();
+            next.insert(name.to_string(), Arc::clone(memo));
+            if let Ok(mut reused) = self.reused.lock() {
+                reused.push(name.to_string());
+            }
+            return Ok(memo.output.clone());
+        }
+        state.take_trace();
+        let output = self.render_one(name, context, state, remaining)?;
+        let memo = state.memo(state.take_trace(), context_generation, &output);
+        next.insert(name.to_string(), Arc::new(memo));
+        Ok(output)
     }
 
     fn render_one(

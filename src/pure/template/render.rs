@@ -44,6 +44,7 @@ use handlebars::{
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
+use super::memo::{TemplateMemo, TemplateTrace, next_context_generation};
 use super::slots::SlotMemory;
 use super::{RenderContext, TemplateError};
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver};
@@ -73,21 +74,28 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
 pub(crate) struct ContextCache {
     /// The values the cached context was built from.
     rest: Map<String, Value>,
-    context: Option<Context>,
+    /// The cached context and its generation (see [`next_context_generation`]).
+    context: Option<(Context, u64)>,
 }
 
 impl ContextCache {
-    /// Brings the cached context up to date with `input` and returns it.
-    pub(crate) fn refresh(&mut self, input: &RenderContext) -> Result<&Context, TemplateError> {
+    /// Brings the cached context up to date with `input` and returns it with its
+    /// generation, which changes exactly when the context is rebuilt.
+    pub(crate) fn refresh(
+        &mut self,
+        input: &RenderContext,
+    ) -> Result<(&Context, u64), TemplateError> {
         let rest = context_values(input)?;
-        match self.context.take() {
-            Some(context) if self.rest == rest => Ok(self.context.insert(context)),
+        let current = match self.context.take() {
+            Some(cached) if self.rest == rest => cached,
             _ => {
                 let context = Context::from(Value::Object(rest.clone()));
                 self.rest = rest;
-                Ok(self.context.insert(context))
+                (context, next_context_generation())
             }
-        }
+        };
+        let (context, generation) = self.context.insert(current);
+        Ok((context, *generation))
     }
 }
 
@@ -164,6 +172,8 @@ pub(crate) struct RenderState<'a> {
     /// Slot assignments of the last successful render (read) and of this one (written).
     previous_slots: &'a SlotMemory,
     slots: Mutex<SlotMemory>,
+    /// What the template being rendered has read and produced so far.
+    trace: Mutex<TemplateTrace>,
 }
 
 impl<'a> RenderState<'a> {
@@ -184,7 +194,86 @@ impl<'a> RenderState<'a> {
             registered: Mutex::new(BTreeMap::new()),
             previous_slots,
             slots: Mutex::new(SlotMemory::new()),
+            trace: Mutex::new(TemplateTrace::default()),
         }
+    }
+
+    /// The store snapshots this render reads.
+    pub(crate) fn stores(&self) -> &StoresSnapshot {
+        self.stores
+    }
+
+    fn with_trace(&self, note: impl FnOnce(&mut TemplateTrace)) {
+        note(&mut self.trace.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Ends the current template's trace and returns it.
+    pub(crate) fn take_trace(&self) -> TemplateTrace {
+        std::mem::take(&mut *self.trace.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The memo of the template just rendered, from its trace.
+    pub(crate) fn memo(
+        &self,
+        trace: TemplateTrace,
+        context_generation: u64,
+        output: &str,
+    ) -> TemplateMemo {
+        let registered = {
+            let files = self
+                .registered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            trace
+                .registered
+                .iter()
+                .filter_map(|path| files.get(path).cloned())
+                .collect()
+        };
+        let slots = {
+            let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            trace
+                .slot_keys
+                .iter()
+                .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
+                .collect()
+        };
+        TemplateMemo {
+            context_generation,
+            reads: trace.reads,
+            output: output.to_string(),
+            registered,
+            slots,
+        }
+    }
+
+    /// Takes over what a memoised template produced besides its text, as if it had just
+    /// rendered. False (and nothing changed) when one of its files conflicts with a file
+    /// another template registered in this render: then the template must render, so the
+    /// conflict is reported as `register_file` reports it.
+    pub(crate) fn replay(&self, memo: &TemplateMemo) -> bool {
+        let mut files = self
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let conflict = memo.registered.iter().any(|file| {
+            files
+                .get(&file.path)
+                .is_some_and(|existing| existing.content != file.content)
+        });
+        if conflict {
+            return false;
+        }
+        for file in &memo.registered {
+            files
+                .entry(file.path.clone())
+                .or_insert_with(|| file.clone());
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, entry) in &memo.slots {
+            slots.insert(key.clone(), Arc::clone(entry));
+        }
+        true
     }
 
     /// The slot assignments this render made.
@@ -309,6 +398,12 @@ impl StoreHelper<'_> {
                 self.state.store_names()
             ))
         })?;
+        self.state.with_trace(|trace| {
+            trace
+                .reads
+                .entry(store.clone())
+                .or_insert_with(|| Arc::clone(snapshot));
+        });
         let keys: Vec<String> = (1..args.count())
             .map(|i| args.text(i).map(|k| k.into_owned()))
             .collect::<Result<_, _>>()?;
@@ -464,6 +559,13 @@ impl HelperDef for ServerSlots<'_> {
             .map_err(|err| misuse(err.to_string()))?;
         let entries = &snapshot.entries()[range];
         let key = format!("{namespace}/{service}/{port_name}");
+        self.state.with_trace(|trace| {
+            trace
+                .reads
+                .entry(store.to_string())
+                .or_insert_with(|| Arc::clone(snapshot));
+            trace.slot_keys.push(key.clone());
+        });
         let settings = super::slots::SlotSettings {
             port_name,
             min_slots,
@@ -560,6 +662,8 @@ impl HelperDef for RegisterFile<'_> {
         let name = args.text(1)?.into_owned();
         let content = args.text(2)?.into_owned();
         let path = self.state.paths.path(kind, &name);
+        self.state
+            .with_trace(|trace| trace.registered.push(path.clone()));
         let mut registered = self
             .state
             .registered

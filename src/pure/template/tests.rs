@@ -822,3 +822,196 @@ fn an_updated_object_is_seen_by_the_next_render_when_the_store_keeps_its_shape()
     store.delete(&json!({"metadata": {"name": "a"}}));
     assert_eq!(render(), "b=2 c=1 ");
 }
+
+// ---------------------------------------------------------------- template memos
+
+/// A store of EndpointSlices for service `web` and one of Services, as `server_slots` and
+/// the memo tests use them.
+fn slice_and_service_stores() -> (
+    crate::pure::store::ResourceStore,
+    crate::pure::store::ResourceStore,
+) {
+    let slices = crate::pure::store::ResourceStore::new(
+        "eps",
+        vec![
+            "metadata.namespace".into(),
+            "metadata.labels.kubernetes\\.io/service-name".into(),
+        ],
+        vec![],
+    )
+    .unwrap();
+    let services =
+        crate::pure::store::ResourceStore::new("svc", vec!["metadata.name".into()], vec![])
+            .unwrap();
+    (slices, services)
+}
+
+fn web_slice(addresses: &[&str]) -> serde_json::Value {
+    json!({"metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+           "ports": [{"name": "http", "port": 8080}],
+           "endpoints": addresses.iter().map(|a| json!({"addresses": [a]})).collect::<Vec<_>>()})
+}
+
+fn named_service(name: &str, port: u16) -> serde_json::Value {
+    json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"port": port}})
+}
+
+/// haproxy.cfg reads only Services; the map `slots.map` reads only EndpointSlices (through
+/// `server_slots`) and registers a file.
+fn memo_test_set() -> TemplateSet {
+    let mut templates =
+        input("{{#resources \"svc\" as |s|}}{{s.metadata.name}}:{{s.spec.port}} {{/resources}}");
+    templates.maps.insert(
+        "slots.map".into(),
+        "{{register_file \"file\" \"note\" \"slots\"}}\n{{server_slots \"eps\" \"default\" \"web\" \"http\" slots=3}}".into(),
+    );
+    TemplateSet::compile(templates).unwrap()
+}
+
+fn render_stores(
+    set: &TemplateSet,
+    stores: &[&crate::pure::store::ResourceStore],
+    extra: serde_json::Value,
+) -> RenderedConfig {
+    let mut snapshot = StoresSnapshot::new();
+    for store in stores {
+        snapshot.insert(store.snapshot());
+    }
+    set.render(&RenderContext::new(snapshot, PathResolver::default()).with_extra_context(extra))
+        .unwrap()
+}
+
+#[test]
+fn a_template_whose_stores_did_not_change_is_reused_and_one_whose_store_changed_renders() {
+    let set = memo_test_set();
+    let (slices, services) = slice_and_service_stores();
+    slices.apply(web_slice(&["10.0.0.1"])).unwrap();
+    services.apply(named_service("web", 80)).unwrap();
+    let first = render_stores(&set, &[&slices, &services], json!({}));
+    assert!(set.reused_in_last_render().is_empty());
+
+    services.apply(named_service("api", 81)).unwrap();
+    let second = render_stores(&set, &[&slices, &services], json!({}));
+    assert_eq!(set.reused_in_last_render(), ["maps/slots.map"]);
+    assert_eq!(second.haproxy_cfg, "api:81 web:80 ");
+    assert_eq!(
+        second.aux_files, first.aux_files,
+        "the map and its file are kept"
+    );
+
+    slices.apply(web_slice(&["10.0.0.2"])).unwrap();
+    let third = render_stores(&set, &[&slices, &services], json!({}));
+    assert_eq!(set.reused_in_last_render(), [HAPROXY_CFG]);
+    assert!(
+        third
+            .aux_files
+            .values()
+            .any(|f| f.content.contains("10.0.0.2:8080")),
+        "{:?}",
+        third.aux_files
+    );
+}
+
+#[test]
+fn a_changed_context_renders_every_template_again() {
+    let set = memo_test_set();
+    let (slices, services) = slice_and_service_stores();
+    slices.apply(web_slice(&["10.0.0.1"])).unwrap();
+    render_stores(&set, &[&slices, &services], json!({"a": 1}));
+    render_stores(&set, &[&slices, &services], json!({"a": 1}));
+    assert_eq!(set.reused_in_last_render().len(), 2);
+    render_stores(&set, &[&slices, &services], json!({"a": 2}));
+    assert!(set.reused_in_last_render().is_empty());
+}
+
+#[test]
+fn slots_of_a_reused_template_are_remembered_for_the_next_render() {
+    let set = memo_test_set();
+    let (slices, services) = slice_and_service_stores();
+    slices.apply(web_slice(&["10.0.0.2", "10.0.0.3"])).unwrap();
+    render_stores(&set, &[&slices, &services], json!({}));
+    // Only Services change: the map is reused, and its slot assignment must survive.
+    services.apply(named_service("web", 80)).unwrap();
+    render_stores(&set, &[&slices, &services], json!({}));
+    assert_eq!(set.reused_in_last_render(), ["maps/slots.map"]);
+    // 10.0.0.2 leaves and 10.0.0.4 arrives: 10.0.0.3 keeps slot 2 only if the reused
+    // render passed the assignment on (a fresh assignment puts it first).
+    slices.apply(web_slice(&["10.0.0.3", "10.0.0.4"])).unwrap();
+    let out = render_stores(&set, &[&slices, &services], json!({}));
+    let map = out.aux(AuxKind::Map, "slots.map").unwrap();
+    assert!(
+        map.content.contains("server SRV_2 10.0.0.3:8080"),
+        "{}",
+        map.content
+    );
+}
+
+#[test]
+fn a_failed_render_keeps_the_memos_of_the_last_successful_one() {
+    let mut templates = input(
+        "{{#resources \"svc\" as |s|}}{{#if (eq s.spec.port 0)}}{{fail \"port 0\"}}{{/if}}{{/resources}}",
+    );
+    templates.maps.insert(
+        "slots.map".into(),
+        "{{server_slots \"eps\" \"default\" \"web\" \"http\" slots=3}}".into(),
+    );
+    let set = TemplateSet::compile(templates).unwrap();
+    let (slices, services) = slice_and_service_stores();
+    slices.apply(web_slice(&["10.0.0.1"])).unwrap();
+    services.apply(named_service("web", 80)).unwrap();
+    let render = |set: &TemplateSet| {
+        let mut snapshot = StoresSnapshot::new();
+        snapshot.insert(slices.snapshot());
+        snapshot.insert(services.snapshot());
+        set.render(&RenderContext::new(snapshot, PathResolver::default()))
+    };
+    render(&set).unwrap();
+    services.apply(named_service("bad", 0)).unwrap();
+    assert!(render(&set).is_err());
+    services.delete_ref(&crate::pure::store::ObjectRef::new("default", "bad"));
+    render(&set).unwrap();
+    assert_eq!(set.reused_in_last_render(), ["maps/slots.map"]);
+}
+
+#[test]
+fn memoised_renders_equal_full_renders_through_a_sequence_of_changes() {
+    let memoised = memo_test_set();
+    let full = memo_test_set().without_memos();
+    let (slices, services) = slice_and_service_stores();
+    let steps: Vec<Box<dyn Fn()>> = vec![
+        Box::new(|| {
+            slices.apply(web_slice(&["10.0.0.1", "10.0.0.2"])).unwrap();
+        }),
+        Box::new(|| {
+            services.apply(named_service("web", 80)).unwrap();
+        }),
+        Box::new(|| {
+            services.apply(named_service("api", 81)).unwrap();
+        }),
+        Box::new(|| {
+            slices
+                .apply(web_slice(&["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]))
+                .unwrap();
+        }),
+        Box::new(|| {}),
+        Box::new(|| {
+            services.delete_ref(&crate::pure::store::ObjectRef::new("default", "web"));
+        }),
+        Box::new(|| {
+            slices.apply(web_slice(&["10.0.0.5"])).unwrap();
+        }),
+    ];
+    let mut reused = 0;
+    for (n, step) in steps.iter().enumerate() {
+        step();
+        let a = render_stores(&memoised, &[&slices, &services], json!({}));
+        let b = render_stores(&full, &[&slices, &services], json!({}));
+        assert_eq!(a, b, "step {n}");
+        reused += memoised.reused_in_last_render().len();
+        assert!(full.reused_in_last_render().is_empty());
+    }
+    assert!(
+        reused >= 4,
+        "the sequence exercises reuse ({reused} reused)"
+    );
+}
