@@ -176,10 +176,12 @@ pub fn plan(
     from: Option<&RenderedConfig>,
     to: &RenderedConfig,
 ) -> Result<DeploymentPlan, PlanError> {
-    let parse = |which: &'static str, text: &str| {
+    // `first_line` is the line of the whole text that `text` starts on, so errors in a part
+    // name the line of the whole.
+    let parse = |which: &'static str, text: &str, first_line: usize| {
         parse_config(text).map_err(|e| PlanError {
             which,
-            line: e.line,
+            line: e.line + first_line - 1,
             message: e.message,
         })
     };
@@ -196,8 +198,9 @@ pub fn plan(
             runtime.extend(ops);
         }
     } else {
-        let new = parse("new", &to.haproxy_cfg)?;
         let Some(from) = from else {
+            // A render reaches a target validated; parsing it again to reload it anyway
+            // would only hold its whole syntax tree for nothing.
             plan.reload = true;
             plan.reload_reasons
                 .push("the instance runs no configuration deployed by haptor".into());
@@ -209,8 +212,15 @@ pub fn plan(
             );
             return Ok(plan);
         };
+        // Only the sections that differ are parsed and compared: the rest is the same text.
+        let part = differing_sections(&from.haproxy_cfg, &to.haproxy_cfg);
+        let (old_text, new_text, first_line) = match &part {
+            Some(part) => (part.old, part.new, part.above.matches('\n').count() + 1),
+            None => (from.haproxy_cfg.as_str(), to.haproxy_cfg.as_str(), 1),
+        };
+        let new = parse("new", new_text, first_line)?;
         // An old configuration that does not parse cannot be diffed: replace it.
-        let old = match parse("old", &from.haproxy_cfg) {
+        let old = match parse("old", old_text, first_line) {
             Ok(old) => old,
             Err(e) => {
                 plan.reload = true;
@@ -371,6 +381,47 @@ impl<'a> DifferingLines<'a> {
             new: &new[start..new.len() - suffix],
         }
     }
+}
+
+/// The differing lines widened back to the header of the section the first difference is
+/// in (or to the start), so the parts parse on their own and every line in them means what
+/// it means in the whole text; `above` is what both texts share before the parts. What
+/// follows the parts is the same text in both, so it cannot make them differ. `None` when
+/// either text has conditional blocks (`.if`), which a section can start inside of.
+fn differing_sections<'a>(old: &'a str, new: &'a str) -> Option<DifferingLines<'a>> {
+    let conditional = |text: &str| text.lines().any(|l| l.trim_start().starts_with(".if"));
+    if conditional(old) || conditional(new) {
+        return None;
+    }
+    let region = DifferingLines::between(old, new);
+    // The start of the last section header above the difference (headers start at column
+    // 0; an indented one is passed over, which only widens the parts).
+    let (mut start, mut offset) = (0, 0);
+    for line in region.above.split_inclusive('\n') {
+        if is_section_header(line) {
+            start = offset;
+        }
+        offset += line.len();
+    }
+    let (old_end, new_end) = (
+        region.above.len() + region.old.len(),
+        region.above.len() + region.new.len(),
+    );
+    // Cuts are at line starts (after ASCII line breaks) or ends, so each is a char boundary.
+    Some(DifferingLines {
+        above: &old[..start],
+        old: &old[start..old_end],
+        new: &new[start..new_end],
+    })
+}
+
+/// Whether a line opens a section: a section keyword at column 0.
+fn is_section_header(line: &str) -> bool {
+    !line.starts_with(char::is_whitespace)
+        && line
+            .split_whitespace()
+            .next()
+            .is_some_and(|word| SectionKind::from_keyword(word).is_some())
 }
 
 /// How many bytes two slices share at the start; compared a block at a time, which the
@@ -776,14 +827,82 @@ mod tests {
     }
 
     #[test]
-    fn a_new_config_that_does_not_parse_is_an_error_naming_the_line() {
-        let bad = RenderedConfig {
+    fn a_new_config_that_does_not_parse_is_an_error_naming_the_line_of_the_whole_text() {
+        let text = |last: &str| RenderedConfig {
+            haproxy_cfg: format!(
+                "global\n  maxconn 10\n\nbackend a\n  server s1 10.0.0.1:80\n\nbackend b\n  {last}\n"
+            ),
+            ..Default::default()
+        };
+        let good = text("server s1 10.0.0.2:80");
+        let bad = text("server s1 \"unterminated");
+        let err = plan(Some(&good), &bad).expect_err("unparseable");
+        assert_eq!((err.which, err.line), ("new", 8));
+        // An old text that does not parse is replaced, for a reason naming its line.
+        let replaced = plan(Some(&bad), &good).expect("replaced");
+        assert!(replaced.reload);
+        assert!(
+            replaced.reload_reasons[0].contains("line 8"),
+            "{replaced:?}"
+        );
+    }
+
+    #[test]
+    fn a_first_deployment_reloads_with_every_file_without_reading_the_config() {
+        let unparseable = RenderedConfig {
             haproxy_cfg: "global\n  log \"unterminated\n".into(),
             ..Default::default()
         };
-        let err = plan(None, &bad).expect_err("unparseable");
-        assert_eq!(err.line, 2);
-        assert_eq!(err.which, "new");
+        let plan = plan(None, &unparseable).expect("nothing to compare with");
+        assert!(plan.reload);
+        assert_eq!(plan.operations, [Operation::WriteConfig]);
+    }
+
+    #[test]
+    fn only_the_differing_sections_are_compared_and_they_mean_what_they_mean_in_the_whole() {
+        let backends = |n: usize, changed: &str| {
+            let mut text = String::from("global\n  maxconn 10\n\ndefaults\n  mode http\n");
+            for b in 0..n {
+                text.push_str(&format!("\nbackend b{b}\n  balance roundrobin\n"));
+                if b == n / 2 {
+                    text.push_str(changed);
+                }
+                text.push_str(&format!("  server s1 10.0.{b}.1:80\n"));
+            }
+            text
+        };
+        let from = RenderedConfig {
+            haproxy_cfg: backends(50, ""),
+            ..Default::default()
+        };
+        let checked = backends(50, "  option httpchk\n");
+        let part = differing_sections(&from.haproxy_cfg, &checked).expect("no conditional blocks");
+        assert_eq!(part.old, "backend b25\n  balance roundrobin\n");
+        assert_eq!(
+            part.new,
+            "backend b25\n  balance roundrobin\n  option httpchk\n"
+        );
+        // A structural change inside the part is found; an address change is runtime-only.
+        let to = RenderedConfig {
+            haproxy_cfg: backends(50, "  option httpchk\n"),
+            ..Default::default()
+        };
+        assert!(plan(Some(&from), &to).unwrap().reload);
+        let moved = RenderedConfig {
+            haproxy_cfg: from
+                .haproxy_cfg
+                .replace("10.0.25.1:80", "10.0.25.9:80\n  # moved"),
+            ..Default::default()
+        };
+        let plan = plan(Some(&from), &moved).unwrap();
+        assert!(!plan.reload, "{:?}", plan.reload_reasons);
+        assert!(
+            plan.operations.iter().any(
+                |op| matches!(op, Operation::SetServerAddress { backend, .. } if backend == "b25")
+            ),
+            "{:?}",
+            plan.operations
+        );
     }
 
     #[test]
@@ -870,6 +989,85 @@ mod tests {
                 assert_ne!(a.last(), b.last(), "{old:?} -> {new:?}: {region:?}");
             }
         }
+    }
+
+    #[test]
+    fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() {
+        let mut seed: u64 = 0x5ec7;
+        let mut next = move |bound: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) as usize) % bound
+        };
+        let pool = [
+            "global",
+            "  maxconn 10",
+            "defaults",
+            "  mode http",
+            "backend a",
+            "backend b",
+            "listen l",
+            "  balance roundrobin",
+            "  server s1 10.0.0.1:80",
+            "  server s1 10.0.0.2:80",
+            "  server s2 10.0.0.3:80 weight 5",
+            "  server s2 10.0.0.3:80 weight 7",
+            "  server s3 10.0.0.4:80 disabled",
+            "",
+            "# a comment",
+        ];
+        // What a plan does with two texts: reload (runtime operations are then moot), or the
+        // runtime operations. HAProxy refuses two proxies of one name, so such pairs are
+        // left out.
+        let decide = |old: &str, new: &str| -> Option<(bool, Vec<Operation>)> {
+            let unique_proxies = |text: &str| {
+                let names: Vec<&str> = text
+                    .lines()
+                    .filter(|l| ["backend ", "listen "].iter().any(|k| l.starts_with(k)))
+                    .collect();
+                names
+                    .iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    == names.len()
+            };
+            if !(unique_proxies(old) && unique_proxies(new)) {
+                return None;
+            }
+            let (old, new) = (parse_config(old).ok()?, parse_config(new).ok()?);
+            Some(match structural_difference(&old, &new) {
+                Some(_) => (true, Vec::new()),
+                None => (false, server_operations(&old, &new)),
+            })
+        };
+        let mut compared = 0;
+        for _ in 0..3_000 {
+            let mut lines: Vec<&str> = (0..3 + next(12)).map(|_| pool[next(pool.len())]).collect();
+            let old = lines.join("\n") + "\n";
+            for _ in 0..1 + next(3) {
+                let at = next(lines.len() + 1);
+                match next(3) {
+                    0 if at < lines.len() => {
+                        lines.remove(at);
+                    }
+                    1 if at < lines.len() => lines[at] = pool[next(pool.len())],
+                    _ => lines.insert(at, pool[next(pool.len())]),
+                }
+            }
+            let new = lines.join("\n") + "\n";
+            let part = differing_sections(&old, &new).expect("no conditional blocks");
+            assert_eq!(
+                &old[part.above.len() + part.old.len()..],
+                &new[part.above.len() + part.new.len()..]
+            );
+            if let Some(whole) = decide(&old, &new) {
+                let by_part = decide(part.old, part.new).expect("parts of valid texts are valid");
+                assert_eq!(by_part, whole, "{old:?} -> {new:?}: {part:?}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 500, "only {compared} pairs compared");
     }
 
     #[test]
