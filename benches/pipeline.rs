@@ -5,7 +5,9 @@
 //! - `render_parse_schema`: after one EndpointSlice change (applied outside the timing), the
 //!   template render + haptor's parser + schema check (what a reconciliation does before
 //!   `haproxy -c`).
-//! - `render_only`, `parse_schema_only`: the two parts on their own, for profiling.
+//! - `render_full`, `parse_schema_only`: the two parts on their own, for profiling. A full
+//!   render: the context changes every iteration, so no template's memo applies.
+//! - `render_unchanged`: the same snapshot rendered again; every template reuses its memo.
 //! - `haproxy_c`: the semantic phase alone (real `haproxy -c`, no cache).
 //! - `cache_hit`: a full `Validator::validate` of an already validated render.
 //!
@@ -104,7 +106,23 @@ fn pipeline(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(8))
         .warm_up_time(Duration::from_secs(1));
     bench_render_after_endpoint_change(&mut group, &config, &stores);
-    group.bench_function("render_only", |b| {
+    let extra = config.spec.extra_context.clone().unwrap_or_default();
+    let mut round = 0u64;
+    group.bench_function("render_full", |b| {
+        b.iter(|| {
+            round += 1;
+            let mut context = extra.clone();
+            if let Some(values) = context.as_object_mut() {
+                values.insert("bench_round".into(), round.into());
+            }
+            black_box(
+                config
+                    .render(stores.snapshot(), Some(&context))
+                    .expect("renders"),
+            )
+        })
+    });
+    group.bench_function("render_unchanged", |b| {
         b.iter(|| black_box(config.render(stores.snapshot(), None).expect("renders")))
     });
     group.bench_function("parse_schema_only", |b| {

@@ -381,11 +381,11 @@ impl StoreHelper<'_> {
         }
     }
 
-    /// The store name and the positions (in list order) the call selects.
+    /// The store's snapshot and the positions (in list order) the call selects.
     fn lookup(
         &self,
         helper: &Helper<'_>,
-    ) -> Result<(String, Arc<StoreSnapshot>, Range<usize>), HelperFailure> {
+    ) -> Result<(Arc<StoreSnapshot>, Range<usize>), HelperFailure> {
         self.state.check_time()?;
         let args = Args {
             name: self.helper_name(),
@@ -421,7 +421,7 @@ impl StoreHelper<'_> {
                 None => 0..0,
             },
         };
-        Ok((store, Arc::clone(snapshot), range))
+        Ok((Arc::clone(snapshot), range))
     }
 }
 
@@ -433,7 +433,7 @@ impl HelperDef for StoreHelper<'_> {
         _: &'rc Context,
         _: &mut HbRenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let (_, snapshot, range) = self.lookup(helper)?;
+        let (snapshot, range) = self.lookup(helper)?;
         let entries = &snapshot.entries()[range];
         let result = match self.op {
             StoreOp::Resources | StoreOp::Fetch => {
@@ -465,7 +465,7 @@ impl HelperDef for StoreHelper<'_> {
             out.write(&value.render())?;
             return Ok(());
         };
-        let (_, snapshot, range) = self.lookup(helper)?;
+        let (snapshot, range) = self.lookup(helper)?;
         if range.is_empty() {
             return match helper.inverse() {
                 Some(inverse) => inverse.render(registry, ctx, rc, out),
