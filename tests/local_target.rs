@@ -740,3 +740,64 @@ async fn a_runtime_change_haproxy_refuses_turns_into_one_reload() {
     );
     fx.finish().await;
 }
+
+#[tokio::test]
+async fn a_second_start_on_a_work_directory_whose_haproxy_has_a_live_owner_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work_dir = WorkDir::new(dir.path()).expect("work dir");
+    let mut first = HaproxyProcess::start(haproxy_binary(), &work_dir)
+        .await
+        .expect("haproxy starts");
+    let err = HaproxyProcess::start(haproxy_binary(), &work_dir)
+        .await
+        .expect_err("the first haproxy is owned by this live process");
+    assert!(
+        err.to_string().contains(&first.master_pid().to_string()),
+        "{err}"
+    );
+    assert!(first.is_running(), "the owned haproxy is left alone");
+    first.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work_dir = WorkDir::new(dir.path()).expect("work dir");
+    std::fs::write(
+        work_dir.config_file(),
+        haptor::pure::deploy::local::bootstrap_config(&work_dir),
+    )
+    .expect("config");
+    // A shell starts haproxy in the background and exits at once: haproxy's owner is dead,
+    // as after a haptor killed with SIGKILL.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' -W -S '{}' -f '{}' -p '{}' >/dev/null 2>&1 &",
+            haproxy_binary().display(),
+            work_dir.master_socket().display(),
+            work_dir.config_file().display(),
+            work_dir.pid_file().display(),
+        ))
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
+    let deadline = Instant::now() + PATIENCE;
+    let orphan = loop {
+        let pid = std::fs::read_to_string(work_dir.pid_file()).unwrap_or_default();
+        if let Ok(pid) = pid.trim().parse::<u32>()
+            && work_dir.master_socket().exists()
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the orphan never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut process = HaproxyProcess::start(haproxy_binary(), &work_dir)
+        .await
+        .expect("the orphan is stopped and a new haproxy starts");
+    assert_ne!(process.master_pid(), orphan);
+    expect_gone(&[orphan]).await;
+    assert!(process.is_running());
+    process.stop().await.expect("stops");
+}

@@ -3,6 +3,12 @@
 //! child process. The master re-executes itself in place on every reload (same pid), and its
 //! workers exit when it dies, so stopping or killing the master leaves nothing behind.
 //! Output goes to `haproxy.log` in the work directory, which also explains a failed start.
+//!
+//! If haptor itself dies without stopping HAProxy (SIGKILL, the OOM killer), the master
+//! lives on without its owner. The next start on the same work directory recognises such a
+//! master (it answers on the work directory's socket, but its parent is no longer a process
+//! running haptor's program), stops it and starts afresh; a master whose owner is alive is
+//! left alone and the start fails.
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -44,10 +50,13 @@ impl HaproxyProcess {
         if let Ok(reply) = exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
             && let Some(info) = parse_show_proc(&reply)
         {
-            return Err(LocalTargetError::AlreadyRunning {
-                socket: work_dir.master_socket(),
-                master_pid: info.master_pid,
-            });
+            if has_live_owner(info.master_pid) {
+                return Err(LocalTargetError::AlreadyRunning {
+                    socket: work_dir.master_socket(),
+                    master_pid: info.master_pid,
+                });
+            }
+            stop_orphan(info.master_pid, work_dir).await?;
         }
         let config = work_dir.config_file();
         if !config.exists() {
@@ -208,6 +217,83 @@ impl Drop for HaproxyProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether the process `pid` has a parent that runs haptor (this program, or one named
+/// `haptor`; in tests, the test binary) and so still owns it. `false` for a process adopted
+/// by init or a subreaper, and for one that is gone.
+fn has_live_owner(pid: u32) -> bool {
+    let Some(parent) = parent_pid(pid) else {
+        return false;
+    };
+    // An orphan is adopted by init (or by a subreaper, whose program is not haptor's).
+    if parent == 1 {
+        return false;
+    }
+    let program = |pid: u32| fs::read_link(format!("/proc/{pid}/exe")).ok();
+    match (program(parent), std::env::current_exe().ok()) {
+        // Another build or install of haptor counts as an owner too.
+        (Some(parent_program), Some(own)) => {
+            parent_program == own
+                || parent_program.file_name() == own.file_name()
+                || parent_program.file_name() == Some(std::ffi::OsStr::new("haptor"))
+        }
+        // The parent's program cannot be read (another user's process): assume an owner.
+        (None, _) => Path::new(&format!("/proc/{parent}")).exists(),
+        (Some(_), None) => true,
+    }
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (the field after the state, which follows
+/// the parenthesised command name, itself free to contain spaces and parentheses).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Stops a master left running by a haptor that died: SIGTERM, then SIGKILL after
+/// [`STOP_TIMEOUT`]; returns once it is gone.
+async fn stop_orphan(pid: u32, work_dir: &WorkDir) -> Result<(), LocalTargetError> {
+    tracing::warn!(
+        master_pid = pid,
+        work_dir = %work_dir.root().display(),
+        "stopping the haproxy left running by an earlier haptor on this work directory"
+    );
+    let alive = || Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid);
+    send_signal(pid, "TERM")?;
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while alive() && Instant::now() < deadline {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    if alive() {
+        send_signal(pid, "KILL")?;
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while alive() && Instant::now() < deadline {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+    if alive() {
+        return Err(LocalTargetError::AlreadyRunning {
+            socket: work_dir.master_socket(),
+            master_pid: pid,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `pid` has exited and waits for its parent to reap it.
+fn is_zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after_name = stat[stat.rfind(')')? + 1..].to_string();
+            after_name
+                .split_whitespace()
+                .next()
+                .map(|state| state == "Z")
+        })
+        .unwrap_or(false)
 }
 
 /// Sends a signal by name with the system's `kill` command (the crate links no libc
