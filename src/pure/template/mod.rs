@@ -27,7 +27,9 @@
 //!   after `{{#x ~}}`, the whitespace following the next expression is dropped as well.
 //! - Iterate stores with the block forms, `{{#resources "store" as |x|}}` and
 //!   `{{#fetch "store" key... as |x|}}`: each iteration gets a short-lived copy of one
-//!   object. `{{#each (resources "store")}}` works too but copies the whole store twice.
+//!   object (the block parameter; without one, `this`; with one, `this` stays the
+//!   enclosing `this`). `{{#each (resources "store")}}` works too but copies the whole
+//!   store twice.
 //!
 //! Compile-time checks (`check.rs`) reject unknown helpers, partials naming no snippet,
 //! computed partial names, `{{#*inline}}` decorators and include cycles between snippets.
