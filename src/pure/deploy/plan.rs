@@ -933,17 +933,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_differing_lines_are_whole_lines_that_rebuild_both_texts() {
-        // A small deterministic generator: texts from a few short lines, then random edits,
-        // so shared starts and ends fall on and off line boundaries.
-        let mut seed: u64 = 0x5eed;
-        let mut next = move |bound: usize| {
+    /// A small deterministic generator: each call gives a number below its argument.
+    fn numbers_below(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |bound: usize| {
             seed = seed
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             ((seed >> 33) as usize) % bound
-        };
+        }
+    }
+
+    #[test]
+    fn the_differing_lines_are_whole_lines_that_rebuild_both_texts() {
+        // Texts from a few short lines, then random edits, so shared starts and ends fall on
+        // and off line boundaries.
+        let mut next = numbers_below(0x5eed);
         let pieces = ["a", "ab", "b", "", "a b", "\r"];
         for _ in 0..5_000 {
             let mut old = String::new();
@@ -993,13 +997,7 @@ mod tests {
 
     #[test]
     fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() {
-        let mut seed: u64 = 0x5ec7;
-        let mut next = move |bound: usize| {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((seed >> 33) as usize) % bound
-        };
+        let mut next = numbers_below(0x5ec7);
         let pool = [
             "global",
             "  maxconn 10",

@@ -758,20 +758,8 @@ fn server_slots_keep_an_endpoint_in_its_slot_across_renders() {
         "{{server_slots \"eps\" \"default\" \"web\" \"http\" slots=3 params=\"check\"}}",
     ))
     .unwrap();
-    let store = crate::pure::store::ResourceStore::new(
-        "eps",
-        vec![
-            "metadata.namespace".into(),
-            "metadata.labels.kubernetes\\.io/service-name".into(),
-        ],
-        vec![],
-    )
-    .unwrap();
-    let slice = |addresses: &[&str]| {
-        json!({"metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
-               "ports": [{"name": "http", "port": 8080}],
-               "endpoints": addresses.iter().map(|a| json!({"addresses": [a]})).collect::<Vec<_>>()})
-    };
+    let (store, _) = slice_and_service_stores();
+    let slice = web_slice;
     let render = || {
         let mut stores = StoresSnapshot::new();
         stores.insert(store.snapshot());
