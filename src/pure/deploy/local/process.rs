@@ -12,6 +12,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -47,16 +48,21 @@ impl HaproxyProcess {
         work_dir: &WorkDir,
     ) -> Result<HaproxyProcess, LocalTargetError> {
         let binary = binary.as_ref();
-        if let Ok(reply) = exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
-            && let Some(info) = parse_show_proc(&reply)
+        // A master of this work directory may still run: found by its socket, or (when it
+        // does not answer yet) by the pid file naming a live process started on that socket.
+        let answering = match exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
         {
-            if has_live_owner(info.master_pid) {
+            Ok(reply) => parse_show_proc(&reply).map(|info| info.master_pid),
+            Err(_) => None,
+        };
+        if let Some(master_pid) = answering.or_else(|| master_from_pid_file(work_dir)) {
+            if has_live_owner(master_pid) {
                 return Err(LocalTargetError::AlreadyRunning {
                     socket: work_dir.master_socket(),
-                    master_pid: info.master_pid,
+                    master_pid,
                 });
             }
-            stop_orphan(info.master_pid, work_dir).await?;
+            stop_orphan(master_pid, work_dir).await?;
         }
         let config = work_dir.config_file();
         if !config.exists() {
@@ -217,6 +223,22 @@ impl Drop for HaproxyProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The pid in the work directory's pid file, when that process is alive and was started
+/// with this work directory's master socket (so a reused pid is never taken for it).
+fn master_from_pid_file(work_dir: &WorkDir) -> Option<u32> {
+    let pid: u32 = fs::read_to_string(work_dir.pid_file())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let socket = work_dir.master_socket();
+    let started_here = cmdline
+        .split(|&b| b == 0)
+        .any(|arg| Path::new(std::ffi::OsStr::from_bytes(arg)) == socket);
+    (started_here && !is_zombie(pid)).then_some(pid)
 }
 
 /// Whether the process `pid` has a parent that runs haptor (this program, or one named
