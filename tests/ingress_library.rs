@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod support;
+use support::free_port;
+
 const LIBRARY: &str = "deploy/library/ingress.yaml";
 const CORPUS: &str = "../shared/corpus/kubernetes/ingress";
 /// The library's own default bind addresses, replaced in copies that run HAProxy.
@@ -307,13 +310,6 @@ fn echo_server(name: &'static str) -> u16 {
         }
     });
     port
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 /// HAProxy running a rendered configuration; stopped when dropped.

@@ -16,6 +16,9 @@ use haptor::pure::deploy::plan::plan;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 
+mod support;
+use support::free_port;
+
 const PATIENCE: Duration = Duration::from_secs(15);
 
 fn haproxy_binary() -> PathBuf {
@@ -28,12 +31,6 @@ fn haproxy_binary() -> PathBuf {
     } else {
         PathBuf::from("haproxy")
     }
-}
-
-/// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
 }
 
 /// An HTTP server in a thread that answers every request with its own name.
