@@ -149,6 +149,8 @@ pub struct Services {
     pub fanout: EventFanout,
     pub introspection: Introspection,
     pub pipeline: Arc<dyn ReconcilePipeline>,
+    /// Where the coordinator runs the pipeline (see `render_thread`).
+    pub render_thread: Arc<crate::actors::render_thread::RenderThread>,
     pub sources: Sources,
     pub settings: ControllerSettings,
     pub iteration_manager: Arc<RwLock<Option<ActorRef<IterationManagerMsg>>>>,

@@ -68,6 +68,10 @@ pub async fn start_controller(
         fanout,
         introspection: Introspection::new(),
         pipeline,
+        render_thread: Arc::new(
+            crate::actors::render_thread::RenderThread::start()
+                .map_err(|e| format!("cannot start the render thread: {e}"))?,
+        ),
         sources,
         settings,
         iteration_manager: Arc::new(RwLock::new(None)),

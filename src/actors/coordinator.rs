@@ -47,15 +47,19 @@ impl Coordinator {
             .iteration
             .with_latest(|l| (Arc::clone(&l.compiled), Arc::clone(&l.stores)));
         let pipeline = Arc::clone(&self.iteration.services.pipeline);
+        let render_thread = Arc::clone(&self.iteration.services.render_thread);
         let target = myself.clone();
         tokio::spawn(async move {
             let snapshot = stores.snapshot();
-            let result = tokio::task::spawn_blocking(move || pipeline.run(&compiled, snapshot))
+            let result = render_thread
+                .run(move || pipeline.run(&compiled, snapshot))
                 .await
-                .unwrap_or_else(|e| {
+                .unwrap_or_else(|| {
                     Err(RenderFailure {
                         stage: "render".into(),
-                        message: format!("the render task failed: {e}"),
+                        message: "the render failed unexpectedly (a panic); the last good \
+                                  configuration keeps serving"
+                            .into(),
                         template: None,
                         line: None,
                     })

@@ -12,6 +12,7 @@ pub mod introspection;
 pub mod leadership;
 pub mod metrics;
 pub mod reconciler;
+pub mod render_thread;
 pub mod sources;
 pub mod tree;
 pub mod validators;
