@@ -790,6 +790,10 @@ async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
         assert!(Instant::now() < deadline, "the orphan never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let _cleanup = KillIfStillOurs {
+        pid: orphan,
+        socket: work_dir.master_socket(),
+    };
     let mut process = HaproxyProcess::start(haproxy_binary(), &work_dir)
         .await
         .expect("the orphan is stopped and a new haproxy starts");
@@ -797,4 +801,23 @@ async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
     expect_gone(&[orphan]).await;
     assert!(process.is_running());
     process.stop().await.expect("stops");
+}
+
+/// Kills, when the test ends however it ends, a haproxy the test started outside any
+/// `HaproxyProcess` — only while that pid still runs haproxy on the test's socket.
+struct KillIfStillOurs {
+    pid: u32,
+    socket: PathBuf,
+}
+
+impl Drop for KillIfStillOurs {
+    fn drop(&mut self) {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        let ours = String::from_utf8_lossy(&cmdline).contains(&*self.socket.to_string_lossy());
+        if ours && !process_gone(self.pid) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &self.pid.to_string()])
+                .status();
+        }
+    }
 }
