@@ -475,7 +475,11 @@ impl TemplateSet {
             return Ok(memo.output.clone());
         }
         state.take_trace();
-        let output = self.render_one(name, context, state, remaining)?;
+        // Room for the last output and a little more, so it is not regrown by doubling.
+        let capacity = previous
+            .get(name)
+            .map_or(0, |memo| memo.output.len() + memo.output.len() / 16);
+        let output = self.render_one(name, context, state, remaining, capacity)?;
         let memo = state.memo(state.take_trace(), context_generation, &output);
         next.insert(name.to_string(), Arc::new(memo));
         Ok(output)
@@ -487,6 +491,7 @@ impl TemplateSet {
         context: &Context,
         state: &RenderState<'_>,
         remaining: &mut usize,
+        capacity: usize,
     ) -> Result<String, TemplateError> {
         if state.expired() {
             return Err(TemplateError::TimeLimit {
@@ -508,7 +513,7 @@ impl TemplateSet {
             })?;
         let mut rc = HbRenderContext::new(template.name.as_ref());
         state.install(&mut rc);
-        let mut output = GuardedOutput::new(state, *remaining);
+        let mut output = GuardedOutput::new(state, *remaining, capacity);
         let result = template.render(&self.registry, context, &mut rc, &mut output);
         if let Err(err) = result {
             return Err(render::convert_render_error(

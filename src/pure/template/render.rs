@@ -788,9 +788,15 @@ pub(crate) struct GuardedOutput<'s> {
 const WRITES_PER_CLOCK_CHECK: u32 = 64;
 
 impl<'s> GuardedOutput<'s> {
-    pub(crate) fn new(state: &'s RenderState<'s>, remaining: usize) -> GuardedOutput<'s> {
+    /// An empty output with room for `capacity` bytes (the size of the template's last
+    /// output, so a large text is not regrown and copied by doubling on every render).
+    pub(crate) fn new(
+        state: &'s RenderState<'s>,
+        remaining: usize,
+        capacity: usize,
+    ) -> GuardedOutput<'s> {
         GuardedOutput {
-            text: String::new(),
+            text: String::with_capacity(capacity.min(remaining)),
             remaining,
             tripped: None,
             writes: 0,
