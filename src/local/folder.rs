@@ -106,11 +106,13 @@ impl ManifestFolder {
     pub fn scan(&mut self, source: &MemorySource) -> ScanReport {
         let mut report = ScanReport::default();
         let mut seen = Vec::new();
-        let mut paths = Vec::new();
-        if let Err(e) = collect(&self.dir, &mut paths) {
-            report.problems.push(e);
-            return report;
-        }
+        let paths = match manifests::manifest_files(&self.dir) {
+            Ok(paths) => paths,
+            Err(e) => {
+                report.problems.push(e);
+                return report;
+            }
+        };
         let mut changed = false;
         // Objects of the files read in this scan (compact: a folder of 10 000 objects must
         // not be held as trees), and the keys those files held before.
@@ -244,27 +246,6 @@ impl ManifestFolder {
         }
         report
     }
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| ManifestError {
-        file: dir.to_path_buf(),
-        line: None,
-        message: format!("cannot read the folder: {e}"),
-    })?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            collect(&path, out)?;
-        } else if manifests::is_manifest_file(&path) {
-            out.push(path);
-        }
-    }
-    out.sort();
-    Ok(())
 }
 
 #[cfg(test)]

@@ -232,9 +232,7 @@ fn push_object(
 /// Reads every `*.yaml`, `*.yml` and `*.json` file directly in `dir` and in its
 /// subdirectories (hidden entries skipped), in path order.
 pub fn load_dir(dir: &Path) -> Result<ManifestSet, ManifestError> {
-    let mut files = Vec::new();
-    collect_files(dir, &mut files)?;
-    files.sort();
+    let files = manifest_files(dir)?;
     let mut set = ManifestSet::default();
     for file in files {
         match std::fs::read_to_string(&file) {
@@ -251,6 +249,15 @@ pub fn load_dir(dir: &Path) -> Result<ManifestSet, ManifestError> {
         }
     }
     Ok(set)
+}
+
+/// The manifest files (by extension) directly in `dir` and in its subdirectories, hidden
+/// entries skipped, in path order.
+pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    files.sort();
+    Ok(files)
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {

@@ -203,6 +203,24 @@ impl<'a> RenderState<'a> {
         self.stores
     }
 
+    /// The snapshot of the store `name`, noted as read by the template being rendered; an
+    /// error naming the known stores when there is none.
+    fn read_store(&self, name: &str) -> Result<&'a Arc<StoreSnapshot>, HelperFailure> {
+        let snapshot = self.stores.get(name).ok_or_else(|| {
+            misuse(format!(
+                "no watched resource named '{name}' (known: {})",
+                self.store_names()
+            ))
+        })?;
+        self.with_trace(|trace| {
+            trace
+                .reads
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::clone(snapshot));
+        });
+        Ok(snapshot)
+    }
+
     fn with_trace(&self, note: impl FnOnce(&mut TemplateTrace)) {
         note(&mut self.trace.lock().unwrap_or_else(PoisonError::into_inner));
     }
@@ -391,19 +409,7 @@ impl StoreHelper<'_> {
             name: self.helper_name(),
             helper,
         };
-        let store = args.text(0)?.into_owned();
-        let snapshot = self.state.stores.get(&store).ok_or_else(|| {
-            misuse(format!(
-                "no watched resource named '{store}' (known: {})",
-                self.state.store_names()
-            ))
-        })?;
-        self.state.with_trace(|trace| {
-            trace
-                .reads
-                .entry(store.clone())
-                .or_insert_with(|| Arc::clone(snapshot));
-        });
+        let snapshot = self.state.read_store(&args.text(0)?)?;
         let keys: Vec<String> = (1..args.count())
             .map(|i| args.text(i).map(|k| k.into_owned()))
             .collect::<Result<_, _>>()?;
@@ -548,24 +554,14 @@ impl HelperDef for ServerSlots<'_> {
             .hash_get("indent")
             .and_then(|v| v.value().as_str().map(String::from))
             .unwrap_or_else(|| "  ".into());
-        let snapshot = self.state.stores.get(store.as_ref()).ok_or_else(|| {
-            misuse(format!(
-                "no watched resource named '{store}' (known: {})",
-                self.state.store_names()
-            ))
-        })?;
+        let snapshot = self.state.read_store(&store)?;
         let range = snapshot
             .fetch_range(&[namespace.as_ref(), service.as_ref()])
             .map_err(|err| misuse(err.to_string()))?;
         let entries = &snapshot.entries()[range];
         let key = format!("{namespace}/{service}/{port_name}");
-        self.state.with_trace(|trace| {
-            trace
-                .reads
-                .entry(store.to_string())
-                .or_insert_with(|| Arc::clone(snapshot));
-            trace.slot_keys.push(key.clone());
-        });
+        self.state
+            .with_trace(|trace| trace.slot_keys.push(key.clone()));
         let settings = super::slots::SlotSettings {
             port_name,
             min_slots,
