@@ -2,12 +2,8 @@
 
 use std::process::{Command, Output};
 
-fn haptor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haptor"))
-        .args(args)
-        .output()
-        .expect("the haptor binary runs")
-}
+mod support;
+use support::haptor;
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

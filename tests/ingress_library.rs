@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod support;
-use support::free_port;
+use support::{free_port, haptor, text};
 
 const LIBRARY: &str = "deploy/library/ingress.yaml";
 const CORPUS: &str = "../shared/corpus/kubernetes/ingress";
@@ -24,21 +24,6 @@ const DEFAULT_BINDS: [&str; 3] = ["127.0.0.1:18080", "127.0.0.1:18443", "127.0.0
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn haptor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haptor"))
-        .args(args)
-        .output()
-        .expect("the haptor binary runs")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn path_text(path: &Path) -> &str {

@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,21 +17,9 @@ use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarg
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 
 mod support;
-use support::free_port;
+use support::{free_port, haproxy_binary};
 
 const PATIENCE: Duration = Duration::from_secs(15);
-
-fn haproxy_binary() -> PathBuf {
-    if let Some(configured) = std::env::var_os("HAPTOR_HAPROXY_BIN") {
-        return PathBuf::from(configured);
-    }
-    let installed = Path::new("/usr/sbin/haproxy");
-    if installed.exists() {
-        installed.to_path_buf()
-    } else {
-        PathBuf::from("haproxy")
-    }
-}
 
 /// An HTTP server in a thread that answers every request with its own name.
 struct Backend {

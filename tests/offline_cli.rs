@@ -3,22 +3,9 @@
 //! `haproxy` binary for `haproxy -c`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn haptor(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haptor"))
-        .args(args)
-        .output()
-        .expect("the haptor binary runs")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+mod support;
+use support::{haptor, text};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

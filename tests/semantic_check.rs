@@ -13,17 +13,8 @@ use haptor::pure::validate::semantic::{
 };
 use haptor::pure::validate::{ValidationError, ValidationPhase};
 
-fn haproxy_binary() -> PathBuf {
-    if let Some(configured) = std::env::var_os("HAPTOR_HAPROXY_BIN") {
-        return PathBuf::from(configured);
-    }
-    let installed = Path::new("/usr/sbin/haproxy");
-    if installed.exists() {
-        installed.to_path_buf()
-    } else {
-        PathBuf::from("haproxy")
-    }
-}
+mod support;
+use support::haproxy_binary;
 
 fn settings() -> CheckerSettings {
     CheckerSettings {

@@ -1,6 +1,10 @@
-//! Helpers shared by the integration tests that start servers on loopback ports.
+//! Helpers shared by the integration tests: the binaries they run and loopback ports for
+//! the servers they start. Each test crate uses a part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU16, Ordering};
 
 /// The ports handed out lie below the kernel's ephemeral range (32768–60999 by default).
@@ -23,4 +27,35 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// The haproxy the tests run: `HAPTOR_HAPROXY_BIN`, else the Debian package's, else the one
+/// on `PATH`.
+pub fn haproxy_binary() -> PathBuf {
+    if let Some(configured) = std::env::var_os("HAPTOR_HAPROXY_BIN") {
+        return PathBuf::from(configured);
+    }
+    let installed = Path::new("/usr/sbin/haproxy");
+    if installed.exists() {
+        installed.to_path_buf()
+    } else {
+        PathBuf::from("haproxy")
+    }
+}
+
+/// Runs the haptor binary built for these tests and waits for it.
+pub fn haptor(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(args)
+        .output()
+        .expect("the haptor binary runs")
+}
+
+/// Standard output and standard error of a finished run, in that order.
+pub fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }

@@ -716,8 +716,7 @@ fn a_second_render_sees_a_changed_store_and_a_changed_extra_context() {
         "{{#each (resources \"svc\")}}{{metadata.name}} {{/each}}{{greeting}}",
     ))
     .unwrap();
-    let store = crate::pure::store::ResourceStore::new("svc", vec!["metadata.name".into()], vec![])
-        .unwrap();
+    let (_, store) = slice_and_service_stores();
     store.apply(json!({"metadata": {"name": "a"}})).unwrap();
     let context = |extra: Value| {
         let mut stores = StoresSnapshot::new();
@@ -788,8 +787,7 @@ fn an_updated_object_is_seen_by_the_next_render_when_the_store_keeps_its_shape()
         "{{#each (resources \"svc\")}}{{metadata.name}}={{spec.port}} {{/each}}",
     ))
     .unwrap();
-    let store = crate::pure::store::ResourceStore::new("svc", vec!["metadata.name".into()], vec![])
-        .unwrap();
+    let (_, store) = slice_and_service_stores();
     for name in ["a", "b", "c"] {
         store
             .apply(json!({"metadata": {"name": name}, "spec": {"port": 1}}))
