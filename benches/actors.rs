@@ -53,6 +53,7 @@ impl ReconcilePipeline for NoopPipeline {
             render_time: Duration::ZERO,
             validate_time: Duration::ZERO,
             cache_hit: false,
+            semantic_skipped: false,
         })
     }
 }

@@ -5,6 +5,11 @@
 //! Each iteration ends when the target's deploy returns (the runtime API acknowledged the
 //! change). The reference measured in the same run is `haproxy -c` on the same
 //! configuration, what every change would cost if it were validated and reloaded.
+//!
+//! The haproxy and the frontend's port come from the test suite's helpers
+//! (`tests/support`): the one haproxy binary the suite runs, and a port below the ephemeral
+//! range, so no socket given an ephemeral port can take it between its choice and haproxy
+//! binding it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +28,10 @@ use haptor::pure::fixtures;
 use haptor::pure::pipeline::Validator;
 use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker};
 use tokio::sync::{mpsc, watch};
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::{free_port, haproxy_binary};
 
 const BACKENDS: usize = 1_000;
 
@@ -56,11 +65,7 @@ fn endpoint_change(c: &mut Criterion) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let tmp = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = free_port();
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/ingress/config.yaml"
@@ -78,7 +83,7 @@ fn endpoint_change(c: &mut Criterion) {
     let work = WorkDir::new(tmp.path().join("work")).expect("work dir");
     let (done_tx, mut done) = mpsc::unbounded_channel();
     let (controller, mut process) = runtime.block_on(async {
-        let process = HaproxyProcess::start("haproxy", &work)
+        let process = HaproxyProcess::start(haproxy_binary(), &work)
             .await
             .expect("haproxy starts");
         let target = Arc::new(Reporting {
@@ -103,7 +108,7 @@ fn endpoint_change(c: &mut Criterion) {
         };
         let controller = start_controller(
             sources,
-            Arc::new(FullPipeline::new(Validator::new("haproxy", 8))),
+            Arc::new(FullPipeline::new(Validator::new(haproxy_binary(), 8))),
             Arc::new(InMemorySink::default()),
             ControllerSettings::default(),
             ServerAddresses::default(),
@@ -126,7 +131,10 @@ fn endpoint_change(c: &mut Criterion) {
         .introspection
         .rendered()
         .expect("a render");
-    let checker = HaproxyChecker::new(CheckerSettings::default());
+    let checker = HaproxyChecker::new(CheckerSettings {
+        binary: haproxy_binary(),
+        ..CheckerSettings::default()
+    });
     let mut group = c.benchmark_group("endpoint_change_1000_backends");
     group
         .sample_size(20)

@@ -16,6 +16,12 @@
 //! `ingress_library_1000_ingresses` does the same for the embedded Ingress library
 //! (`deploy/library/ingress.yaml`, what `haptor local` runs by default): render + parse +
 //! schema after one EndpointSlice change, against `haproxy -c` on that render.
+//!
+//! `parse_1000_backends`: haptor's parser alone on a plain 30 000-line configuration of 1 000
+//! backends with 27 servers each (`fixtures::haproxy_config_with_backends`; the
+//! `haproxy_corpus` tests check what that parse yields).
+//!
+//! The haproxy is the test suite's (`semantic::haproxy_binary`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -24,9 +30,10 @@ use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::fixtures;
+use haptor::pure::haproxy::parse_config;
 use haptor::pure::pipeline::{CompiledConfig, Validator, check_offline};
 use haptor::pure::store::Stores;
-use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker};
+use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker, haproxy_binary};
 
 const INGRESSES: usize = 1_000;
 
@@ -95,7 +102,7 @@ fn pipeline(c: &mut Criterion) {
     let config = example();
     let stores = loaded_stores(&config);
     let rendered = config.render(stores.snapshot(), None).expect("renders");
-    let checker = HaproxyChecker::new(CheckerSettings::default());
+    let checker = checker();
     checker
         .check_blocking(&rendered)
         .expect("the 1 000-ingress render is valid");
@@ -131,7 +138,7 @@ fn pipeline(c: &mut Criterion) {
     group.bench_function("haproxy_c", |b| {
         b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid")))
     });
-    let validator = Validator::new("haproxy", 4);
+    let validator = Validator::new(haproxy_binary(), 4);
     validator.validate(rendered.clone()).expect("valid");
     group.bench_function("cache_hit", |b| {
         b.iter(|| {
@@ -150,7 +157,7 @@ fn ingress_library(c: &mut Criterion) {
     ));
     let stores = loaded_stores(&config);
     let rendered = config.render(stores.snapshot(), None).expect("renders");
-    let checker = HaproxyChecker::new(CheckerSettings::default());
+    let checker = checker();
     checker
         .check_blocking(&rendered)
         .expect("the library's 1 000-ingress render is valid");
@@ -166,5 +173,23 @@ fn ingress_library(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline, ingress_library);
+fn parser(c: &mut Criterion) {
+    let text = fixtures::haproxy_config_with_backends(1_000, 27);
+    let mut group = c.benchmark_group("parser");
+    group.sample_size(20);
+    group.bench_function("parse_1000_backends", |b| {
+        b.iter(|| black_box(parse_config(&text).expect("parses")))
+    });
+    group.finish();
+}
+
+/// `haproxy -c` with the suite's haproxy, no cache.
+fn checker() -> HaproxyChecker {
+    HaproxyChecker::new(CheckerSettings {
+        binary: haproxy_binary(),
+        ..CheckerSettings::default()
+    })
+}
+
+criterion_group!(benches, pipeline, ingress_library, parser);
 criterion_main!(benches);

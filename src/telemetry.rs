@@ -10,6 +10,20 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 use crate::cli::LogFormat;
 
 static LEVEL_HANDLE: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+/// The level the process started with (`--log-level`, else `LOG_LEVEL`, else `info`).
+static STARTUP_LEVEL: OnceLock<String> = OnceLock::new();
+
+/// The level a config's `logging.level` asks for: the level itself, or when it is unset
+/// or empty the level the process started with (`--log-level` / `LOG_LEVEL`, then `info`).
+pub fn effective_log_level(configured: Option<&str>) -> String {
+    match configured.map(str::trim).filter(|l| !l.is_empty()) {
+        Some(level) => level.to_string(),
+        None => STARTUP_LEVEL
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "info".to_string()),
+    }
+}
 
 /// Installs the global subscriber. `level` is an EnvFilter directive (`info`,
 /// `haptor=debug,kube=warn`); an invalid one falls back to `info` with a warning.
@@ -18,6 +32,11 @@ pub fn init_logging(format: LogFormat, level: &str) {
         Ok(f) => (f, None),
         Err(e) => (EnvFilter::new("info"), Some(e)),
     };
+    let _ = STARTUP_LEVEL.set(if bad_level.is_none() {
+        level.to_string()
+    } else {
+        "info".to_string()
+    });
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {

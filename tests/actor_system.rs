@@ -1,20 +1,30 @@
 //! The actor system end to end, without a cluster: an in-memory resource source, watch
 //! channels for config, leadership and instances, recording deploy targets, and a
 //! render-only pipeline that counts renders (validation has its own tests). The debug and
-//! metrics servers run on real sockets and are read over HTTP.
+//! metrics servers run on real sockets and are read over HTTP. Tests about timers (debounce,
+//! backoff) run on tokio's paused clock, where time moves only when every task waits, so
+//! what they assert is exact; they start no HTTP server. The render thread is an OS thread,
+//! outside that clock: [`eventually`] bounds its waits in real time, and [`settle`] waits
+//! for renders in real time before a test checks that something did not happen.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haptor::actors::context::{ControllerSettings, ReconcilePipeline, Sources};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use haptor::actors::context::{
+    ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
+};
 use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
 use haptor::actors::deployment::InMemorySink;
 use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
 use haptor::actors::sources::MemorySource;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
-use haptor::messages::{Instance, Leadership};
-use haptor::pure::config::{HAProxyTemplateConfig, config_from_yaml};
-use haptor::pure::deploy::RecordingTarget;
+use haptor::messages::{Instance, Leadership, ResourceEvent};
+use haptor::pure::config::{
+    HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource, config_from_yaml,
+};
+use haptor::pure::deploy::{DeployError, RecordingTarget};
 use haptor::pure::pipeline::CompiledConfig;
 use haptor::pure::store::StoresSnapshot;
 use haptor::supervision::SupervisorMsg;
@@ -83,6 +93,7 @@ impl ReconcilePipeline for RecordingPipeline {
             render_time: Duration::ZERO,
             validate_time: Duration::ZERO,
             cache_hit: false,
+            semantic_skipped: false,
         })
     }
 }
@@ -93,8 +104,11 @@ struct Harness {
     config: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
     leadership: watch::Sender<Leadership>,
     _instances: watch::Sender<Vec<Instance>>,
+    /// The first instance's target.
     target: Arc<RecordingTarget>,
     pipeline: Arc<RecordingPipeline>,
+    /// Where the ConfigPublisher writes HAProxyCfg.
+    sink: Arc<InMemorySink>,
 }
 
 fn service(name: &str, marker: &str) -> Value {
@@ -106,31 +120,90 @@ fn config(text: &str) -> Arc<HAProxyTemplateConfig> {
     Arc::new(config_from_yaml("test.yaml", text).expect("test config parses"))
 }
 
+/// What a harness starts: by default [`CONFIG`] on a source holding the Service `web`, a
+/// follower, one instance `pod-a`, default settings, no HTTP servers.
+struct Setup {
+    config: String,
+    source: MemorySource,
+    /// What the watchers read; the source itself when `None`.
+    resources: Option<Arc<dyn ResourceSourceFactory>>,
+    leader: bool,
+    epoch: u64,
+    delay: Duration,
+    servers: bool,
+    settings: ControllerSettings,
+    targets: Vec<Arc<RecordingTarget>>,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        let source = MemorySource::new();
+        source.apply(service("web", "initial"));
+        Setup {
+            config: CONFIG.to_string(),
+            source,
+            resources: None,
+            leader: false,
+            epoch: 0,
+            delay: Duration::ZERO,
+            servers: false,
+            settings: ControllerSettings::default(),
+            targets: vec![Arc::new(RecordingTarget::new("pod-a"))],
+        }
+    }
+}
+
+impl Setup {
+    fn leading(self) -> Setup {
+        Setup {
+            leader: true,
+            epoch: 1,
+            ..self
+        }
+    }
+}
+
 async fn start(leader: bool, delay: Duration, servers: bool) -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let source = MemorySource::new();
-    source.apply(service("web", "initial"));
-    let (config_tx, config_rx) = watch::channel(Some(config(CONFIG)));
-    let (leader_tx, leader_rx) = watch::channel(Leadership {
-        is_leader: leader,
+    start_with(Setup {
+        leader,
         epoch: u64::from(leader),
-    });
-    let target = Arc::new(RecordingTarget::new("pod-a"));
-    let (instances_tx, instances_rx) = watch::channel(vec![Instance {
-        name: "pod-a".into(),
-        target: target.clone(),
-    }]);
-    let pipeline = Arc::new(RecordingPipeline {
         delay,
+        servers,
+        ..Setup::default()
+    })
+    .await
+}
+
+async fn start_with(setup: Setup) -> Harness {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (config_tx, config_rx) = watch::channel(Some(config(&setup.config)));
+    let (leader_tx, leader_rx) = watch::channel(Leadership {
+        is_leader: setup.leader,
+        epoch: setup.epoch,
+    });
+    let instances = setup
+        .targets
+        .iter()
+        .map(|target| Instance {
+            name: haptor::pure::deploy::DeployTarget::name(target.as_ref()).to_string(),
+            target: target.clone(),
+        })
+        .collect();
+    let (instances_tx, instances_rx) = watch::channel(instances);
+    let pipeline = Arc::new(RecordingPipeline {
+        delay: setup.delay,
         ..Default::default()
     });
+    let sink = Arc::new(InMemorySink::default());
     let sources = Sources {
         config: config_rx,
-        resources: Arc::new(source.clone()),
+        resources: setup
+            .resources
+            .unwrap_or_else(|| Arc::new(setup.source.clone())),
         leadership: leader_rx,
         instances: instances_rx,
     };
-    let addresses = if servers {
+    let addresses = if setup.servers {
         ServerAddresses {
             metrics: Some("127.0.0.1:0".into()),
             debug: Some("127.0.0.1:0".into()),
@@ -141,32 +214,52 @@ async fn start(leader: bool, delay: Duration, servers: bool) -> Harness {
     let controller = start_controller(
         sources,
         pipeline.clone(),
-        Arc::new(InMemorySink::default()),
-        ControllerSettings::default(),
+        sink.clone(),
+        setup.settings,
         addresses,
     )
     .await
     .expect("controller starts");
     Harness {
         controller,
-        source,
+        source: setup.source,
         config: config_tx,
         leadership: leader_tx,
         _instances: instances_tx,
-        target,
+        target: setup.targets[0].clone(),
         pipeline,
+        sink,
     }
 }
 
-/// Polls `check` every 10 ms for up to 5 s.
+/// Polls `check` every 10 ms (of tokio's clock, so paused-clock tests let timers fire in
+/// between) for up to 10 s of real time.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..500 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
         if check() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting for: {what}");
+}
+
+/// For paused-clock tests, before checking that something did *not* happen: lets work off
+/// the runtime (a render on the render thread) come back, waiting in real time while the
+/// paused clock stands still, then lets `virtual_time` pass on the paused clock, so every
+/// timer due by then (debounce, backoff) fires, then waits for off-runtime work again.
+async fn settle(virtual_time: Duration) {
+    let real_wait =
+        || tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(300)));
+    real_wait().await.expect("waits");
+    tokio::time::sleep(virtual_time).await;
+    real_wait().await.expect("waits");
+}
+
+/// The published HAProxyCfg spec and status, once there is one.
+fn published(h: &Harness) -> Option<(HAProxyCfgSpec, HAProxyCfgStatus)> {
+    h.sink.last.lock().expect("lock").clone()
 }
 
 async fn server_url(h: &Harness, name: &str) -> String {
@@ -572,72 +665,65 @@ async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing()
     controller.stop().await;
 }
 
-#[tokio::test]
+/// The gaps between attempts on tokio's paused clock: every retry waits exactly its
+/// backoff.
+fn gaps(attempts: &[haptor::pure::deploy::DeployAttempt]) -> Vec<Duration> {
+    attempts.windows(2).map(|w| w[1].at - w[0].at).collect()
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failing_instance_backs_off_without_delaying_another_and_a_fenced_one_stops() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let source = MemorySource::new();
-    source.apply(service("web", "initial"));
-    let (_config_tx, config_rx) = watch::channel(Some(config(CONFIG)));
-    let (_leader_tx, leader_rx) = watch::channel(Leadership {
-        is_leader: true,
-        epoch: 5,
-    });
     let healthy = Arc::new(RecordingTarget::new("pod-a"));
     let down = Arc::new(RecordingTarget::new("pod-b"));
     down.set_unreachable(true);
     let newer_leader_seen = Arc::new(RecordingTarget::new("pod-c"));
     // pod-c already accepted a write from epoch 9: this controller (epoch 5) is a deposed leader there.
-    futures::executor::block_on(haptor::pure::deploy::DeployTarget::deploy(
+    haptor::pure::deploy::DeployTarget::deploy(
         newer_leader_seen.as_ref(),
         &haptor::pure::deploy::DeployRequest {
             rendered: Arc::new(Default::default()),
             checksum: "from-the-new-leader".into(),
             epoch: 9,
             generation: 1,
+            timeout: haptor::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT,
         },
-    ))
-    .expect("the newer leader's write");
-    let instances = vec![
-        Instance {
-            name: "pod-a".into(),
-            target: healthy.clone(),
-        },
-        Instance {
-            name: "pod-b".into(),
-            target: down.clone(),
-        },
-        Instance {
-            name: "pod-c".into(),
-            target: newer_leader_seen.clone(),
-        },
-    ];
-    let (_instances_tx, instances_rx) = watch::channel(instances);
-    let sources = Sources {
-        config: config_rx,
-        resources: Arc::new(source.clone()),
-        leadership: leader_rx,
-        instances: instances_rx,
-    };
-    let settings = ControllerSettings {
-        deploy_backoff_base: Duration::from_millis(50),
-        deploy_backoff_max: Duration::from_millis(200),
-        ..ControllerSettings::default()
-    };
-    let controller = start_controller(
-        sources,
-        Arc::new(RecordingPipeline::default()),
-        Arc::new(InMemorySink::default()),
-        settings,
-        ServerAddresses::default(),
     )
     .await
-    .expect("starts");
+    .expect("the newer leader's write");
+    let h = start_with(Setup {
+        leader: true,
+        epoch: 5,
+        settings: ControllerSettings {
+            deploy_backoff_base: Duration::from_millis(50),
+            deploy_backoff_max: Duration::from_millis(200),
+            ..ControllerSettings::default()
+        },
+        targets: vec![healthy.clone(), down.clone(), newer_leader_seen.clone()],
+        ..Setup::default()
+    })
+    .await;
     eventually("pod-a deployed although pod-b is down", || {
         healthy.deployed().len() == 1
     })
     .await;
-    assert!(down.deployed().is_empty());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("five attempts on pod-b", || down.attempts().len() >= 5).await;
+    let attempts = down.attempts();
+    assert!(
+        attempts[..5].iter().all(|a| a.result
+            == Err(DeployError::Unreachable("pod-b is down".into()))
+            && a.request.checksum == healthy.deployed()[0].checksum),
+        "{attempts:?}"
+    );
+    // Exponential backoff from deploy_backoff_base, capped at deploy_backoff_max.
+    assert_eq!(
+        gaps(&attempts[..5]),
+        [50, 100, 200, 200].map(Duration::from_millis),
+        "the gaps between pod-b's attempts"
+    );
+    assert!(
+        healthy.attempts()[0].at < attempts[1].at,
+        "pod-a was deployed before pod-b's first retry, not after pod-b's backoff"
+    );
     down.set_unreachable(false);
     eventually("pod-b recovers after its backoff", || {
         down.deployed().len() == 1
@@ -650,24 +736,327 @@ async fn a_failing_instance_backs_off_without_delaying_another_and_a_fenced_one_
     );
 
     // pod-c refused the write (fenced) and kept the newer leader's config.
+    eventually("the fencing to be reported", || {
+        h.controller
+            .services
+            .introspection
+            .errors()
+            .iter()
+            .any(|e| {
+                e.source == "deploy:pod-c" && e.message.contains("epoch 5 is older than epoch 9")
+            })
+    })
+    .await;
+    let fenced: Vec<_> = newer_leader_seen
+        .attempts()
+        .into_iter()
+        .map(|a| (a.request.epoch, a.result.is_ok()))
+        .collect();
+    assert_eq!(
+        fenced,
+        [(9, true), (5, false)],
+        "the newer leader's write, then this leader's one refused attempt"
+    );
+    assert_eq!(
+        newer_leader_seen.attempts()[1].result,
+        Err(DeployError::Fenced {
+            offered: 5,
+            accepted: 9
+        })
+    );
+    // A later render goes to pod-a and pod-b; pod-c is not even asked any more, however
+    // long one waits (any retry timer would fire within the virtual second).
+    h.source.apply(service("api", "x"));
+    eventually("pod-a and pod-b get the new render", || {
+        healthy.deployed().len() == 2 && down.deployed().len() == 2
+    })
+    .await;
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(
+        newer_leader_seen.attempts().len(),
+        2,
+        "the fenced deployer made no further attempt: {:?}",
+        newer_leader_seen.attempts()
+    );
     assert_eq!(newer_leader_seen.deployed().len(), 1);
     assert_eq!(
         newer_leader_seen.deployed()[0].checksum,
         "from-the-new-leader"
     );
-    eventually("the fencing to be reported", || {
-        controller.services.introspection.errors().iter().any(|e| {
-            e.source == "deploy:pod-c" && e.message.contains("epoch 5 is older than epoch 9")
+    h.controller.stop().await;
+}
+
+/// A config whose Services are watched with a debounce.
+fn debounced_config(debounce: &str) -> String {
+    CONFIG.replace("debounce: 0s", &format!("debounce: {debounce}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_within_a_watchers_debounce_are_merged_into_one_reconciliation() {
+    let h = start_with(
+        Setup {
+            config: debounced_config("200ms"),
+            ..Setup::default()
+        }
+        .leading(),
+    )
+    .await;
+    eventually("the initial render", || h.pipeline.renders().len() == 1).await;
+    settle(Duration::ZERO).await;
+
+    // Three changes 50 ms apart, all within 200 ms of the first.
+    h.source.apply(service("one", "x"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.source.apply(service("two", "x"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.source.apply(service("three", "x"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    settle(Duration::ZERO).await;
+    assert_eq!(
+        h.pipeline.renders().len(),
+        1,
+        "nothing is rendered before the debounce has passed"
+    );
+
+    settle(Duration::from_secs(1)).await;
+    let renders = h.pipeline.renders();
+    assert_eq!(
+        renders.len(),
+        2,
+        "the initial render and one for the three changes: {renders:#?}"
+    );
+    for name in ["one", "two", "three"] {
+        assert!(
+            renders[1].contains(&format!("backend {name}")),
+            "{name} missing from {}",
+            renders[1]
+        );
+    }
+    assert_eq!(h.target.deployed().len(), 2, "one deployment for the three");
+    h.controller.stop().await;
+}
+
+/// A resource source whose stream for `resource` holds the end of its initial list
+/// (`InitDone`) back until `release` turns true; every other stream flows at once.
+struct HeldBackSource {
+    inner: MemorySource,
+    resource: &'static str,
+    release: watch::Receiver<bool>,
+}
+
+impl ResourceSourceFactory for HeldBackSource {
+    fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent> {
+        let stream = self.inner.open(resource, watched);
+        if resource != self.resource {
+            return stream;
+        }
+        let release = self.release.clone();
+        stream
+            .then(move |event| {
+                let mut release = release.clone();
+                async move {
+                    if matches!(event, ResourceEvent::InitDone) {
+                        let _ = release.wait_for(|released| *released).await;
+                    }
+                    event
+                }
+            })
+            .boxed()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_rendered_or_deployed_until_every_watcher_has_synced() {
+    let config = CONFIG.replace(
+        "  haproxyConfig:",
+        "    secrets:\n      apiVersion: v1\n      resources: secrets\n      indexBy: [\"metadata.namespace\", \"metadata.name\"]\n      debounce: 0s\n  haproxyConfig:",
+    );
+    let source = MemorySource::new();
+    source.apply(service("web", "initial"));
+    source.apply(json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "tls", "namespace": "default"}}));
+    let (release, released) = watch::channel(false);
+    let h = start_with(
+        Setup {
+            config,
+            resources: Some(Arc::new(HeldBackSource {
+                inner: source.clone(),
+                resource: "secrets",
+                release: released,
+            })),
+            source,
+            ..Setup::default()
+        }
+        .leading(),
+    )
+    .await;
+    // The services watcher syncs and then sees a change; the secrets one has not synced.
+    settle(Duration::from_secs(1)).await;
+    h.source.apply(service("api", "x"));
+    settle(Duration::from_secs(1)).await;
+    assert!(
+        !h.controller
+            .services
+            .introspection
+            .state()
+            .all_indexes_synced
+    );
+    assert_eq!(
+        h.pipeline.renders().len(),
+        0,
+        "nothing is rendered before every watcher synced"
+    );
+    assert!(h.target.attempts().is_empty(), "nothing is deployed either");
+
+    release.send(true).expect("release");
+    eventually("the first render", || h.pipeline.renders().len() == 1).await;
+    settle(Duration::from_secs(1)).await;
+    let renders = h.pipeline.renders();
+    assert_eq!(renders.len(), 1, "one render for the sync: {renders:#?}");
+    assert!(
+        renders[0].contains("backend web") && renders[0].contains("backend api"),
+        "the render reads the stores after the change: {}",
+        renders[0]
+    );
+    eventually("the deployment", || h.target.deployed().len() == 1).await;
+    h.controller.stop().await;
+}
+
+/// Checks that an RFC 3339 time of the published status lies between two Unix times (in
+/// seconds, as the status has them).
+fn assert_time_between(what: &str, text: Option<&str>, earliest: i64, latest: i64) {
+    let text = text.unwrap_or_else(|| panic!("{what} is missing"));
+    let at: k8s_openapi::jiff::Timestamp = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{what} {text:?} is not an RFC 3339 time: {e}"));
+    assert!(
+        (earliest..=latest).contains(&at.as_second()),
+        "{what} {text} is not the time of the deployment"
+    );
+}
+
+fn unix_now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_published_haproxycfg_carries_the_render_and_each_instances_deployment_and_errors() {
+    let before = unix_now();
+    let h = start_with(
+        Setup {
+            settings: ControllerSettings {
+                deploy_backoff_base: Duration::from_millis(50),
+                deploy_backoff_max: Duration::from_millis(200),
+                ..ControllerSettings::default()
+            },
+            ..Setup::default()
+        }
+        .leading(),
+    )
+    .await;
+    eventually("the instance status", || {
+        published(&h).is_some_and(|(_, status)| {
+            status
+                .instances
+                .first()
+                .is_some_and(|i| i.checksum.is_some())
         })
     })
     .await;
-    // A later render is not attempted on pod-c any more.
-    source.apply(service("api", "x"));
-    eventually("pod-a gets the new render", || {
-        healthy.deployed().len() == 2
+    let after = unix_now();
+    let (spec, status) = published(&h).expect("published");
+    let deployed = h.target.deployed();
+    assert_eq!(deployed.len(), 1);
+    assert_eq!(spec.content, h.pipeline.renders()[0]);
+    assert_eq!(spec.checksum, format!("sha256:{}", deployed[0].checksum));
+    let hex = spec.checksum.strip_prefix("sha256:").expect("sha256:");
+    assert!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hex}"
+    );
+    assert_eq!(spec.path, "/etc/haproxy/haproxy.cfg");
+    let [pod_a] = status.instances.as_slice() else {
+        panic!("one instance: {status:?}");
+    };
+    assert_eq!(pod_a.name, "pod-a");
+    assert_eq!(pod_a.checksum.as_ref(), Some(&spec.checksum));
+    assert_time_between("deployedAt", pod_a.deployed_at.as_deref(), before, after);
+    assert_eq!(
+        pod_a.last_reload_at, pod_a.deployed_at,
+        "the recording target reloads for a new config"
+    );
+    assert_eq!(
+        (pod_a.last_error.as_deref(), pod_a.consecutive_errors),
+        (None, 0)
+    );
+    let first_deployment = pod_a.clone();
+
+    // The instance goes down: the new render is published, the instance keeps its last
+    // deployment, and every failed attempt counts.
+    h.target.set_unreachable(true);
+    h.source.apply(service("api", "x"));
+    eventually("the failure in the status", || {
+        published(&h).is_some_and(|(_, status)| status.instances[0].last_error.is_some())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(newer_leader_seen.deployed().len(), 1);
-    controller.stop().await;
+    settle(Duration::ZERO).await;
+    let (spec, status) = published(&h).expect("published");
+    let renders = h.pipeline.renders();
+    assert_eq!(spec.content, renders[renders.len() - 1]);
+    assert!(spec.content.contains("backend api"));
+    assert_ne!(Some(&spec.checksum), first_deployment.checksum.as_ref());
+    let failed = |h: &Harness| {
+        h.target
+            .attempts()
+            .iter()
+            .filter(|a| a.result.is_err())
+            .count()
+    };
+    let pod_a = &status.instances[0];
+    assert_eq!(
+        pod_a.last_error.as_deref(),
+        Some("instance unreachable: pod-a is down")
+    );
+    assert_eq!(pod_a.consecutive_errors as usize, failed(&h));
+    assert_eq!(
+        pod_a.checksum, first_deployment.checksum,
+        "still the old one"
+    );
+    assert_eq!(pod_a.deployed_at, first_deployment.deployed_at);
+    let errors_then = pod_a.consecutive_errors;
+    // The retries fail too.
+    settle(Duration::from_millis(500)).await;
+    let (_, status) = published(&h).expect("published");
+    assert_eq!(status.instances[0].consecutive_errors as usize, failed(&h));
+    assert!(
+        status.instances[0].consecutive_errors > errors_then,
+        "{status:?}"
+    );
+
+    // Back up: the next retry deploys the new render and clears the errors.
+    let recovered = unix_now();
+    h.target.set_unreachable(false);
+    eventually("the recovery in the status", || {
+        published(&h).is_some_and(|(spec, status)| {
+            status.instances[0].checksum.as_ref() == Some(&spec.checksum)
+        })
+    })
+    .await;
+    let (spec, status) = published(&h).expect("published");
+    let pod_a = &status.instances[0];
+    assert_eq!(
+        spec.checksum,
+        format!("sha256:{}", h.target.deployed()[1].checksum)
+    );
+    assert_eq!(
+        (pod_a.last_error.as_deref(), pod_a.consecutive_errors),
+        (None, 0)
+    );
+    assert_time_between(
+        "deployedAt",
+        pod_a.deployed_at.as_deref(),
+        recovered,
+        unix_now(),
+    );
+    h.controller.stop().await;
 }

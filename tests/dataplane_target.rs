@@ -713,6 +713,7 @@ fn request(rendered: &RenderedConfig, epoch: u64, generation: u64) -> DeployRequ
         checksum: rendered.checksum(),
         epoch,
         generation,
+        timeout: haptor::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT,
     }
 }
 

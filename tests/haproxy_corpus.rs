@@ -232,32 +232,92 @@ fn hand_made_broken_inputs_report_the_right_line() {
     }
 }
 
+/// Its parsing time is measured by the `parse_1000_backends` bench (benches/pipeline.rs).
 #[test]
-fn a_thousand_backend_config_parses_quickly() {
-    let mut text = String::from(
-        "global\n    maxconn 100000\ndefaults\n    mode http\n    timeout connect 5s\n",
+fn a_thousand_backend_config_parses_into_every_backend_server_and_rule() {
+    let text = haptor::pure::fixtures::haproxy_config_with_backends(1000, 27);
+    assert!(text.lines().count() > 30_000);
+    let config = parse_config(&text).expect("generated config parses");
+    assert_eq!(config.sections.len(), 1003);
+    assert!(
+        check_schema(&config).is_empty(),
+        "{:?}",
+        check_schema(&config)
     );
-    text.push_str("frontend fe\n    bind :80\n");
-    for backend in 0..1000 {
-        text.push_str(&format!(
-            "    use_backend be{backend} if {{ hdr(host) -i host{backend}.example.com }}\n"
-        ));
-    }
-    for backend in 0..1000 {
-        text.push_str(&format!("backend be{backend}\n    balance roundrobin\n"));
-        for server in 0..27 {
-            text.push_str(&format!(
-                "    server s{server} 10.{}.{}.{server}:8080 check weight 10 \"${{OPTS-inter 2s}}\"\n",
-                backend / 256,
-                backend % 256
-            ));
+
+    let structure = view(&config);
+    let [frontend] = structure.frontends.as_slice() else {
+        panic!("one frontend: {:?}", structure.frontends.len());
+    };
+    let routed: Vec<&str> = frontend
+        .backend_rules
+        .iter()
+        .map(|rule| rule.backend.as_str())
+        .collect();
+    let expected: Vec<String> = (0..1000).map(|b| format!("be{b}")).collect();
+    assert_eq!(routed, expected, "every use_backend rule, in order");
+    assert_eq!(
+        frontend.backend_rules[999].line, 1007,
+        "the last rule on its line"
+    );
+    let last_condition = frontend.backend_rules[999]
+        .condition
+        .as_ref()
+        .expect("a condition");
+    assert!(
+        last_condition.words.iter().any(|w| w == "host-999.example"),
+        "{last_condition:?}"
+    );
+
+    let names: Vec<&str> = structure.backends.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, expected, "every backend, in order");
+    for (b, backend) in structure.backends.iter().enumerate() {
+        assert_eq!(
+            backend
+                .balance
+                .as_ref()
+                .map(|balance| balance.algorithm.as_str()),
+            Some("roundrobin"),
+            "be{b}"
+        );
+        let servers: Vec<(String, String, Option<u16>)> = backend
+            .servers
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    s.endpoint.host.clone(),
+                    s.endpoint.port_number(),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, String, Option<u16>)> = (0..27)
+            .map(|s| {
+                let host = format!("127.{}.{}.{}", 1 + (b / 250) % 250, b % 250, s + 1);
+                (format!("s{s}"), host, Some(8080))
+            })
+            .collect();
+        assert_eq!(servers, expected, "the servers of be{b}");
+        for server in &backend.servers {
+            assert!(server.has_flag("check"), "be{b}/{}", server.name);
+            assert_eq!(
+                server.param("weight").and_then(|p| p.value()),
+                Some("10"),
+                "be{b}/{}",
+                server.name
+            );
         }
     }
-    assert!(text.lines().count() > 30_000);
-    let started = std::time::Instant::now();
-    let config = parse_config(&text).expect("generated config parses");
-    let elapsed = started.elapsed();
-    assert_eq!(config.sections.len(), 1003);
-    // Generous bound: unoptimised test builds on a loaded CI machine.
-    assert!(elapsed.as_millis() < 500, "parsing took {elapsed:?}");
+    // The quoted environment default stays one word on the very last line.
+    let last = config.sections[1002]
+        .directives
+        .last()
+        .expect("the last server line");
+    assert_eq!(last.line, text.lines().count());
+    assert!(last.has_env_refs(), "{last:?}");
+    assert_eq!(last.words.len(), 7, "{:?}", last.words);
+
+    // And the whole of it survives the serializer.
+    let again = parse_config(&config.to_config_string()).expect("the serialized config parses");
+    assert!(again.eq_ignoring_layout(&config));
 }

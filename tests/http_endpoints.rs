@@ -69,7 +69,7 @@ async fn start(stall_threshold: Duration) -> Running {
     // building a client still asks for one.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let introspection = Introspection::new();
-    let readiness = Readiness::new();
+    let readiness = Readiness::new(false);
     let events = EventLog::new(50);
     let (fanout, mut receivers) = EventFanout::new(&["commentator"], 64);
     let commentator_events = receivers.pop().map(SharedEventReceiver::new);
@@ -97,6 +97,7 @@ async fn start(stall_threshold: Duration) -> Running {
                 },
             ),
         ],
+        on_restart: None,
     };
     let (supervisor, handle) = Actor::spawn(None, Supervisor, args)
         .await
@@ -199,6 +200,7 @@ async fn published_events_appear_in_the_debug_event_log() {
             resource: "EndpointSlice".into(),
             object: "default/web".into(),
             deleted: false,
+            objects: 1,
         },
     );
     running.fanout.publish(
@@ -281,29 +283,26 @@ async fn debug_vars_serve_the_introspection_record_and_refuse_unknown_names() {
 }
 
 #[tokio::test]
-async fn healthz_fails_naming_an_actor_busy_past_the_threshold() {
-    let running = start(Duration::from_millis(50)).await;
-    let (status, body) = running.debug_json("/healthz").await;
-    assert_eq!((status, &body["status"]), (200, &Value::from("ok")));
-
-    let guard = running.introspection.busy("coordinator");
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    let (status, body) = running.debug_json("/healthz").await;
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["stalled"][0]["actor"], "coordinator", "{body}");
-
-    drop(guard);
-    let (status, _) = running.debug_json("/healthz").await;
-    assert_eq!(status, 200);
-    running.stop().await;
-}
-
-#[tokio::test]
-async fn readyz_turns_ready_once_the_flag_is_set() {
+async fn readyz_answers_503_naming_what_it_waits_for_until_the_state_is_ready() {
     let running = start(Duration::from_secs(60)).await;
-    let (status, _) = running.debug_json("/readyz").await;
+    let (status, body) = running.debug_json("/readyz").await;
     assert_eq!(status, 503);
-    running.readiness.set_ready(true);
+    assert_eq!(
+        body["waiting_for"][0], "a valid HAProxyTemplateConfig",
+        "{body}"
+    );
+    running
+        .readiness
+        .update(|r| r.iteration_started(vec!["services".to_string()]));
+    let (status, body) = running.debug_json("/readyz").await;
+    assert_eq!(status, 503);
+    assert!(
+        body["waiting_for"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("services")),
+        "{body}"
+    );
+    running.readiness.update(|r| r.resource_synced("services"));
     let (status, body) = running.debug_json("/readyz").await;
     assert_eq!(status, 200, "{body}");
     running.stop().await;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{free_port, haptor, text};
+use support::{free_port, haproxy_binary, haptor, text};
 
 const LIBRARY: &str = "deploy/library/ingress.yaml";
 const CORPUS: &str = "../shared/corpus/kubernetes/ingress";
@@ -458,7 +458,7 @@ fn start_haproxy(dir: &Path, objects: &[Value]) -> RunningHaproxy {
         &format!("default-path origin {}", path_text(&out)),
     );
     std::fs::write(&cfg_path, &cfg).expect("rewrite haproxy.cfg");
-    let child = Command::new(std::env::var("HAPROXY_BIN").unwrap_or_else(|_| "haproxy".into()))
+    let child = Command::new(haproxy_binary())
         .args(["-db", "-f", path_text(&cfg_path)])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -3,242 +3,28 @@
 //! edited while it runs. Ports are picked free so tests can run side by side; the Ingress
 //! library is used with its listen addresses moved to those ports.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/local.rs"]
+mod local;
 mod support;
-use support::free_port;
+use local::{
+    Local, Setup, backend, eventually, get, pid_alive, sample, signal, worker_and_reloads,
+};
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+/// A backend's port.
+fn port(name: &'static str) -> u16 {
+    backend(name).port
 }
 
-/// A backend answering every request with its name.
-fn backend(name: &'static str) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut stream = stream;
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let body = format!("hello from {name}\n");
-                let _ = write!(
-                    stream,
-                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    port
-}
-
-/// GET `path` with `Host: host`; returns (status, body), or None when nothing answered.
-fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    Some((status, body))
-}
-
-fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn master_cli(work: &Path, command: &str) -> String {
-    let mut stream =
-        std::os::unix::net::UnixStream::connect(work.join("master.sock")).expect("master socket");
-    stream
-        .write_all(format!("{command}\n").as_bytes())
-        .expect("write");
-    stream
-        .shutdown(std::net::Shutdown::Write)
-        .expect("shutdown");
-    let mut reply = String::new();
-    let _ = stream.read_to_string(&mut reply);
-    reply
-}
-
-/// (current worker pid, reload count of the master) from `show proc`.
-fn worker_and_reloads(work: &Path) -> (String, String) {
-    let proc = master_cli(work, "show proc");
-    let mut lines = proc.lines();
-    let master = lines
-        .find(|l| l.contains("master"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .nth(2)
-        .unwrap_or_default()
-        .to_string();
-    let worker = proc
-        .lines()
-        .skip_while(|l| !l.starts_with("# workers"))
-        .nth(1)
-        .unwrap_or_default();
-    (
-        worker
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string(),
-        master,
-    )
-}
-
-struct Local {
-    child: Child,
-    dir: PathBuf,
-    http: u16,
-    https: u16,
-    debug: u16,
-    _tmp: tempfile::TempDir,
-}
-
-impl Local {
-    fn work(&self) -> PathBuf {
-        self.dir.join(".haptor")
-    }
-    fn write(&self, file: &str, text: &str) {
-        let path = self.dir.join(file);
-        std::fs::write(&path, text).expect("write manifest");
-        // Make the change visible to a scanner comparing modification times within one tick.
-        let later = std::time::SystemTime::now() + Duration::from_secs(1);
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(later))
-            .expect("touch");
-    }
-    /// Where haptor's log goes (beside the manifest folder, not in it).
-    fn log(&self) -> PathBuf {
-        self.dir.with_file_name("haptor.log")
-    }
-
-    fn debug_get(&self, path: &str) -> String {
-        get(self.debug, "localhost", path)
-            .map(|(_, body)| body)
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Local {
-    /// Stops haptor the way a user would (SIGINT), so it stops its haproxy; if it does not
-    /// exit (a failed test), kills it and the haproxy it started, leaving no process behind.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = Command::new("kill")
-                .args(["-INT", &self.child.id().to_string()])
-                .status();
-            let started = Instant::now();
-            while matches!(self.child.try_wait(), Ok(None))
-                && started.elapsed() < Duration::from_secs(15)
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let master = std::fs::read_to_string(self.work().join("haproxy.pid"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        if pid_alive(&master) {
-            let _ = Command::new("pkill").args(["-9", "-P", &master]).status();
-            let _ = Command::new("kill").args(["-9", &master]).status();
-        }
-        if std::thread::panicking() {
-            // A failed test shows what haptor said, which is otherwise discarded.
-            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- the last lines haptor local logged ---");
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-/// A temp copy of the quickstart whose Services point at the given backend ports, with the
-/// Ingress library (moved to free ports) as the folder's config.
 fn start(app_a: u16, app_b: u16) -> Local {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("quickstart");
-    std::fs::create_dir(&dir).expect("mkdir");
-    for file in ["apps.yaml", "ingresses.yaml", "tls.yaml"] {
-        let text = std::fs::read_to_string(repo("examples/quickstart").join(file))
-            .expect("quickstart file");
-        std::fs::write(
-            dir.join(file),
-            text.replace("19001", &app_a.to_string())
-                .replace("19002", &app_b.to_string()),
-        )
-        .expect("copy");
-    }
-    let (http, https, status, debug) = (free_port(), free_port(), free_port(), free_port());
-    let library = std::fs::read_to_string(repo("deploy/library/ingress.yaml")).expect("library");
-    let config = library
-        .replace("127.0.0.1:18080", &format!("127.0.0.1:{http}"))
-        .replace("127.0.0.1:18443", &format!("127.0.0.1:{https}"))
-        .replace("127.0.0.1:18404", &format!("127.0.0.1:{status}"))
-        // Drift repair within the test's patience.
-        .replacen(
-            "spec:\n",
-            "spec:\n  dataplane:\n    driftPreventionInterval: 500ms\n",
-            1,
-        );
-    std::fs::write(dir.join("config.yaml"), config).expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_haptor"))
-        .args([
-            "local",
-            dir.to_str().expect("utf-8"),
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--debug-addr", &format!("127.0.0.1:{debug}")])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(tmp.path().join("haptor.log")).expect("log file"))
-        .spawn()
-        .expect("haptor local starts");
-    Local {
-        child,
-        dir,
-        http,
-        https,
-        debug,
-        _tmp: tmp,
-    }
-}
-
-fn pid_alive(pid: &str) -> bool {
-    !pid.is_empty() && Path::new("/proc").join(pid).exists()
+    Setup::quickstart(app_a, app_b).start()
 }
 
 #[test]
 fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
-    let (a, b) = (backend("app-a"), backend("app-b"));
+    let (a, b) = (port("app-a"), port("app-b"));
     let mut local = start(a, b);
 
     // Routing by host and path; unknown hosts get 404.
@@ -323,14 +109,13 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
             "secure.example",
         ])
         .stdin(Stdio::null())
-        .output();
-    if let Ok(output) = output {
-        let text = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            text.contains("CN = secure.example") || text.contains("CN=secure.example"),
-            "{text}"
-        );
-    }
+        .output()
+        .expect("openssl runs (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("CN = secure.example") || text.contains("CN=secure.example"),
+        "{text}"
+    );
 
     // A broken template: reported with template and line, old routes keep answering.
     let config = std::fs::read_to_string(local.dir.join("config.yaml")).expect("config");
@@ -367,20 +152,14 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
     });
 
     // haproxy killed behind haptor's back: haptor starts it again and it serves the last config.
-    let killed = std::fs::read_to_string(local.work().join("haproxy.pid"))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let killed = local.master_pid();
     let killed_worker = worker_and_reloads(&local.work()).0;
     Command::new("kill")
         .args(["-9", &killed, &killed_worker])
         .status()
         .expect("kill -9");
     eventually("haproxy restarted", Duration::from_secs(30), || {
-        let master = std::fs::read_to_string(local.work().join("haproxy.pid"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
+        let master = local.master_pid();
         (master != killed && pid_alive(&master)).then_some(())
     });
     eventually("routes answer again", Duration::from_secs(30), || {
@@ -388,10 +167,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
     });
 
     // SIGINT stops everything, haproxy included.
-    let master = std::fs::read_to_string(local.work().join("haproxy.pid"))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let master = local.master_pid();
     let workers = worker_and_reloads(&local.work()).0;
     assert!(pid_alive(&master));
     let pid = local.child.id().to_string();
@@ -410,7 +186,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
 
 #[test]
 fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_serving() {
-    let (a, b) = (backend("app-a"), backend("app-b"));
+    let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
     eventually("a.localhost routed", Duration::from_secs(30), || {
         get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
@@ -429,5 +205,472 @@ fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_servin
         get(local.http, "a.localhost", "/").map(|r| r.1),
         Some("hello from app-a\n".into()),
         "the last good Ingresses keep serving"
+    );
+}
+
+/// The quickstart's TLS Secret with a certificate haproxy cannot load (the PEM markers are
+/// there, the body is not a certificate): `haproxy -c` rejects the render it ends up in.
+fn with_broken_certificate(tls: &str) -> String {
+    use base64::Engine;
+    let broken = base64::engine::general_purpose::STANDARD.encode(
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+    );
+    let mut lines: Vec<String> = tls.lines().map(String::from).collect();
+    for line in &mut lines {
+        if line.trim_start().starts_with("tls.crt:") {
+            *line = format!("  tls.crt: {broken}");
+        }
+    }
+    assert_ne!(lines.join("\n"), tls.trim_end(), "the test breaks tls.crt");
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn readyz_waits_for_the_first_deployment_naming_it_and_turns_ready_once_haproxy_took_the_config() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    // Before haptor starts: the folder's certificate is broken, so no render is deployable.
+    let tls = std::fs::read_to_string(local::repo("examples/quickstart/tls.yaml"))
+        .expect("quickstart tls");
+    setup.files = vec![("tls.yaml".into(), with_broken_certificate(&tls))];
+    let local = setup.start();
+    let body = eventually(
+        "/readyz naming the instance it waits for",
+        Duration::from_secs(30),
+        || {
+            let (status, body) = local.debug_json("/readyz")?;
+            let waiting = body["waiting_for"].to_string();
+            (status == 503 && waiting.contains("first deployment to instances: local"))
+                .then_some(body)
+        },
+    );
+    assert_eq!(body["status"], "not ready", "{body}");
+    let errors = eventually(
+        "the rejected render in /debug/vars/errors",
+        Duration::from_secs(30),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("semantic").then_some(errors)
+        },
+    );
+    assert!(
+        errors.contains("secure-tls"),
+        "names the Secret's file: {errors}"
+    );
+    assert_eq!(local.debug_json("/readyz").map(|r| r.0), Some(503));
+
+    // The Secret repaired: haproxy takes the config and readiness follows.
+    local.write("tls.yaml", &tls);
+    local.wait_ready(Duration::from_secs(30));
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "ready means routed"
+    );
+    eventually("haptor to say it is ready", Duration::from_secs(5), || {
+        local.stdout().contains("haptor local: ready").then_some(())
+    });
+}
+
+#[test]
+fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_serving_until_the_next_good_change()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    let deployed_before = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+
+    // An object change, not a template change: the Secret's certificate breaks.
+    let tls = local.read("tls.yaml");
+    local.write("tls.yaml", &with_broken_certificate(&tls));
+    let errors = eventually(
+        "the rejected render in /debug/vars/errors",
+        Duration::from_secs(15),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("semantic").then_some(errors)
+        },
+    );
+    assert!(errors.contains("secure-tls"), "{errors}");
+    assert!(
+        errors.contains("haproxy.cfg:"),
+        "the error names the config line: {errors}"
+    );
+    assert!(
+        local
+            .log_text()
+            .contains("reconciliation failed; the last good configuration keeps serving"),
+        "the log says so"
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "the old routes keep answering"
+    );
+    assert_eq!(
+        std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg"),
+        deployed_before,
+        "nothing of the rejected render was deployed"
+    );
+    assert_eq!(local.debug_json("/readyz").map(|r| r.0), Some(200));
+
+    // The next good change deploys: the certificate repaired and a new route.
+    local.write("tls.yaml", &tls);
+    local.write(
+        "new-route.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost routed", Duration::from_secs(15), || {
+        get(local.http, "c.localhost", "/").filter(|(_, body)| body == "hello from app-b\n")
+    });
+}
+
+#[test]
+fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_config_while_ready() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    // A few reconciliations in the first iteration, so a reset state shows.
+    let apps = local.read("apps.yaml");
+    for (from, to, answer) in [(a, b, "hello from app-b\n"), (b, a, "hello from app-a\n")] {
+        let moved = local.read("apps.yaml").replacen(
+            &format!("ports: [{{name: http, port: {from}}}]"),
+            &format!("ports: [{{name: http, port: {to}}}]"),
+            1,
+        );
+        local.write("apps.yaml", &moved);
+        eventually("a.localhost moved", Duration::from_secs(15), || {
+            get(local.http, "a.localhost", "/").filter(|(_, body)| body == answer)
+        });
+    }
+    assert_eq!(local.read("apps.yaml"), apps);
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    let reconciliations_before = state["reconciliations"].as_u64().unwrap_or_default();
+    assert!(reconciliations_before >= 3, "{state}");
+
+    let config = local.read("config.yaml");
+    let rebuilt = config
+        .replacen(
+            "  watchedResourcesIgnoreFields:\n",
+            "  watchedResourcesIgnoreFields:\n    - metadata.labels.rebuild-marker\n",
+            1,
+        )
+        .replacen(
+            "  watchedResources:\n",
+            "  watchedResources:\n    configmaps:\n      apiVersion: v1\n      resources: configmaps\n      indexBy: [\"metadata.namespace\", \"metadata.name\"]\n",
+            1,
+        )
+        .replacen("maxconn 4096", "maxconn 4097", 1);
+    assert_ne!(config, rebuilt);
+    let written = Instant::now();
+    local.write("config.yaml", &rebuilt);
+    let cfg = local.work().join("haproxy.cfg");
+    let mut readiness = Vec::new();
+    eventually(
+        "the new iteration's config deployed",
+        Duration::from_secs(30),
+        || {
+            readiness.push(local.debug_json("/readyz").map(|r| r.0));
+            std::fs::read_to_string(&cfg)
+                .ok()?
+                .contains("maxconn 4097")
+                .then_some(())
+        },
+    );
+    eprintln!(
+        "figure: watched resources changed -> new config deployed in {} ms",
+        written.elapsed().as_millis()
+    );
+    assert!(
+        readiness.iter().all(|r| *r == Some(200)),
+        "readiness held through the rebuild: {readiness:?}"
+    );
+    eventually("a route still answers", Duration::from_secs(10), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    // The new iteration's debug vars: its resources (configmaps among them) and a fresh state.
+    let (_, resources) = local
+        .debug_json("/debug/vars/resources")
+        .expect("resources");
+    assert!(resources.get("configmaps").is_some(), "{resources}");
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    assert!(
+        state["reconciliations"].as_u64().unwrap_or(u64::MAX) < reconciliations_before,
+        "state restarted with the iteration: {state}"
+    );
+    let metrics = local.metrics_text();
+    assert!(
+        sample(&metrics, "haptor_resources{resource=\"configmaps\"}").is_some(),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.spec_prefix = "  dataplane:\n    driftPreventionInterval: 1h\n".into();
+    setup.env = vec![("LOG_LEVEL".into(), "warn".into())];
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(30));
+    let config = local.read("config.yaml");
+
+    // logging.level: debug, in place (the watches stay the same): debug lines appear.
+    let debug = config.replacen("spec:\n", "spec:\n  logging:\n    level: debug\n", 1);
+    local.write("config.yaml", &debug);
+    eventually("debug lines in the log", Duration::from_secs(15), || {
+        local.log_text().contains("DEBUG").then_some(())
+    });
+
+    // An emptied level falls back to LOG_LEVEL (warn): an endpoint change logs nothing at
+    // info or debug any more.
+    let emptied = config.replacen("spec:\n", "spec:\n  logging:\n    level: \"\"\n", 1);
+    local.write("config.yaml", &emptied);
+    eventually("the config accepted", Duration::from_secs(15), || {
+        let (_, config) = local.debug_json("/debug/vars/config")?;
+        (config["logging"]["level"] == "").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let logged = local.log_text().len();
+    let apps = local.read("apps.yaml");
+    local.write(
+        "apps.yaml",
+        &apps.replacen(
+            &format!("ports: [{{name: http, port: {a}}}]"),
+            &format!("ports: [{{name: http, port: {b}}}]"),
+            1,
+        ),
+    );
+    eventually(
+        "a.localhost moved to app-b",
+        Duration::from_secs(15),
+        || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
+    );
+    let after = local.log_text();
+    let new_lines = &after[logged..];
+    assert!(
+        !new_lines.contains(" INFO ") && !new_lines.contains(" DEBUG "),
+        "the level fell back to LOG_LEVEL=warn: {new_lines}"
+    );
+
+    // driftPreventionInterval from 1h to 300ms, in place: a hand edit is repaired.
+    let drift = emptied.replacen(
+        "driftPreventionInterval: 1h",
+        "driftPreventionInterval: 300ms",
+        1,
+    );
+    local.write("config.yaml", &drift);
+    eventually("the interval accepted", Duration::from_secs(15), || {
+        let (_, config) = local.debug_json("/debug/vars/config")?;
+        (config["dataplane"]["driftPreventionInterval"] == "300ms").then_some(())
+    });
+    let cfg_path = local.work().join("haproxy.cfg");
+    let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
+    std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
+    eventually("the drift to be repaired", Duration::from_secs(15), || {
+        (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
+    });
+}
+
+#[test]
+fn a_deployment_that_hangs_past_the_deployment_timeout_fails_backs_off_and_is_retried() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.spec_prefix = "  dataplane:\n    deploymentTimeout: 2s\n".into();
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(30));
+    let master = local.master_pid();
+    let worker = worker_and_reloads(&local.work()).0;
+    // haproxy stops answering: its master CLI and runtime socket accept connections but
+    // never reply.
+    signal(&master, "-STOP");
+    signal(&worker, "-STOP");
+    let apps = local.read("apps.yaml");
+    local.write(
+        "apps.yaml",
+        &apps.replacen(
+            &format!("ports: [{{name: http, port: {a}}}]"),
+            &format!("ports: [{{name: http, port: {b}}}]"),
+            1,
+        ),
+    );
+    let errors = eventually(
+        "the timed-out deployment in /debug/vars/errors",
+        Duration::from_secs(20),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("deploymentTimeout").then_some(errors)
+        },
+    );
+    assert!(errors.contains("deploy:local"), "{errors}");
+    signal(&worker, "-CONT");
+    signal(&master, "-CONT");
+    eventually(
+        "the retried deployment moves a.localhost",
+        Duration::from_secs(30),
+        || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
+    );
+}
+
+#[test]
+fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    let metrics = local.metrics_text();
+    let ingresses =
+        sample(&metrics, "haptor_resources{resource=\"ingresses\"}").expect("ingresses counted");
+    let apps = local.read("apps.yaml");
+    local.write(
+        "apps.yaml",
+        &apps.replacen(
+            &format!("ports: [{{name: http, port: {a}}}]"),
+            &format!("ports: [{{name: http, port: {b}}}]"),
+            1,
+        ),
+    );
+    local.write(
+        "new-route.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost routed", Duration::from_secs(15), || {
+        get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    let metrics = eventually(
+        "the change counted in /metrics",
+        Duration::from_secs(10),
+        || {
+            let metrics = local.metrics_text();
+            (sample(&metrics, "haptor_resources{resource=\"ingresses\"}") == Some(ingresses + 1.0))
+                .then_some(metrics)
+        },
+    );
+    for (series, at_least) in [
+        (
+            "haptor_change_to_deploy_seconds_count{instance=\"local\"}",
+            1.0,
+        ),
+        ("haptor_deployments_total{instance=\"local\"}", 2.0),
+        ("haptor_deployment_duration_seconds_count", 2.0),
+        ("haptor_reconciliations_total", 2.0),
+        ("haptor_validations_total", 1.0),
+        ("haptor_leader_is_leader", 1.0),
+    ] {
+        let value = sample(&metrics, series).unwrap_or_default();
+        assert!(value >= at_least, "{series} = {value}:\n{metrics}");
+    }
+    // The endpoint move skipped haproxy -c and is counted as such, not as a validation.
+    assert!(
+        sample(&metrics, "haptor_validations_skipped_total").unwrap_or_default() >= 1.0,
+        "{metrics}"
+    );
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    assert!(state["last_deployed_checksum"].is_string(), "{state}");
+    assert_eq!(state["all_indexes_synced"], true, "{state}");
+    let (_, rendered) = local.debug_json("/debug/vars/rendered").expect("rendered");
+    assert!(
+        rendered["haproxy.cfg"]
+            .as_str()
+            .is_some_and(|c| c.contains("frontend http")),
+        "{rendered}"
+    );
+    // The commentator relates the deployment to the change that caused it.
+    let log = eventually(
+        "the commentator's line about the EndpointSlice change",
+        Duration::from_secs(10),
+        || {
+            let log = local.log_text();
+            log.contains("after the endpointslices change default/app-a-1")
+                .then_some(log)
+        },
+    );
+    assert!(log.contains("deployment to local finished"), "{log}");
+}
+
+#[test]
+fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.library_in_folder = false;
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(30));
+    assert!(
+        local
+            .log_text()
+            .contains("no HAProxyTemplateConfig in the folder; using the embedded Ingress library"),
+        "{}",
+        local.log_text()
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into())
+    );
+    assert_eq!(
+        get(local.http, "b.localhost", "/").map(|r| r.1),
+        Some("hello from app-b\n".into())
+    );
+}
+
+#[test]
+fn sigterm_stops_haptor_and_its_haproxy() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    let master = local.master_pid();
+    let worker = worker_and_reloads(&local.work()).0;
+    assert!(pid_alive(&master) && pid_alive(&worker));
+    signal(&local.pid(), "-TERM");
+    let status = eventually("haptor local to exit", Duration::from_secs(20), || {
+        local.child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "exit status {status}");
+    eventually("haproxy gone", Duration::from_secs(5), || {
+        (!pid_alive(&master) && !pid_alive(&worker)).then_some(())
+    });
+    assert!(local.stdout().contains("haptor local: stopping"));
+}
+
+#[test]
+fn a_restart_after_sigkill_takes_over_the_orphaned_haproxy_with_a_higher_epoch() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    let epoch = |local: &Local| -> u64 {
+        std::fs::read_to_string(local.work().join("haptor-epoch"))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let first_epoch = epoch(&local);
+    assert!(first_epoch >= 1);
+    let orphan = local.master_pid();
+    signal(&local.pid(), "-KILL");
+    let _ = local.child.wait();
+    assert!(pid_alive(&orphan), "SIGKILL leaves haproxy running");
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "the orphan still serves"
+    );
+
+    local.respawn();
+    eventually(
+        "the orphan stopped and replaced",
+        Duration::from_secs(30),
+        || {
+            let master = local.master_pid();
+            (!pid_alive(&orphan) && pid_alive(&master) && master != orphan).then_some(())
+        },
+    );
+    local.wait_ready(Duration::from_secs(30));
+    assert_eq!(
+        epoch(&local),
+        first_epoch + 1,
+        "the new run leads a newer epoch"
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into())
     );
 }

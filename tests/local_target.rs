@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use haptor::pure::deploy::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir};
@@ -21,9 +22,12 @@ use support::{free_port, haproxy_binary};
 
 const PATIENCE: Duration = Duration::from_secs(15);
 
-/// An HTTP server in a thread that answers every request with its own name.
+/// An HTTP server in a thread that answers every request with its own name and counts the
+/// connections it accepted (HAProxy sends one request per connection to it: the answers
+/// close the connection).
 struct Backend {
     port: u16,
+    requests: Arc<AtomicUsize>,
 }
 
 impl Backend {
@@ -31,9 +35,12 @@ impl Backend {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a backend");
         let port = listener.local_addr().expect("local addr").port();
         let body = name.to_string();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&requests);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
+                counted.fetch_add(1, Ordering::SeqCst);
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
                 let mut request = Vec::new();
                 let mut buf = [0u8; 1024];
@@ -50,7 +57,12 @@ impl Backend {
                 let _ = stream.write_all(response.as_bytes());
             }
         });
-        Backend { port }
+        Backend { port, requests }
+    }
+
+    /// How many requests reached this backend so far.
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
     }
 }
 
@@ -159,6 +171,7 @@ fn request(rendered: &RenderedConfig, epoch: u64, generation: u64) -> DeployRequ
         checksum: rendered.checksum(),
         epoch,
         generation,
+        timeout: haptor::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT,
     }
 }
 
@@ -357,9 +370,30 @@ async fn endpoint_weight_and_route_changes_go_live_without_a_reload() {
     );
     expect_answer(fx.frontend, "a.example", "backend-C").await;
     expect_answer(fx.frontend, "c.example", "backend-C").await;
-    for _ in 0..4 {
-        expect_answer(fx.frontend, "b.example", "backend-A").await;
-    }
+    expect_answer(fx.frontend, "b.example", "backend-A").await;
+
+    // B is out of rotation: of a fixed number of requests through HAProxy after the change
+    // went live, every one is answered by be_b's new server A and none reaches B.
+    let b_before = fx.b.requests();
+    let frontend = fx.frontend;
+    let answers = tokio::task::spawn_blocking(move || {
+        (0..20)
+            .map(|_| http_get(frontend, "b.example"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("request thread");
+    assert_eq!(
+        fx.b.requests(),
+        b_before,
+        "the removed server B got requests: {answers:?}"
+    );
+    assert!(
+        answers.iter().all(|a| a
+            .as_ref()
+            .is_some_and(|(s, b)| *s == 200 && b == "backend-A")),
+        "{answers:?}"
+    );
     let weight = fx
         .target
         .runtime_command("get weight be_a/SRV_1")

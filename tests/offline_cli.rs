@@ -65,6 +65,51 @@ fn a_broken_assertion_fails_validate_and_names_the_test() {
 }
 
 #[test]
+fn validate_in_json_with_dump_rendered_includes_the_files_a_failing_test_rendered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = broken_copy(
+        &dir,
+        r"pattern: '^a\.example/ svc_default_web_80$'",
+        r"pattern: '^a\.example/ svc_default_nope_80$'",
+    );
+    let output = haptor(&[
+        "validate",
+        "-f",
+        config.to_str().expect("utf-8"),
+        "-o",
+        "json",
+        "--dump-rendered",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
+    let tests = report["tests"].as_array().expect("tests");
+    let failing = tests
+        .iter()
+        .find(|t| t["name"] == "hosts-route-to-their-service")
+        .expect("the failing test");
+    assert!(
+        failing["rendered"]["haproxy.cfg"]
+            .as_str()
+            .is_some_and(|cfg| cfg.contains("frontend")),
+        "{failing}"
+    );
+    let files = failing["rendered"]["files"].as_object().expect("files");
+    assert!(
+        files.values().any(|content| content
+            .as_str()
+            .is_some_and(|c| c.contains("svc_default_web_80"))),
+        "{files:?}"
+    );
+    assert!(
+        tests
+            .iter()
+            .filter(|t| t["passed"] == true)
+            .all(|t| t.get("rendered").is_none()),
+        "only failing tests carry their files"
+    );
+}
+
+#[test]
 fn validate_speaks_json_for_machines() {
     let output = haptor(&[
         "validate",

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 use haptor::pure::validate::cache::ValidationCache;
@@ -365,19 +365,37 @@ fn fake_haproxy(dir: &Path, body: &str) -> PathBuf {
 #[test]
 fn a_run_that_outlives_the_timeout_is_killed_and_reported() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let binary = fake_haproxy(dir.path(), "exec sleep 20");
+    // The script records its pid, then becomes `sleep` under that same pid.
+    let pid_file = dir.path().join("pid");
+    let binary = fake_haproxy(
+        dir.path(),
+        &format!("echo $$ > '{}'\nexec sleep 20", pid_file.display()),
+    );
     let checker = HaproxyChecker::new(CheckerSettings {
         binary,
         timeout: Duration::from_secs(1),
         ..CheckerSettings::default()
     });
-    let started = Instant::now();
     let error = checker
         .check_blocking(&RenderedConfig::default())
         .expect_err("times out");
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        matches!(
+            error,
+            SemanticCheckError::TimedOut { timeout } if timeout == Duration::from_secs(1)
+        ),
+        "{error:?}"
+    );
     assert_eq!(error.to_string(), "haproxy -c timed out after 1s");
     assert!(!error.is_rejection());
+    let pid = std::fs::read_to_string(&pid_file).expect("the run recorded its pid");
+    let pid = pid.trim();
+    assert!(!pid.is_empty());
+    // Killed and reaped: not running, and not left as a zombie either.
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the timed-out run {pid} is still there"
+    );
 }
 
 #[cfg(unix)]

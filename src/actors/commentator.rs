@@ -168,11 +168,13 @@ fn describe_trigger(trigger: &ObservedEvent) -> String {
             resource,
             object,
             deleted: false,
+            ..
         } => format!("the {resource} change {object}"),
         EventKind::ResourceChanged {
             resource,
             object,
             deleted: true,
+            ..
         } => format!("the {resource} deletion {object}"),
         EventKind::ReconciliationTriggered { reason } => {
             format!("the reconciliation triggered by {reason}")
@@ -231,10 +233,22 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
                 errors.join("; ")
             ),
         ),
+        EventKind::IterationStarted { resources } => Comment::new(
+            Info,
+            format!(
+                "config iteration started, watching {}",
+                if resources.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    resources.join(", ")
+                }
+            ),
+        ),
         EventKind::ResourceChanged {
             resource,
             object,
             deleted,
+            ..
         } => {
             let what = if *deleted { "deleted" } else { "changed" };
             Comment::new(Debug, format!("{resource} {object} {what}"))
@@ -287,9 +301,12 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
         EventKind::ValidationSucceeded {
             duration,
             cache_hit,
+            semantic_skipped,
         } => {
             let how = if *cache_hit {
                 "from the validation cache"
+            } else if *semantic_skipped {
+                "without haproxy -c (only values the runtime API changes differ)"
             } else {
                 "by haproxy -c"
             };
@@ -313,6 +330,7 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
             instance,
             duration,
             reloaded,
+            ..
         } => {
             let how = if *reloaded {
                 "with a reload"
@@ -561,6 +579,7 @@ mod tests {
                 resource: resource.into(),
                 object: object.into(),
                 deleted: false,
+                objects: 1,
             },
         )
     }
@@ -573,6 +592,7 @@ mod tests {
                 instance: instance.into(),
                 duration: Duration::from_millis(40),
                 reloaded: false,
+                since_change: None,
             },
         )
     }
@@ -629,6 +649,28 @@ mod tests {
             comment.text.contains("finished in 40 ms"),
             "{}",
             comment.text
+        );
+    }
+
+    #[test]
+    fn a_validation_that_skipped_haproxy_c_does_not_say_haproxy_c_ran() {
+        let skipped = comment_on(
+            &VecDeque::new(),
+            &at(
+                Some(1),
+                0,
+                EventKind::ValidationSucceeded {
+                    duration: Duration::from_millis(1),
+                    cache_hit: false,
+                    semantic_skipped: true,
+                },
+            ),
+        );
+        assert!(!skipped.text.contains("by haproxy -c"), "{}", skipped.text);
+        assert!(
+            skipped.text.contains("without haproxy -c"),
+            "{}",
+            skipped.text
         );
     }
 

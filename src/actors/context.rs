@@ -109,6 +109,7 @@ impl ReconcilePipeline for FullPipeline {
             render_time,
             validate_time: validated.duration,
             cache_hit: validated.from_cache,
+            semantic_skipped: validated.semantic_skipped,
         })
     }
 }
@@ -131,6 +132,12 @@ pub struct ControllerSettings {
     /// First retry delay of a failing Deployer; doubles up to `deploy_backoff_max`.
     pub deploy_backoff_base: Duration,
     pub deploy_backoff_max: Duration,
+    /// Whether `/readyz` also waits until every instance took a configuration (a controller
+    /// that owns its HAProxy, as `haptor local` does).
+    pub ready_requires_deployment: bool,
+    /// An actor busy with one message (or a render) for longer than this makes `/healthz`
+    /// fail naming it.
+    pub stall_threshold: Duration,
 }
 
 impl Default for ControllerSettings {
@@ -139,6 +146,8 @@ impl Default for ControllerSettings {
             validator_timeout: Duration::from_secs(5),
             deploy_backoff_base: Duration::from_millis(500),
             deploy_backoff_max: Duration::from_secs(30),
+            ready_requires_deployment: false,
+            stall_threshold: crate::actors::http::DEFAULT_STALL_THRESHOLD,
         }
     }
 }
@@ -154,8 +163,38 @@ pub struct Services {
     pub sources: Sources,
     pub settings: ControllerSettings,
     pub iteration_manager: Arc<RwLock<Option<ActorRef<IterationManagerMsg>>>>,
-    /// Set once every index of the running iteration has synced (`/readyz`).
+    /// What `/readyz` waits for: the running iteration's indexes and, where required, the
+    /// instances' first deployments.
     pub readiness: crate::actors::http::Readiness,
+    /// The last render generation handed out by any coordinator of this process. Renders
+    /// are numbered from here, so a new iteration's (or a new leader-only subtree's) first
+    /// render is newer than everything the long-lived deploy targets hold.
+    pub generations: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Services {
+    /// Publishes every restart a supervisor decides as an `ActorRestarted` event
+    /// (`haptor_actor_restarts_total`, and a warning from the Commentator).
+    pub fn restart_observer(&self) -> crate::supervision::RestartObserver {
+        let fanout = self.fanout.clone();
+        crate::supervision::RestartObserver::new(move |actor, restarts| {
+            fanout.publish(
+                None,
+                crate::messages::EventKind::ActorRestarted {
+                    actor: actor.to_string(),
+                    restarts,
+                },
+            );
+        })
+    }
+
+    /// The next render generation: above every generation handed out before in this
+    /// process.
+    pub fn next_generation(&self) -> u64 {
+        self.generations
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1
+    }
 }
 
 /// How the actors of one config iteration find each other. Each actor registers itself in
@@ -196,6 +235,9 @@ pub struct Iteration {
     pub services: Services,
     pub wiring: Wiring,
     pub latest: Mutex<LatestState>,
+    /// Counts in-place config changes (same watches, new values), for actors that hold a
+    /// setting across messages (the DriftMonitor's interval) and must apply a new one at once.
+    pub config_updates: watch::Sender<u64>,
 }
 
 impl Iteration {
@@ -217,7 +259,15 @@ impl Iteration {
                 instances,
                 last_render: None,
             }),
+            config_updates: watch::channel(0).0,
         })
+    }
+
+    /// Replaces the running config in place (its watches are unchanged) and tells the actors
+    /// that hold settings of it.
+    pub fn update_config(&self, compiled: Arc<CompiledConfig>) {
+        self.with_latest(|l| l.compiled = compiled);
+        self.config_updates.send_modify(|n| *n += 1);
     }
 
     /// Runs `f` on the latest state.

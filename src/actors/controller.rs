@@ -75,7 +75,8 @@ pub async fn start_controller(
         sources,
         settings,
         iteration_manager: Arc::new(RwLock::new(None)),
-        readiness: Readiness::new(),
+        readiness: Readiness::new(settings.ready_requires_deployment),
+        generations: Arc::default(),
     };
     let events = EventLog::default();
     let mut children = vec![
@@ -102,11 +103,14 @@ pub async fn start_controller(
         children.push(metrics_server_spec(addr.clone(), Arc::clone(&metrics)));
     }
     if let Some(addr) = &addresses.debug {
-        let state = DebugState::new(
-            services.introspection.clone(),
-            events.clone(),
-            services.readiness.clone(),
-        );
+        let state = DebugState {
+            stall_threshold: settings.stall_threshold,
+            ..DebugState::new(
+                services.introspection.clone(),
+                events.clone(),
+                services.readiness.clone(),
+            )
+        };
         children.push(debug_server_spec(addr.clone(), state));
     }
     let root = start_root(&services, sink, children).await?;

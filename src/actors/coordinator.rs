@@ -1,9 +1,11 @@
-//! The leader-only Coordinator: runs render+validate as one synchronous step on a blocking
+//! The leader-only Coordinator: runs render+validate as one synchronous step on the render
 //! thread, one at a time. Triggers that arrive while a step runs coalesce into one pending
 //! trigger (the latest correlation wins), so a burst of N events costs at most one more
 //! render, and that render reads the stores after the last event. A successful step is
 //! numbered and handed to the DeployScheduler and recorded for state replay; a failure is
 //! reported with its template and line, and the last good configuration keeps serving.
+//! Renders are numbered from the process-wide counter in `Services`, so a render of a new
+//! iteration or a new leadership term is newer than anything deployed before it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,9 +27,8 @@ pub struct Coordinator {
 
 pub struct CoordinatorState {
     rendering: bool,
-    pending: Option<(CorrelationId, Instant)>,
+    pending: Option<(CorrelationId, Option<Instant>)>,
     renders: u64,
-    generation: u64,
     /// The checksum this coordinator last handed on; starts empty so a new leader deploys
     /// the replayed state even when it equals the previous leader's render.
     last_checksum: Option<String>,
@@ -39,7 +40,7 @@ impl Coordinator {
         myself: &ActorRef<CoordinatorMsg>,
         state: &mut CoordinatorState,
         correlation: CorrelationId,
-        at: Instant,
+        changed_at: Option<Instant>,
     ) {
         state.rendering = true;
         state.renders += 1;
@@ -49,7 +50,11 @@ impl Coordinator {
         let pipeline = Arc::clone(&self.iteration.services.pipeline);
         let render_thread = Arc::clone(&self.iteration.services.render_thread);
         let target = myself.clone();
+        // The render counts as the coordinator's work for stall detection: a render that
+        // hangs on the render thread makes `/healthz` name the coordinator.
+        let busy = self.iteration.services.introspection.busy("coordinator");
         tokio::spawn(async move {
+            let _busy = busy;
             let snapshot = stores.snapshot();
             let result = render_thread
                 .run(move || pipeline.run(&compiled, snapshot))
@@ -66,7 +71,7 @@ impl Coordinator {
                 });
             let _ = target.cast(CoordinatorMsg::RenderFinished(Box::new(RenderOutcome {
                 correlation,
-                triggered_at: at,
+                changed_at,
                 result,
             })));
         });
@@ -89,6 +94,7 @@ impl Coordinator {
                     EventKind::ValidationSucceeded {
                         duration: done.validate_time,
                         cache_hit: done.cache_hit,
+                        semantic_skipped: done.semantic_skipped,
                     },
                 );
                 services
@@ -101,14 +107,13 @@ impl Coordinator {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
                     return;
                 }
-                state.generation += 1;
                 state.last_checksum = Some(done.checksum.clone());
                 let render = ValidatedRender {
                     rendered: done.rendered,
                     checksum: done.checksum,
-                    generation: state.generation,
+                    generation: services.next_generation(),
                     correlation: outcome.correlation,
-                    triggered_at: outcome.triggered_at,
+                    changed_at: outcome.changed_at,
                 };
                 self.iteration
                     .with_latest(|l| l.last_render = Some(render.clone()));
@@ -152,15 +157,10 @@ impl Actor for Coordinator {
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.coordinator, Some(myself));
-        // Replay: continue numbering after the last render this iteration produced.
-        let generation = self
-            .iteration
-            .with_latest(|l| l.last_render.as_ref().map_or(0, |r| r.generation));
         Ok(CoordinatorState {
             rendering: false,
             pending: None,
             renders: 0,
-            generation,
             last_checksum: None,
         })
     }
@@ -186,21 +186,27 @@ impl Actor for Coordinator {
         let _busy = self.iteration.services.introspection.busy("coordinator");
         match msg {
             CoordinatorMsg::Trigger {
-                correlation, at, ..
+                correlation,
+                changed_at,
+                ..
             } => {
                 if state.rendering {
-                    // Latest wins; keep the earliest trigger time for latency accounting.
-                    let first_at = state.pending.map_or(at, |(_, earlier)| earlier.min(at));
-                    state.pending = Some((correlation, first_at));
+                    // Latest wins; keep the earliest change time for latency accounting.
+                    let earlier = state.pending.and_then(|(_, at)| at);
+                    let first = match (earlier, changed_at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    state.pending = Some((correlation, first));
                 } else {
-                    self.start_render(&myself, state, correlation, at);
+                    self.start_render(&myself, state, correlation, changed_at);
                 }
             }
             CoordinatorMsg::RenderFinished(outcome) => {
                 state.rendering = false;
                 self.finish(state, *outcome);
-                if let Some((correlation, at)) = state.pending.take() {
-                    self.start_render(&myself, state, correlation, at);
+                if let Some((correlation, changed_at)) = state.pending.take() {
+                    self.start_render(&myself, state, correlation, changed_at);
                 }
             }
             CoordinatorMsg::RenderCount(reply) => {

@@ -4,7 +4,7 @@
 //! other instances), the DriftMonitor (periodic comparison with the desired checksum) and
 //! the ConfigPublisher (publishes what was rendered and where it runs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,10 @@ use crate::messages::{
     ConfigPublisherMsg, DeploySchedulerMsg, DeployerMsg, DriftMonitorMsg, EventKind, Instance,
     ValidatedRender,
 };
-use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus, parse_duration};
+use crate::pure::config::{
+    AuxiliaryFileSummary, HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus, parse_duration,
+};
+use crate::pure::deploy::pacing::Pacer;
 use crate::pure::deploy::plan::plan;
 use crate::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
@@ -28,19 +31,45 @@ pub struct DeployScheduler {
 }
 
 pub struct SchedulerState {
+    /// The latest render: what every instance should run (the one latest-wins slot).
     desired: Option<ValidatedRender>,
-    /// The render last sent to the deployers: pacing applies only to renders that need a
-    /// reload relative to it.
-    dispatched: Option<ValidatedRender>,
-    pending: bool,
+    /// Per instance, the render last sent to its Deployer: pacing applies only to renders
+    /// that need a reload relative to it.
+    dispatched: BTreeMap<String, ValidatedRender>,
+    /// Instances that wait for their pacing interval before they get `desired`.
+    waiting: BTreeSet<String>,
     timer_armed: bool,
-    last_dispatch: Option<Instant>,
-    min_interval: Duration,
+    pacer: Pacer,
     deployers: BTreeMap<String, ActorRef<DeployerMsg>>,
+    /// Re-offers the latest render when the config changes in place (a new
+    /// `minDeploymentInterval` applies to instances already waiting).
+    config_updates: tokio::task::JoinHandle<()>,
 }
 
 fn deployer_child_name(instance: &str) -> String {
     format!("deployer-{instance}")
+}
+
+/// "Now" for pacing, from tokio's clock (so a paused test clock paces too).
+fn pacing_now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// `dataplane.minDeploymentInterval` of the running config (validated, so the fallback
+/// only covers a config that skipped validation).
+fn min_deployment_interval(iteration: &Iteration) -> Duration {
+    iteration.with_latest(|l| {
+        parse_duration(&l.compiled.spec.dataplane.min_deployment_interval)
+            .unwrap_or(Duration::from_secs(2))
+    })
+}
+
+/// `dataplane.deploymentTimeout` of the running config.
+fn deployment_timeout(iteration: &Iteration) -> Duration {
+    iteration.with_latest(|l| {
+        parse_duration(&l.compiled.spec.dataplane.deployment_timeout)
+            .unwrap_or(crate::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT)
+    })
 }
 
 impl DeployScheduler {
@@ -48,18 +77,62 @@ impl DeployScheduler {
         self.iteration.with_latest(|l| l.leadership.epoch)
     }
 
-    fn dispatch(&self, state: &mut SchedulerState) {
+    /// Sends the desired render to every instance that may take it now; instances whose
+    /// reload would come too soon after their last one wait (and a timer is armed).
+    fn offer_desired(&self, myself: &ActorRef<DeploySchedulerMsg>, state: &mut SchedulerState) {
         let Some(render) = state.desired.clone() else {
             return;
         };
-        state.dispatched = Some(render.clone());
-        state.pending = false;
-        state.last_dispatch = Some(Instant::now());
+        state
+            .pacer
+            .set_min_interval(min_deployment_interval(&self.iteration));
         let epoch = self.epoch();
-        for deployer in state.deployers.values() {
+        let now = pacing_now();
+        // Instances usually hold the same previous render: plan once per checksum.
+        let mut reload_from: BTreeMap<String, bool> = BTreeMap::new();
+        let mut shortest_wait: Option<Duration> = None;
+        for (instance, deployer) in &state.deployers {
+            let needs_reload = match state.dispatched.get(instance) {
+                Some(previous) if previous.checksum == render.checksum => {
+                    state.waiting.remove(instance);
+                    continue;
+                }
+                Some(previous) => {
+                    *reload_from
+                        .entry(previous.checksum.clone())
+                        .or_insert_with(|| {
+                            plan(Some(&previous.rendered), &render.rendered)
+                                .map_or(true, |p| p.reload)
+                        })
+                }
+                // Nothing sent yet: a first deployment goes at once, its outcome says
+                // whether it reloaded.
+                None => false,
+            };
+            if needs_reload {
+                let wait = state.pacer.wait(instance, now);
+                if !wait.is_zero() {
+                    state.waiting.insert(instance.clone());
+                    shortest_wait = Some(shortest_wait.map_or(wait, |w| w.min(wait)));
+                    continue;
+                }
+                state.pacer.reloaded(instance, now);
+            }
+            state.waiting.remove(instance);
+            state.dispatched.insert(instance.clone(), render.clone());
             let _ = deployer.cast(DeployerMsg::Deploy {
                 render: render.clone(),
                 epoch,
+            });
+        }
+        if let Some(wait) = shortest_wait
+            && !state.timer_armed
+        {
+            state.timer_armed = true;
+            let target = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = target.cast(DeploySchedulerMsg::PacingElapsed);
             });
         }
     }
@@ -86,6 +159,9 @@ impl DeployScheduler {
             .collect();
         for name in gone {
             state.deployers.remove(&name);
+            state.dispatched.remove(&name);
+            state.waiting.remove(&name);
+            state.pacer.forget(&name);
             let _ = ractor::call!(
                 supervisor,
                 SupervisorMsg::StopChild,
@@ -130,6 +206,7 @@ impl DeployScheduler {
                 let deployer = ActorRef::<DeployerMsg>::from(cell);
                 // A new instance gets the desired configuration at once, unpaced.
                 if let Some(render) = &state.desired {
+                    state.dispatched.insert(name.clone(), render.clone());
                     let _ = deployer.cast(DeployerMsg::Deploy {
                         render: render.clone(),
                         epoch,
@@ -156,19 +233,24 @@ impl Actor for DeployScheduler {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        set(&self.iteration.wiring.scheduler, Some(myself));
-        let min_interval = self.iteration.with_latest(|l| {
-            parse_duration(&l.compiled.spec.dataplane.min_deployment_interval)
-                .unwrap_or(Duration::from_secs(2))
+        set(&self.iteration.wiring.scheduler, Some(myself.clone()));
+        let mut updates = self.iteration.config_updates.subscribe();
+        let target = myself.clone();
+        let config_updates = tokio::spawn(async move {
+            while updates.changed().await.is_ok() {
+                if target.cast(DeploySchedulerMsg::PacingElapsed).is_err() {
+                    return;
+                }
+            }
         });
         Ok(SchedulerState {
             desired: None,
-            dispatched: None,
-            pending: false,
+            dispatched: BTreeMap::new(),
+            waiting: BTreeSet::new(),
             timer_armed: false,
-            last_dispatch: None,
-            min_interval,
+            pacer: Pacer::new(min_deployment_interval(&self.iteration)),
             deployers: BTreeMap::new(),
+            config_updates,
         })
     }
 
@@ -196,33 +278,17 @@ impl Actor for DeployScheduler {
             .busy("deploy-scheduler");
         match msg {
             DeploySchedulerMsg::Deploy(render) => {
-                // Runtime-only changes (endpoints, weights, map entries) skip the pacing.
-                let runtime_only = state.dispatched.as_ref().is_some_and(|previous| {
-                    plan(Some(&previous.rendered), &render.rendered).is_ok_and(|p| !p.reload)
-                });
                 state.desired = Some(render);
-                let wait = state.last_dispatch.map_or(Duration::ZERO, |t| {
-                    state.min_interval.saturating_sub(t.elapsed())
-                });
-                if wait.is_zero() || runtime_only {
-                    self.dispatch(state);
-                } else {
-                    state.pending = true;
-                    if !state.timer_armed {
-                        state.timer_armed = true;
-                        let target = myself.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(wait).await;
-                            let _ = target.cast(DeploySchedulerMsg::PacingElapsed);
-                        });
-                    }
-                }
+                self.offer_desired(&myself, state);
             }
             DeploySchedulerMsg::PacingElapsed => {
                 state.timer_armed = false;
-                if state.pending {
-                    self.dispatch(state);
+                if !state.waiting.is_empty() {
+                    self.offer_desired(&myself, state);
                 }
+            }
+            DeploySchedulerMsg::Waiting(reply) => {
+                let _ = reply.send(state.waiting.iter().cloned().collect());
             }
             DeploySchedulerMsg::InstancesChanged(instances) => {
                 self.sync_deployers(&myself, state, instances).await
@@ -232,7 +298,10 @@ impl Actor for DeployScheduler {
                 checksum,
                 result,
             } => {
-                if result.is_ok() {
+                if let Ok(outcome) = &result {
+                    if outcome.reloaded {
+                        state.pacer.reloaded(&instance, pacing_now());
+                    }
                     self.iteration
                         .services
                         .introspection
@@ -253,8 +322,9 @@ impl Actor for DeployScheduler {
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        _: &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.config_updates.abort();
         if current(&self.iteration.wiring.scheduler).is_some_and(|s| s.get_id() == myself.get_id())
         {
             set(&self.iteration.wiring.scheduler, None);
@@ -306,14 +376,19 @@ impl Deployer {
             return;
         }
         let services = &self.iteration.services;
+        let timeout = deployment_timeout(&self.iteration);
         let request = DeployRequest {
             rendered: Arc::clone(&render.rendered),
             checksum: render.checksum.clone(),
             epoch,
             generation: render.generation,
+            timeout,
         };
         let started = Instant::now();
-        let result = self.target.deploy(&request).await;
+        let result = match tokio::time::timeout(timeout, self.target.deploy(&request)).await {
+            Ok(result) => result,
+            Err(_) => Err(DeployError::TimedOut(timeout)),
+        };
         let correlation = Some(render.correlation);
         let report: Result<_, String> = match &result {
             Ok(outcome) => {
@@ -323,10 +398,14 @@ impl Deployer {
                     correlation,
                     EventKind::DeploymentSucceeded {
                         instance: self.instance.clone(),
-                        duration: render.triggered_at.elapsed(),
+                        duration: started.elapsed(),
                         reloaded: outcome.reloaded,
+                        since_change: render.changed_at.map(|at| at.elapsed()),
                     },
                 );
+                services
+                    .readiness
+                    .update(|r| r.instance_deployed(&self.instance));
                 tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, took_ms = started.elapsed().as_millis() as u64, "deployed");
                 Ok(outcome.clone())
             }
@@ -490,17 +569,28 @@ impl Actor for DriftMonitor {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let interval = self.iteration.with_latest(|l| {
-            parse_duration(&l.compiled.spec.dataplane.drift_prevention_interval)
-                .unwrap_or(Duration::from_secs(60))
-        });
+        let iteration = Arc::clone(&self.iteration);
+        let mut updates = iteration.config_updates.subscribe();
         let ticker = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
-            ticks.tick().await;
             loop {
-                ticks.tick().await;
-                if myself.cast(DriftMonitorMsg::Tick).is_err() {
-                    return;
+                // Read at every wait, so an in-place change of the interval applies at once.
+                let interval = iteration
+                    .with_latest(|l| {
+                        parse_duration(&l.compiled.spec.dataplane.drift_prevention_interval)
+                            .unwrap_or(Duration::from_secs(60))
+                    })
+                    .max(Duration::from_millis(10));
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {
+                        if myself.cast(DriftMonitorMsg::Tick).is_err() {
+                            return;
+                        }
+                    }
+                    changed = updates.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
                 }
             }
         });
@@ -514,6 +604,7 @@ impl Actor for DriftMonitor {
         _: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let DriftMonitorMsg::Tick = msg;
+        let _busy = self.iteration.services.introspection.busy("drift-monitor");
         let Some(scheduler) = current(&self.iteration.wiring.scheduler) else {
             return Ok(());
         };
@@ -608,16 +699,25 @@ impl Actor for ConfigPublisher {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = self
+            .iteration
+            .services
+            .introspection
+            .busy("config-publisher");
         match msg {
             ConfigPublisherMsg::Publish(render) => {
-                let path = self
-                    .iteration
-                    .with_latest(|l| l.compiled.spec.dataplane.config_file.clone());
+                let (path, base_dir) = self.iteration.with_latest(|l| {
+                    let dataplane = &l.compiled.spec.dataplane;
+                    (
+                        dataplane.config_file.clone(),
+                        dataplane.path_resolver().base_dir,
+                    )
+                });
                 state.spec = Some(HAProxyCfgSpec {
                     path,
                     content: render.rendered.haproxy_cfg.clone(),
                     checksum: format!("sha256:{}", render.checksum),
-                    auxiliary_files: Default::default(),
+                    auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
                 });
             }
             ConfigPublisherMsg::InstanceResult {

@@ -7,14 +7,13 @@
 //!
 //! The routers are built by plain functions ([`metrics_router`], [`debug_router`]) over
 //! shared handles — the [`Metrics`], the [`Introspection`] record, the Commentator's
-//! [`EventLog`] and a [`Readiness`] flag — so the handlers stay thin and never call into an
+//! [`EventLog`] and the [`Readiness`] state — so the handlers stay thin and never call into an
 //! actor that could be busy or restarting. The bound address (useful when configured with
 //! port 0) is answered by [`HttpServerMsg::LocalAddr`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -31,6 +30,7 @@ use tokio::task::JoinHandle;
 use super::commentator::EventLog;
 use super::introspection::Introspection;
 use super::metrics::{METRICS_CONTENT_TYPE, Metrics};
+use crate::pure::readiness::{ReadinessState, ReadinessVerdict};
 use crate::supervision::{ActorRole, ChildSpec, actor_tree};
 
 /// Where the metrics server listens unless configured otherwise.
@@ -76,22 +76,34 @@ pub enum HttpServerError {
     },
 }
 
-/// Whether the controller is ready for traffic (`/readyz`): set once every watched resource
-/// has synchronised. Cheap to clone; clones share the flag.
+/// Whether the controller is ready for traffic (`/readyz`): a shared
+/// [`ReadinessState`] that the IndexTracker, Discovery and the Deployers report into. Cheap
+/// to clone; clones share the state.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<RwLock<ReadinessState>>);
 
 impl Readiness {
-    pub fn new() -> Readiness {
-        Readiness::default()
+    /// Readiness that waits for the indexes, and also for every instance's first deployment
+    /// when `requires_deployment` (a controller that owns its HAProxy).
+    pub fn new(requires_deployment: bool) -> Readiness {
+        Readiness(Arc::new(RwLock::new(ReadinessState::new(
+            requires_deployment,
+        ))))
     }
 
-    pub fn set_ready(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+    /// Applies one report to the state.
+    pub fn update(&self, f: impl FnOnce(&mut ReadinessState)) {
+        // A poisoned lock means a reporter panicked between two set operations; the state is
+        // still a valid set of facts.
+        f(&mut self.0.write().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    pub fn verdict(&self) -> ReadinessVerdict {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).verdict()
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.verdict().ready
     }
 }
 
@@ -245,15 +257,17 @@ async fn healthz(State(state): State<DebugState>) -> Response {
 }
 
 async fn readyz(State(state): State<DebugState>) -> Response {
-    if state.readiness.is_ready() {
-        Json(json!({ "status": "ready" })).into_response()
+    let verdict = state.readiness.verdict();
+    let status = if verdict.ready {
+        StatusCode::OK
     } else {
-        let body = json!({
-            "status": "not ready",
-            "reason": "waiting for every watched resource to finish its initial sync",
-        });
-        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": if verdict.ready { "ready" } else { "not ready" },
+        "waiting_for": verdict.waiting_for,
+    });
+    (status, Json(body)).into_response()
 }
 
 /// Messages an HTTP server actor accepts.

@@ -80,7 +80,11 @@ struct Record {
 #[derive(Debug, Clone, Default)]
 pub struct Introspection {
     record: Arc<RwLock<Record>>,
-    busy_since: Arc<DashMap<String, Instant>>,
+    /// Work in progress: a token per busy guard, with the actor's name and when it began.
+    /// Tokens, not names, key it: one actor may be busy twice at once (the coordinator
+    /// handling a message while its render runs on the render thread).
+    busy_since: Arc<DashMap<u64, (String, Instant)>>,
+    next_busy: Arc<std::sync::atomic::AtomicU64>,
     root: Arc<OnceLock<ActorCell>>,
 }
 
@@ -119,6 +123,20 @@ impl Introspection {
         self.write(|r| {
             r.rendered = Some(rendered);
             r.state.last_rendered_checksum = Some(checksum);
+        });
+    }
+
+    /// A new config iteration starts: the resource counts and the per-iteration state
+    /// (sync, instances, checksums, reconciliations) start over; leadership, the current
+    /// config, the last render and the recent errors stay.
+    pub fn iteration_started(&self, resources: impl IntoIterator<Item = String>) {
+        self.write(|r| {
+            r.resources = resources.into_iter().map(|name| (name, 0)).collect();
+            r.state = ControllerState {
+                is_leader: r.state.is_leader,
+                epoch: r.state.epoch,
+                ..ControllerState::default()
+            };
         });
     }
 
@@ -164,10 +182,14 @@ impl Introspection {
 
     /// Marks `actor` busy until the returned guard is dropped.
     pub fn busy(&self, actor: &str) -> BusyGuard {
-        self.busy_since.insert(actor.to_string(), Instant::now());
+        let token = self
+            .next_busy
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.busy_since
+            .insert(token, (actor.to_string(), Instant::now()));
         BusyGuard {
             map: Arc::clone(&self.busy_since),
-            actor: actor.to_string(),
+            token,
         }
     }
 
@@ -175,27 +197,29 @@ impl Introspection {
     /// long.
     pub fn stalled(&self, threshold: Duration) -> Vec<(String, Duration)> {
         let now = Instant::now();
-        let mut stalled: Vec<(String, Duration)> = self
-            .busy_since
-            .iter()
-            .map(|e| (e.key().clone(), now.duration_since(*e.value())))
-            .filter(|(_, busy)| *busy > threshold)
-            .collect();
-        stalled.sort();
-        stalled
+        let mut longest: BTreeMap<String, Duration> = BTreeMap::new();
+        for entry in self.busy_since.iter() {
+            let (actor, since) = entry.value();
+            let busy = now.duration_since(*since);
+            if busy > threshold {
+                let known = longest.entry(actor.clone()).or_default();
+                *known = (*known).max(busy);
+            }
+        }
+        longest.into_iter().collect()
     }
 }
 
 /// Clears an actor's busy mark when dropped.
 #[derive(Debug)]
 pub struct BusyGuard {
-    map: Arc<DashMap<String, Instant>>,
-    actor: String,
+    map: Arc<DashMap<u64, (String, Instant)>>,
+    token: u64,
 }
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
-        self.map.remove(&self.actor);
+        self.map.remove(&self.token);
     }
 }
 

@@ -64,6 +64,7 @@ pub fn leader_only_spec(iteration: &Arc<Iteration>, sink: Arc<dyn PublishSink>) 
         name: LEADER_ONLY.into(),
         policy: RestartPolicy::default(),
         children,
+        on_restart: Some(iteration.services.restart_observer()),
     };
     ChildSpec::new(LEADER_ONLY, ActorRole::Supervisor, Supervisor, args)
 }
@@ -174,6 +175,7 @@ impl Actor for LeaderElector {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = self.iteration.services.introspection.busy("leader-elector");
         match msg {
             LeaderElectorMsg::Changed(next) => self.apply(&myself, state, next).await?,
             LeaderElectorMsg::Current(reply) => {
@@ -231,11 +233,16 @@ impl Actor for Discovery {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = self.iteration.services.introspection.busy("discovery");
         match msg {
             DiscoveryMsg::Changed(instances) => {
                 let names: Vec<String> = instances.iter().map(|i| i.name.clone()).collect();
                 let before: Vec<String> = state.instances.iter().map(|i| i.name.clone()).collect();
                 state.instances = instances.clone();
+                self.iteration
+                    .services
+                    .readiness
+                    .update(|r| r.instances_known(names.clone()));
                 self.iteration
                     .with_latest(|l| l.instances = instances.clone());
                 if names != before {

@@ -16,8 +16,8 @@ use std::sync::{Arc, RwLock};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -115,7 +115,12 @@ pub struct Metrics {
     deployments: IntCounterVec,
     deployment_errors: IntCounterVec,
     deployment_duration: Histogram,
+    change_to_deploy: HistogramVec,
+    validations_skipped: IntCounter,
     resources: IntGaugeVec,
+    /// The resource labels `haptor_resources` has now, so those no longer watched can be
+    /// removed when an iteration starts.
+    resource_labels: std::sync::Mutex<std::collections::BTreeSet<String>>,
     leader_is_leader: IntGauge,
     leader_transitions: IntCounter,
     actor_restarts: IntCounterVec,
@@ -232,8 +237,30 @@ impl Metrics {
         let deployment_duration = histogram(
             r,
             "haptor_deployment_duration_seconds",
-            "Time to deploy a configuration to one HAProxy instance",
+            "Time one HAProxy instance took to take a configuration (the deployment itself)",
             DEPLOYMENT_BUCKETS,
+        )?;
+        let change_to_deploy = register(
+            r,
+            "haptor_change_to_deploy_seconds",
+            made(
+                "haptor_change_to_deploy_seconds",
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "haptor_change_to_deploy_seconds",
+                        "Time from a watcher first seeing a change (before its debounce) to an \
+                         instance acknowledging the configuration that includes it",
+                    )
+                    .buckets(DEPLOYMENT_BUCKETS.to_vec()),
+                    &["instance"],
+                ),
+            )?,
+        )?;
+        let validations_skipped = counter(
+            r,
+            "haptor_validations_skipped_total",
+            "Renders accepted without haproxy -c: they differ from the last accepted render \
+             only in values the runtime API changes",
         )?;
         let resources = register(
             r,
@@ -339,7 +366,10 @@ impl Metrics {
             deployments,
             deployment_errors,
             deployment_duration,
+            change_to_deploy,
+            validations_skipped,
             resources,
+            resource_labels: std::sync::Mutex::default(),
             leader_is_leader,
             leader_transitions,
             actor_restarts,
@@ -388,6 +418,10 @@ impl Metrics {
                 self.reconciliations.inc();
                 self.reconciliation_errors.inc();
             }
+            EventKind::ValidationSucceeded {
+                semantic_skipped: true,
+                ..
+            } => self.validations_skipped.inc(),
             EventKind::ValidationSucceeded { duration, .. } => {
                 self.validations.inc();
                 self.validation_duration.observe(duration.as_secs_f64());
@@ -397,12 +431,20 @@ impl Metrics {
                 self.validation_errors.inc();
             }
             EventKind::DeploymentSucceeded {
-                instance, duration, ..
+                instance,
+                duration,
+                since_change,
+                ..
             } => {
                 self.deployments
                     .with_label_values(&[instance.as_str()])
                     .inc();
                 self.deployment_duration.observe(duration.as_secs_f64());
+                if let Some(since_change) = since_change {
+                    self.change_to_deploy
+                        .with_label_values(&[instance.as_str()])
+                        .observe(since_change.as_secs_f64());
+                }
             }
             EventKind::DeploymentFailed { instance, .. } => {
                 self.deployments
@@ -412,11 +454,19 @@ impl Metrics {
                     .with_label_values(&[instance.as_str()])
                     .inc();
             }
-            EventKind::IndexSynced { resource, objects } => {
-                let objects = i64::try_from(*objects).unwrap_or(i64::MAX);
-                self.resources
-                    .with_label_values(&[resource.as_str()])
-                    .set(objects);
+            EventKind::IndexSynced { resource, objects }
+            | EventKind::ResourceChanged {
+                resource, objects, ..
+            } => self.set_resource_count(resource, *objects),
+            EventKind::IterationStarted { resources } => {
+                let mut labels = self
+                    .resource_labels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                for gone in labels.iter().filter(|l| !resources.contains(l)) {
+                    let _ = self.resources.remove_label_values(&[gone.as_str()]);
+                }
+                labels.retain(|l| resources.contains(l));
             }
             EventKind::LeadershipGained { .. } => {
                 self.leader_is_leader.set(1);
@@ -433,12 +483,20 @@ impl Metrics {
             }
             EventKind::ConfigAccepted { .. }
             | EventKind::ConfigRejected { .. }
-            | EventKind::ResourceChanged { .. }
             | EventKind::AllIndexesSynced
             | EventKind::ReconciliationTriggered { .. }
             | EventKind::DeploymentFenced { .. }
             | EventKind::InstancesDiscovered { .. } => {}
         }
+    }
+
+    fn set_resource_count(&self, resource: &str, objects: usize) {
+        let objects = i64::try_from(objects).unwrap_or(i64::MAX);
+        self.resources.with_label_values(&[resource]).set(objects);
+        self.resource_labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(resource.to_string());
     }
 
     /// Every family in the Prometheus text exposition format (version 0.0.4). Labelled
@@ -541,6 +599,7 @@ mod tests {
             EventKind::ValidationSucceeded {
                 duration: Duration::from_millis(80),
                 cache_hit: false,
+                semantic_skipped: false,
             },
             EventKind::ValidationFailed {
                 phase: "semantic".into(),
@@ -550,6 +609,7 @@ mod tests {
                 instance: "haproxy-0".into(),
                 duration: Duration::from_millis(12),
                 reloaded: true,
+                since_change: Some(Duration::from_millis(150)),
             },
             EventKind::DeploymentFailed {
                 instance: "haproxy-1".into(),
@@ -584,6 +644,8 @@ mod tests {
             "haptor_deployments_total",
             "haptor_deployment_errors_total",
             "haptor_deployment_duration_seconds",
+            "haptor_change_to_deploy_seconds",
+            "haptor_validations_skipped_total",
             "haptor_resources",
             "haptor_leader_is_leader",
             "haptor_leader_transitions_total",
@@ -610,6 +672,7 @@ mod tests {
             instance: "haproxy-0".into(),
             duration: Duration::from_millis(5),
             reloaded: false,
+            since_change: None,
         }));
         let text = metrics.encode_text().expect("metrics encode");
         assert_eq!(sample(&text, "haptor_reconciliations_total"), Some(2.0));
@@ -662,6 +725,60 @@ mod tests {
         let text = metrics.encode_text().expect("metrics encode");
         assert_eq!(sample(&text, "haptor_leader_is_leader"), Some(0.0));
         assert_eq!(sample(&text, "haptor_leader_transitions_total"), Some(2.0));
+    }
+
+    #[test]
+    fn resource_counts_follow_changes_and_unwatched_resources_lose_their_series() {
+        let metrics = Metrics::new().expect("metrics build");
+        metrics.observe(&event(EventKind::IndexSynced {
+            resource: "services".into(),
+            objects: 2,
+        }));
+        metrics.observe(&event(EventKind::IndexSynced {
+            resource: "secrets".into(),
+            objects: 1,
+        }));
+        metrics.observe(&event(EventKind::ResourceChanged {
+            resource: "services".into(),
+            object: "default/web".into(),
+            deleted: true,
+            objects: 1,
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"services\"}"),
+            Some(1.0)
+        );
+        metrics.observe(&event(EventKind::IterationStarted {
+            resources: vec!["services".into()],
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"secrets\"}"),
+            None,
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"services\"}"),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn a_validation_that_skipped_haproxy_c_is_counted_apart() {
+        let metrics = Metrics::new().expect("metrics build");
+        metrics.observe(&event(EventKind::ValidationSucceeded {
+            duration: Duration::from_millis(1),
+            cache_hit: false,
+            semantic_skipped: true,
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(sample(&text, "haptor_validations_total"), Some(0.0));
+        assert_eq!(
+            sample(&text, "haptor_validation_duration_seconds_count"),
+            Some(0.0)
+        );
+        assert_eq!(sample(&text, "haptor_validations_skipped_total"), Some(1.0));
     }
 
     #[test]

@@ -25,7 +25,13 @@ pub struct ReconcilerState {
 }
 
 impl Reconciler {
-    fn trigger(&self, state: &ReconcilerState, reason: String, correlation: u64) {
+    fn trigger(
+        &self,
+        state: &ReconcilerState,
+        reason: String,
+        correlation: u64,
+        changed_at: Option<Instant>,
+    ) {
         let Some(coordinator) = &state.coordinator else {
             return;
         };
@@ -41,7 +47,7 @@ impl Reconciler {
         let _ = coordinator.cast(CoordinatorMsg::Trigger {
             reason,
             correlation,
-            at: Instant::now(),
+            changed_at,
         });
     }
 }
@@ -72,22 +78,30 @@ impl Actor for Reconciler {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = self.iteration.services.introspection.busy("reconciler");
         match msg {
             ReconcilerMsg::AllSynced => {
                 if !state.synced {
                     state.synced = true;
-                    self.trigger(state, "initial sync complete".into(), new_correlation_id());
+                    self.trigger(
+                        state,
+                        "initial sync complete".into(),
+                        new_correlation_id(),
+                        None,
+                    );
                 }
             }
             ReconcilerMsg::ResourcesChanged {
                 resource,
                 changes,
                 correlation,
+                first_seen,
             } => {
                 self.trigger(
                     state,
                     format!("{changes} change(s) to {resource}"),
                     correlation,
+                    Some(first_seen),
                 );
             }
             ReconcilerMsg::SetCoordinator(coordinator) => {
@@ -98,10 +112,13 @@ impl Actor for Reconciler {
                         state,
                         "leadership gained: replaying the latest state".into(),
                         new_correlation_id(),
+                        None,
                     );
                 }
             }
-            ReconcilerMsg::Trigger { reason } => self.trigger(state, reason, new_correlation_id()),
+            ReconcilerMsg::Trigger { reason } => {
+                self.trigger(state, reason, new_correlation_id(), Some(Instant::now()))
+            }
         }
         Ok(())
     }

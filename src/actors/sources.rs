@@ -4,6 +4,14 @@
 //! list (`InitStart`, `InitApply`…, `InitDone`) and then carries each change. Objects are
 //! held and sent as [`CompactObject`]s: the source, the events and the stores share one
 //! compact copy of each.
+//!
+//! A stream opened for a watched resource with a `namespaceSelector` carries only the
+//! objects of namespaces whose labels match, as the Namespace objects (`v1`/`Namespace`)
+//! the source holds declare them (every namespace also has `kubernetes.io/metadata.name`).
+//! When a Namespace is applied or deleted and its labels change, the objects of that
+//! namespace enter such a stream (an `Apply` each) or leave it (a `Delete` each), so the
+//! watcher's store follows; [`NamespaceLabels`] and [`NamespaceChange::membership`] decide
+//! which. Label and field selectors are the watcher's to apply.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,18 +24,94 @@ use tokio::sync::mpsc;
 use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
+use crate::pure::selector::namespaces::is_namespace_kind;
+use crate::pure::selector::{LabelSelector, Membership, NamespaceChange, NamespaceLabels};
 use crate::pure::store::CompactObject;
+
+/// One open stream.
+struct Subscriber {
+    tx: mpsc::UnboundedSender<ResourceEvent>,
+    /// Only objects of namespaces matching it are sent (cluster-scoped ones always are).
+    namespace_selector: Option<LabelSelector>,
+}
+
+impl Subscriber {
+    fn admits(&self, namespaces: &NamespaceLabels, namespace: &str) -> bool {
+        self.namespace_selector
+            .as_ref()
+            .is_none_or(|s| namespaces.admits(s, namespace))
+    }
+
+    /// Sends an event; false when the stream is gone.
+    fn send(&self, event: ResourceEvent) -> bool {
+        self.tx.send(event).is_ok()
+    }
+}
 
 #[derive(Default)]
 struct Channel {
     objects: BTreeMap<(String, String), CompactObject>,
-    subscribers: Vec<mpsc::UnboundedSender<ResourceEvent>>,
+    subscribers: Vec<Subscriber>,
+}
+
+impl Channel {
+    /// Sends `event` about an object of `namespace` to every subscriber that admits it, and
+    /// drops the subscribers that are gone.
+    fn publish(&mut self, namespaces: &NamespaceLabels, namespace: &str, event: ResourceEvent) {
+        self.subscribers
+            .retain(|s| !s.admits(namespaces, namespace) || s.send(event.clone()));
+    }
+
+    /// Lets the objects of a namespace whose labels changed enter or leave every
+    /// subscriber's stream, as its namespace selector decides.
+    fn namespace_changed(&mut self, change: &NamespaceChange) {
+        let namespace = &change.namespace;
+        let in_namespace: Vec<&CompactObject> = self
+            .objects
+            .range((namespace.clone(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .map(|(_, object)| object)
+            .collect();
+        if in_namespace.is_empty() {
+            return;
+        }
+        self.subscribers.retain(|s| {
+            let Some(selector) = &s.namespace_selector else {
+                return true;
+            };
+            let event: fn(CompactObject) -> ResourceEvent = match change.membership(selector) {
+                Membership::Enter => ResourceEvent::Apply,
+                Membership::Leave => ResourceEvent::Delete,
+                Membership::Unchanged => return true,
+            };
+            in_namespace.iter().all(|o| s.send(event((*o).clone())))
+        });
+    }
+}
+
+#[derive(Default)]
+struct State {
+    channels: HashMap<(String, String), Channel>,
+    /// The labels of every namespace, from the Namespace objects held.
+    namespaces: NamespaceLabels,
+}
+
+impl State {
+    fn namespace_changed(&mut self, change: Option<NamespaceChange>) {
+        let Some(change) = change else {
+            return;
+        };
+        tracing::debug!(namespace = %change.namespace, "namespace labels changed");
+        for channel in self.channels.values_mut() {
+            channel.namespace_changed(&change);
+        }
+    }
 }
 
 /// Objects by `apiVersion`/`kind`, with live subscribers. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct MemorySource {
-    channels: Arc<Mutex<HashMap<(String, String), Channel>>>,
+    state: Arc<Mutex<State>>,
 }
 
 fn identity(object: &Value) -> (String, String) {
@@ -57,9 +141,13 @@ impl MemorySource {
         MemorySource::default()
     }
 
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut state)
+    }
+
     fn with_channel<T>(&self, key: (String, String), f: impl FnOnce(&mut Channel) -> T) -> T {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        f(channels.entry(key).or_default())
+        self.with_state(|state| f(state.channels.entry(key).or_default()))
     }
 
     /// Adds or replaces an object (by apiVersion, kind, namespace and name). The source and
@@ -81,26 +169,37 @@ impl MemorySource {
         object: CompactObject,
     ) {
         let key = (api_version.to_string(), kind.to_string());
-        self.with_channel(key, |channel| {
+        let namespace_change = is_namespace_kind(api_version, kind);
+        self.with_state(|state| {
+            let change = if namespace_change {
+                state.namespaces.apply(&object.to_value())
+            } else {
+                None
+            };
+            let channel = state.channels.entry(key).or_default();
             channel
                 .objects
                 .insert((namespace.to_string(), name.to_string()), object.clone());
-            channel
-                .subscribers
-                .retain(|s| s.send(ResourceEvent::Apply(object.clone())).is_ok());
+            channel.publish(&state.namespaces, namespace, ResourceEvent::Apply(object));
+            state.namespace_changed(change);
         });
     }
 
     /// Removes an object; returns whether it existed.
     pub fn delete(&self, object: &Value) -> bool {
         let key = type_key(object);
-        self.with_channel(key, |channel| {
-            let Some(old) = channel.objects.remove(&identity(object)) else {
+        let (namespace, name) = identity(object);
+        let namespace_change = is_namespace_kind(&key.0, &key.1);
+        self.with_state(|state| {
+            let channel = state.channels.entry(key).or_default();
+            let Some(old) = channel.objects.remove(&(namespace.clone(), name.clone())) else {
                 return false;
             };
-            channel
-                .subscribers
-                .retain(|s| s.send(ResourceEvent::Delete(old.clone())).is_ok());
+            channel.publish(&state.namespaces, &namespace, ResourceEvent::Delete(old));
+            if namespace_change {
+                let change = state.namespaces.remove(&name);
+                state.namespace_changed(change);
+            }
             true
         })
     }
@@ -114,14 +213,34 @@ impl MemorySource {
 
     /// Opens a stream of one apiVersion and kind: the current list, then changes.
     pub fn stream(&self, api_version: &str, kind: &str) -> BoxStream<'static, ResourceEvent> {
+        self.stream_selected(api_version, kind, None)
+    }
+
+    /// Opens a stream of one apiVersion and kind restricted to the namespaces that match
+    /// `namespace_selector` (none: every namespace): the current list, then changes,
+    /// including objects entering and leaving as their namespace's labels change.
+    pub fn stream_selected(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace_selector: Option<LabelSelector>,
+    ) -> BoxStream<'static, ResourceEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.with_channel((api_version.to_string(), kind.to_string()), |channel| {
-            let _ = tx.send(ResourceEvent::InitStart);
-            for object in channel.objects.values() {
-                let _ = tx.send(ResourceEvent::InitApply(object.clone()));
+        let key = (api_version.to_string(), kind.to_string());
+        self.with_state(|state| {
+            let subscriber = Subscriber {
+                tx,
+                namespace_selector,
+            };
+            let channel = state.channels.entry(key).or_default();
+            subscriber.send(ResourceEvent::InitStart);
+            for ((namespace, _), object) in &channel.objects {
+                if subscriber.admits(&state.namespaces, namespace) {
+                    subscriber.send(ResourceEvent::InitApply(object.clone()));
+                }
             }
-            let _ = tx.send(ResourceEvent::InitDone);
-            channel.subscribers.push(tx);
+            subscriber.send(ResourceEvent::InitDone);
+            channel.subscribers.push(subscriber);
         });
         futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
@@ -131,17 +250,28 @@ impl MemorySource {
 }
 
 impl ResourceSourceFactory for MemorySource {
-    fn open(
-        &self,
-        _resource: &str,
-        watched: &WatchedResource,
-    ) -> BoxStream<'static, ResourceEvent> {
-        self.stream(&watched.api_version, &watched.kind_name())
+    fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent> {
+        let namespace_selector = match LabelSelector::parse_optional(
+            watched.namespace_selector.as_deref(),
+        ) {
+            Ok(selector) => selector,
+            Err(error) => {
+                // Config validation refuses such a config before any watcher opens.
+                tracing::error!(%resource, %error, "unusable namespaceSelector: the stream carries no namespaced objects");
+                Some(LabelSelector::nothing())
+            }
+        };
+        self.stream_selected(
+            &watched.api_version,
+            &watched.kind_name(),
+            namespace_selector,
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
     use serde_json::json;
 
     use super::*;
@@ -169,5 +299,148 @@ mod tests {
             Some(ResourceEvent::Delete(svc("a").into()))
         );
         assert!(!source.delete(&svc("a")), "deleting twice finds nothing");
+    }
+
+    fn ingress(namespace: &str, name: &str) -> Value {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace}})
+    }
+
+    fn namespace(name: &str, team: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": team}}})
+    }
+
+    fn team_web() -> Option<LabelSelector> {
+        LabelSelector::parse_optional(Some("team=web")).expect("parses")
+    }
+
+    /// The events a stream holds right now.
+    fn pending(stream: &mut BoxStream<'static, ResourceEvent>) -> Vec<ResourceEvent> {
+        let mut events = Vec::new();
+        while let Some(Some(event)) = stream.next().now_or_never() {
+            events.push(event);
+        }
+        events
+    }
+
+    #[test]
+    fn a_namespace_selected_stream_lists_only_objects_of_matching_namespaces() {
+        let source = MemorySource::new();
+        source.apply(namespace("shop", "web"));
+        source.apply(namespace("blog", "docs"));
+        source.apply(ingress("shop", "a"));
+        source.apply(ingress("blog", "b"));
+        source.apply(ingress("bare", "c"));
+        let mut stream = source.stream_selected("networking.k8s.io/v1", "Ingress", team_web());
+        assert_eq!(
+            pending(&mut stream),
+            vec![
+                ResourceEvent::InitStart,
+                ResourceEvent::InitApply(ingress("shop", "a").into()),
+                ResourceEvent::InitDone,
+            ]
+        );
+        source.apply(ingress("blog", "b2"));
+        source.delete(&ingress("blog", "b"));
+        assert_eq!(
+            pending(&mut stream),
+            vec![],
+            "changes in other namespaces are not sent"
+        );
+        source.apply(ingress("shop", "a2"));
+        assert_eq!(
+            pending(&mut stream),
+            vec![ResourceEvent::Apply(ingress("shop", "a2").into())]
+        );
+    }
+
+    #[test]
+    fn objects_enter_and_leave_a_stream_as_their_namespaces_labels_change() {
+        let source = MemorySource::new();
+        source.apply(ingress("shop", "a"));
+        source.apply(ingress("shop", "b"));
+        source.apply(ingress("blog", "c"));
+        let mut selected = source.stream_selected("networking.k8s.io/v1", "Ingress", team_web());
+        let mut everything = source.stream("networking.k8s.io/v1", "Ingress");
+        assert_eq!(pending(&mut selected).len(), 2, "nothing matches yet");
+        assert_eq!(pending(&mut everything).len(), 5);
+
+        source.apply(namespace("shop", "web"));
+        assert_eq!(
+            pending(&mut selected),
+            vec![
+                ResourceEvent::Apply(ingress("shop", "a").into()),
+                ResourceEvent::Apply(ingress("shop", "b").into()),
+            ]
+        );
+        source.apply(namespace("shop", "web"));
+        assert_eq!(
+            pending(&mut selected),
+            vec![],
+            "the same labels again change nothing"
+        );
+
+        source.apply(namespace("shop", "db"));
+        assert_eq!(
+            pending(&mut selected),
+            vec![
+                ResourceEvent::Delete(ingress("shop", "a").into()),
+                ResourceEvent::Delete(ingress("shop", "b").into()),
+            ]
+        );
+        source.apply(namespace("shop", "web"));
+        assert_eq!(pending(&mut selected).len(), 2, "back in");
+        assert!(source.delete(&namespace("shop", "web")));
+        assert_eq!(
+            pending(&mut selected),
+            vec![
+                ResourceEvent::Delete(ingress("shop", "a").into()),
+                ResourceEvent::Delete(ingress("shop", "b").into()),
+            ],
+            "a deleted Namespace takes its labels with it"
+        );
+        assert_eq!(
+            pending(&mut everything),
+            vec![],
+            "a stream without a namespace selector never sees namespace changes"
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_objects_pass_a_namespace_selector() {
+        let source = MemorySource::new();
+        let class = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "haptor"}});
+        source.apply(class.clone());
+        let mut stream = source.stream_selected("networking.k8s.io/v1", "IngressClass", team_web());
+        assert_eq!(
+            pending(&mut stream),
+            vec![
+                ResourceEvent::InitStart,
+                ResourceEvent::InitApply(class.into()),
+                ResourceEvent::InitDone,
+            ]
+        );
+    }
+
+    #[test]
+    fn opening_a_watched_resource_applies_its_namespace_selector() {
+        let source = MemorySource::new();
+        source.apply(ingress("shop", "a"));
+        source.apply(ingress("blog", "b"));
+        let watched = WatchedResource {
+            api_version: "networking.k8s.io/v1".into(),
+            resources: "ingresses".into(),
+            namespace_selector: Some("kubernetes.io/metadata.name=blog".into()),
+            ..Default::default()
+        };
+        let mut stream = source.open("ingresses", &watched);
+        assert_eq!(
+            pending(&mut stream),
+            vec![
+                ResourceEvent::InitStart,
+                ResourceEvent::InitApply(ingress("blog", "b").into()),
+                ResourceEvent::InitDone,
+            ],
+            "every namespace has its name label, with or without a Namespace object"
+        );
     }
 }

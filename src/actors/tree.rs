@@ -72,14 +72,8 @@ fn accept(services: &Services, config: &HAProxyTemplateConfig) {
             generation: config.metadata.generation,
         },
     );
-    if let Some(level) = config
-        .spec
-        .logging
-        .level
-        .as_deref()
-        .filter(|l| !l.is_empty())
-        && let Err(e) = crate::telemetry::set_log_level(level)
-    {
+    let level = crate::telemetry::effective_log_level(config.spec.logging.level.as_deref());
+    if let Err(e) = crate::telemetry::set_log_level(&level) {
         tracing::warn!(error = %e, "logging.level not applied");
     }
 }
@@ -153,7 +147,7 @@ impl Actor for ConfigLoader {
         };
         accept(services, &config);
         if same_watches(&running.spec, &compiled.spec) {
-            self.iteration.with_latest(|l| l.compiled = compiled);
+            self.iteration.update_config(compiled);
             if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
                 let _ = reconciler.cast(ReconcilerMsg::Trigger {
                     reason: "config changed".into(),
@@ -255,6 +249,7 @@ pub fn iteration_spec(
         name: "all-replica".into(),
         policy: RestartPolicy::default(),
         children,
+        on_restart: Some(services.restart_observer()),
     };
     let iteration_args = SupervisorArgs {
         name: CONFIG_ITERATION.into(),
@@ -265,6 +260,7 @@ pub fn iteration_spec(
             Supervisor,
             all_replica,
         )],
+        on_restart: Some(services.restart_observer()),
     };
     Ok(ChildSpec::new(
         CONFIG_ITERATION,
@@ -356,6 +352,18 @@ impl Actor for IterationManager {
             Arc::clone(&compiled),
             Arc::clone(&self.sink),
         )?;
+        // Before the watchers start (they may sync before StartChild returns): what the new
+        // iteration watches, and a fresh start for what the old one knew.
+        let resources: Vec<String> = compiled.spec.watched_resources.keys().cloned().collect();
+        self.services
+            .readiness
+            .update(|r| r.iteration_started(resources.clone()));
+        self.services
+            .introspection
+            .iteration_started(resources.clone());
+        self.services
+            .fanout
+            .publish(None, EventKind::IterationStarted { resources });
         match ractor::call!(root, SupervisorMsg::StartChild, spec) {
             Ok(Ok(())) => state.running = Some(compiled),
             Ok(Err(e)) => return Err(format!("could not start the config iteration: {e}").into()),
@@ -394,6 +402,7 @@ pub async fn start_root(
         name: "haptor".into(),
         policy: RestartPolicy::default(),
         children,
+        on_restart: Some(services.restart_observer()),
     };
     let (root, _) = Actor::spawn(None, Supervisor, args)
         .await

@@ -150,8 +150,6 @@ pub async fn gather_verdicts(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use ractor::RpcReplyPort;
 
     use super::*;
@@ -211,8 +209,11 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_validator_that_never_answers_makes_the_config_invalid_within_the_timeout() {
+    /// The clock is paused, so the validator timeout passes in virtual time; a gather that
+    /// waited for the stuck validator would never answer, and the guard (far beyond the
+    /// validator timeout) turns that into a failure.
+    #[tokio::test(start_paused = true)]
+    async fn a_validator_that_never_answers_gets_a_timeout_verdict_beside_the_others_verdicts() {
         let (stuck, _) = Actor::spawn(None, StuckValidator, ())
             .await
             .expect("spawns");
@@ -226,24 +227,29 @@ mod tests {
             },
             ..Default::default()
         });
-        let timeout = Duration::from_millis(200);
-        let started = Instant::now();
-        let verdicts = gather_verdicts(
-            &[("basic", quick.clone()), ("template", stuck.clone())],
-            spec,
-            timeout,
+        let verdicts = tokio::time::timeout(
+            Duration::from_secs(3600),
+            gather_verdicts(
+                &[("basic", quick.clone()), ("template", stuck.clone())],
+                spec,
+                Duration::from_millis(200),
+            ),
         )
-        .await;
-        let elapsed = started.elapsed();
-        assert!(
-            elapsed < timeout + Duration::from_millis(150),
-            "answered after {elapsed:?}"
-        );
-        assert_eq!(verdicts.len(), 2);
-        assert!(verdicts[0].problems.is_empty(), "{:?}", verdicts[0]);
+        .await
+        .expect("the gather answers although one validator never does");
+        let verdicts: Vec<_> = verdicts
+            .into_iter()
+            .map(|v| (v.validator, v.problems))
+            .collect();
         assert_eq!(
-            verdicts[1].problems,
-            vec!["validator template timed out after 200ms".to_string()]
+            verdicts,
+            vec![
+                ("basic", vec![]),
+                (
+                    "template",
+                    vec!["validator template timed out after 200ms".to_string()]
+                ),
+            ]
         );
         stuck.stop(None);
         quick.stop(None);

@@ -10,14 +10,16 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::events::new_correlation_id;
-use crate::messages::{EventKind, IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};
+use crate::messages::{
+    CorrelationId, EventKind, IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg,
+};
 use crate::pure::config::WatchedResource;
 use crate::pure::store::{CompactObject, ObjectRef, ResourceStore};
 
@@ -33,38 +35,60 @@ pub struct WatcherState {
     store: Arc<ResourceStore>,
     initial: Option<Vec<CompactObject>>,
     synced: bool,
-    pending_changes: usize,
+    /// The changes seen since the Reconciler was last told: how many, the correlation id
+    /// they (and the reconciliation they cause) carry, and when the first was seen.
+    pending: Option<PendingChanges>,
     flush_armed: bool,
     debounce: Duration,
     source_task: tokio::task::JoinHandle<()>,
 }
 
+struct PendingChanges {
+    changes: usize,
+    correlation: CorrelationId,
+    first_seen: Instant,
+}
+
 impl ResourceWatcher {
-    fn publish_change(&self, identity: Option<ObjectRef>, deleted: bool) {
-        let name = identity
-            .map(|r| format!("{}/{}", r.namespace, r.name))
-            .unwrap_or_default();
+    /// Counts one change, opening a batch (with a new correlation id) if none is open, and
+    /// returns the batch's correlation id.
+    fn note_change(state: &mut WatcherState) -> CorrelationId {
+        let pending = state.pending.get_or_insert_with(|| PendingChanges {
+            changes: 0,
+            correlation: new_correlation_id(),
+            first_seen: Instant::now(),
+        });
+        pending.changes += 1;
+        pending.correlation
+    }
+
+    fn publish_change(&self, state: &mut WatcherState, identity: Option<ObjectRef>, deleted: bool) {
+        let correlation = Self::note_change(state);
+        let name = identity.map_or_else(
+            || "(relist)".to_string(),
+            |r| format!("{}/{}", r.namespace, r.name),
+        );
         self.iteration.services.fanout.publish(
-            None,
+            Some(correlation),
             EventKind::ResourceChanged {
                 resource: self.resource.clone(),
                 object: name,
                 deleted,
+                objects: state.store.len(),
             },
         );
     }
 
     fn notify_reconciler(&self, state: &mut WatcherState) {
-        let changes = std::mem::take(&mut state.pending_changes);
-        if changes == 0 {
+        let Some(pending) = state.pending.take() else {
             return;
-        }
+        };
         if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
-            let correlation = new_correlation_id();
             let _ = reconciler.cast(ReconcilerMsg::ResourcesChanged {
                 resource: self.resource.clone(),
-                changes,
-                correlation,
+                changes: pending.changes,
+                correlation: pending.correlation,
+                first_seen: pending.first_seen,
             });
         }
     }
@@ -99,11 +123,14 @@ impl Actor for ResourceWatcher {
             }
             let _ = target.cast(WatcherMsg::SourceEnded);
         });
+        // A restarted watcher finds its store listed already: its relist is then a change
+        // like any other, not the initial sync.
+        let synced = store.has_listed();
         Ok(WatcherState {
             store,
             initial: None,
-            synced: false,
-            pending_changes: 0,
+            synced,
+            pending: None,
             flush_armed: false,
             debounce: self.watched.debounce_duration(),
             source_task,
@@ -124,9 +151,9 @@ impl Actor for ResourceWatcher {
         match msg {
             WatcherMsg::Event(ResourceEvent::InitStart) => state.initial = Some(Vec::new()),
             WatcherMsg::Event(ResourceEvent::InitApply(object)) => {
-                // Only a field selector needs the object's fields here; the store parses
+                // Only a field or label selector needs the object's fields here; the store parses
                 // every object once anyway.
-                if !compiled.has_field_selector(&self.resource)
+                if !compiled.has_object_selector(&self.resource)
                     || compiled.selects(&self.resource, &object.to_value())
                 {
                     state.initial.get_or_insert_with(Vec::new).push(object);
@@ -134,7 +161,8 @@ impl Actor for ResourceWatcher {
             }
             WatcherMsg::Event(ResourceEvent::InitDone) => {
                 let objects = state.initial.take().unwrap_or_default();
-                for error in state.store.replace_all(objects) {
+                let relist = state.store.relist(objects);
+                for error in &relist.rejected {
                     tracing::warn!(resource = %self.resource, %error, "object not stored");
                 }
                 services
@@ -148,9 +176,11 @@ impl Actor for ResourceWatcher {
                             objects: state.store.len(),
                         });
                     }
-                } else {
-                    // A relist after a watch restart counts as one change.
-                    state.pending_changes += 1;
+                } else if relist.changed {
+                    // A relist (after a watch broke, or by a restarted watcher) that differs
+                    // from the store carries changes made meanwhile: one change.
+                    tracing::info!(resource = %self.resource, objects = state.store.len(), "relist differs from the store; reconciling");
+                    self.publish_change(state, None, false);
                 }
             }
             WatcherMsg::Event(ResourceEvent::Apply(object)) => {
@@ -165,12 +195,11 @@ impl Actor for ResourceWatcher {
                         }
                     }
                 } else {
-                    // An object that stopped matching the field selector leaves the store.
+                    // An object that stopped matching the field or label selector leaves the store.
                     state.store.delete(&value)
                 };
                 if changed {
-                    self.publish_change(identity, false);
-                    state.pending_changes += 1;
+                    self.publish_change(state, identity, false);
                 }
             }
             WatcherMsg::Event(ResourceEvent::Delete(object)) => {
@@ -178,8 +207,7 @@ impl Actor for ResourceWatcher {
                 if let Some(identity) = identity
                     && state.store.delete_ref(&identity)
                 {
-                    self.publish_change(Some(identity), true);
-                    state.pending_changes += 1;
+                    self.publish_change(state, Some(identity), true);
                 }
             }
             WatcherMsg::Flush => {
@@ -194,7 +222,7 @@ impl Actor for ResourceWatcher {
         services
             .introspection
             .set_resource_count(&self.resource, state.store.len());
-        if !state.synced || state.pending_changes == 0 {
+        if !state.synced || state.pending.is_none() {
             return Ok(());
         }
         if state.debounce.is_zero() {
@@ -266,8 +294,13 @@ impl Actor for IndexTracker {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = self.iteration.services.introspection.busy("index-tracker");
         match msg {
             IndexTrackerMsg::Synced { resource, objects } => {
+                self.iteration
+                    .services
+                    .readiness
+                    .update(|r| r.resource_synced(&resource));
                 self.iteration.services.fanout.publish(
                     None,
                     EventKind::IndexSynced {

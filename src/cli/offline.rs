@@ -15,6 +15,7 @@ use crate::pure::haproxy::{check_schema, parse_config, view};
 use crate::pure::manifests;
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
 use crate::pure::rendered::{AuxFile, RenderedConfig};
+use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
 use crate::pure::validate::semantic::{HaproxyMessage, Severity, parse_haproxy_output};
 use crate::pure::validation_tests::run_suite;
@@ -57,6 +58,33 @@ fn load_config(path: &Path) -> Result<(HAProxyTemplateConfig, CompiledConfig), E
     Ok((config, compiled))
 }
 
+/// `--dump-rendered` in JSON: each failing test's entry gains `rendered`, its `haproxy.cfg`
+/// and auxiliary files by path, as the summary prints them.
+fn add_rendered_of_failing_tests(
+    value: &mut serde_json::Value,
+    report: &crate::pure::validation_tests::SuiteReport,
+) {
+    let Some(entries) = value.get_mut("tests").and_then(|t| t.as_array_mut()) else {
+        return;
+    };
+    for (entry, test) in entries.iter_mut().zip(&report.tests) {
+        if test.passed {
+            continue;
+        }
+        if let (Some(rendered), Some(object)) = (&test.rendered, entry.as_object_mut()) {
+            let files: serde_json::Map<String, serde_json::Value> = rendered
+                .aux_files
+                .iter()
+                .map(|(path, file)| (path.clone(), file.content.clone().into()))
+                .collect();
+            object.insert(
+                "rendered".into(),
+                serde_json::json!({ "haproxy.cfg": rendered.haproxy_cfg, "files": files }),
+            );
+        }
+    }
+}
+
 pub fn validate(args: &ValidateArgs) -> ExitCode {
     let (_, compiled) = match load_config(&args.file) {
         Ok(loaded) => loaded,
@@ -65,13 +93,21 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     let validator = Validator::new(&args.haproxy_bin, 64);
     let report = run_suite(&compiled, &validator, &args.tests);
     match args.output {
-        OutputFormat::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => outln!("{json}"),
-            Err(e) => {
-                eprintln!("haptor validate: cannot serialise the report: {e}");
-                return ExitCode::from(EXIT_UNUSABLE);
+        OutputFormat::Json => {
+            let json = serde_json::to_value(&report).map(|mut value| {
+                if args.dump_rendered {
+                    add_rendered_of_failing_tests(&mut value, &report);
+                }
+                value
+            });
+            match json.and_then(|value| serde_json::to_string_pretty(&value)) {
+                Ok(json) => outln!("{json}"),
+                Err(e) => {
+                    eprintln!("haptor validate: cannot serialise the report: {e}");
+                    return ExitCode::from(EXIT_UNUSABLE);
+                }
             }
-        },
+        }
         OutputFormat::Summary => {
             for test in &report.tests {
                 let verdict = if test.passed { "PASS" } else { "FAIL" };
@@ -203,8 +239,10 @@ pub fn render(args: &RenderArgs) -> ExitCode {
     }
 }
 
-/// Loads a folder of manifests into the stores of the watched resources they belong to.
-/// Returns the problems of documents that could not be used.
+/// Loads a folder of manifests into the stores of the watched resources they belong to,
+/// leaving out the objects their selectors exclude (namespace selectors match the labels of
+/// the folder's Namespace manifests). Returns the problems of documents that could not be
+/// used.
 fn load_fixture_dir(
     compiled: &CompiledConfig,
     stores: &Stores,
@@ -212,13 +250,15 @@ fn load_fixture_dir(
 ) -> Result<Vec<String>, String> {
     let set = manifests::load_dir(dir).map_err(|e| e.to_string())?;
     let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
+    let namespaces = NamespaceLabels::from_objects(set.manifests.iter().map(|m| &m.object));
     for manifest in &set.manifests {
         let Some(resource) = compiled.watched_resource_for(manifest.api_version(), manifest.kind())
         else {
             tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
             continue;
         };
-        if !compiled.selects(resource, &manifest.object) {
+        if !compiled.admits(resource, &manifest.object, &namespaces) {
+            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "excluded by the selectors of {resource}");
             continue;
         }
         if let Some(store) = stores.get(resource)

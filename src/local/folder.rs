@@ -383,4 +383,42 @@ mod tests {
         folder.scan(&source);
         assert!(source.objects("v1", "Service").is_empty());
     }
+
+    #[tokio::test]
+    async fn editing_a_namespace_manifests_labels_moves_its_objects_in_and_out_of_a_selected_stream()
+     {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let namespace = |team: &str| {
+            format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n  labels: {{team: {team}}}\n"
+            )
+        };
+        write(&dir.path().join("ns.yaml"), &namespace("web"));
+        write(&dir.path().join("svc.yaml"), &svc("web", 80));
+        folder.scan(&source);
+        let selector = crate::pure::selector::LabelSelector::parse("team=web").expect("parses");
+        let mut stream = source.stream_selected("v1", "Service", Some(selector));
+        let listed = next_events(&mut stream, 3).await;
+        assert!(
+            matches!(listed[1], ResourceEvent::InitApply(_)),
+            "{listed:?}"
+        );
+
+        write(&dir.path().join("ns.yaml"), &namespace("db"));
+        folder.scan(&source);
+        assert!(matches!(
+            next_events(&mut stream, 1).await[0],
+            ResourceEvent::Delete(_)
+        ));
+        std::fs::remove_file(dir.path().join("ns.yaml")).expect("delete");
+        folder.scan(&source);
+        write(&dir.path().join("ns.yaml"), &namespace("web"));
+        folder.scan(&source);
+        assert!(matches!(
+            next_events(&mut stream, 1).await[0],
+            ResourceEvent::Apply(_)
+        ));
+    }
 }

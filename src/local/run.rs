@@ -138,7 +138,11 @@ pub async fn run(
         sources,
         Arc::new(FullPipeline::new(validator.clone())),
         Arc::new(InMemorySink::default()),
-        ControllerSettings::default(),
+        ControllerSettings {
+            // haptor owns this haproxy: it is ready only once haproxy holds the full config.
+            ready_requires_deployment: true,
+            ..ControllerSettings::default()
+        },
         addresses,
     )
     .await
@@ -174,7 +178,7 @@ pub async fn run(
     }
     if let Some(addr) = debug {
         outln!(
-            "  debug:     http://{addr}/debug/actors  http://{addr}/debug/vars/errors  http://{addr}/healthz"
+            "  debug:     http://{addr}/debug/actors  http://{addr}/debug/vars/errors  http://{addr}/healthz  http://{addr}/readyz"
         );
     }
     outln!(
@@ -186,6 +190,7 @@ pub async fn run(
     let mut ticker = tokio::time::interval(SCAN_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut printed_binds = false;
+    let mut printed_ready = false;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -216,6 +221,12 @@ pub async fn run(
             && let Some(config) = folder.config()
         {
             let _ = config_tx.send(Some(config));
+        }
+        if !printed_ready && controller.services.readiness.is_ready() {
+            printed_ready = true;
+            outln!(
+                "haptor local: ready (every watched resource synced and haproxy took the configuration; /readyz answers 200)"
+            );
         }
         if !printed_binds
             && let Some(rendered) = controller

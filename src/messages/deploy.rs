@@ -16,11 +16,16 @@ use crate::pure::rendered::RenderedConfig;
 pub struct ValidatedRender {
     pub rendered: Arc<RenderedConfig>,
     pub checksum: String,
-    /// Grows with every successful render of this controller process.
+    /// Grows with every render this controller process hands on, across config iterations
+    /// and leadership terms (one counter in `Services`), so a target that took a render of
+    /// an earlier iteration takes the next iteration's renders too. A restarted process
+    /// numbers from 1 again; its higher epoch makes targets accept that.
     pub generation: u64,
     pub correlation: CorrelationId,
-    /// When the change that led to this render was first seen.
-    pub triggered_at: Instant,
+    /// When a watcher first saw the change (before its debounce) that led to this render,
+    /// or when the config changed; `None` for renders no change asked for (the initial
+    /// sync, a new leader's replay).
+    pub changed_at: Option<Instant>,
 }
 
 /// An HAProxy instance to deploy to.
@@ -34,7 +39,7 @@ pub struct Instance {
 #[derive(Debug)]
 pub struct RenderOutcome {
     pub correlation: CorrelationId,
-    pub triggered_at: Instant,
+    pub changed_at: Option<Instant>,
     pub result: Result<RenderedAndValidated, RenderFailure>,
 }
 
@@ -46,6 +51,8 @@ pub struct RenderedAndValidated {
     pub render_time: std::time::Duration,
     pub validate_time: std::time::Duration,
     pub cache_hit: bool,
+    /// `haproxy -c` was skipped (a runtime-only change from the last accepted render).
+    pub semantic_skipped: bool,
 }
 
 /// Why a render+validate step failed, located where possible.
@@ -66,7 +73,9 @@ pub enum CoordinatorMsg {
     Trigger {
         reason: String,
         correlation: CorrelationId,
-        at: Instant,
+        /// When the change behind the trigger was first seen (see
+        /// [`ValidatedRender::changed_at`]).
+        changed_at: Option<Instant>,
     },
     /// Internal: the render started by the coordinator finished.
     RenderFinished(Box<RenderOutcome>),
@@ -80,7 +89,8 @@ pub enum DeploySchedulerMsg {
     Deploy(ValidatedRender),
     /// The set of instances changed.
     InstancesChanged(Vec<Instance>),
-    /// Internal: the pacing interval has passed; deploy the pending render.
+    /// Internal: a pacing interval has passed (or the config changed in place); deploy the
+    /// latest render to the instances that may take it now.
     PacingElapsed,
     /// A Deployer finished a deployment.
     Deployed {
@@ -92,6 +102,9 @@ pub enum DeploySchedulerMsg {
     Desired(RpcReplyPort<Option<ValidatedRender>>),
     /// Names of the instances that have a Deployer.
     Instances(RpcReplyPort<Vec<String>>),
+    /// Names of the instances whose next (reloading) deployment waits for its pacing
+    /// interval.
+    Waiting(RpcReplyPort<Vec<String>>),
 }
 
 /// Messages of a Deployer (one per instance).

@@ -53,6 +53,16 @@ fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::
     s.serialize_f64(d.as_secs_f64() * 1000.0)
 }
 
+fn serialize_optional_duration_ms<S: serde::Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => serialize_duration_ms(d, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// The kinds of event, with what a log line or a metric needs.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -65,11 +75,17 @@ pub enum EventKind {
     ConfigRejected {
         errors: Vec<String>,
     },
-    /// A watched object was added, changed or removed.
+    /// A config iteration started watching these resources (the first config, or a change
+    /// of what is watched); whatever was known of other resources is gone.
+    IterationStarted {
+        resources: Vec<String>,
+    },
+    /// A watched object was added, changed or removed; `objects` is the store's size after.
     ResourceChanged {
         resource: String,
         object: String,
         deleted: bool,
+        objects: usize,
     },
     /// A watcher's initial list is complete.
     IndexSynced {
@@ -94,6 +110,9 @@ pub enum EventKind {
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         cache_hit: bool,
+        /// `haproxy -c` did not run: the render differs from the last accepted one only in
+        /// values the runtime API changes.
+        semantic_skipped: bool,
     },
     ValidationFailed {
         phase: String,
@@ -101,9 +120,17 @@ pub enum EventKind {
     },
     DeploymentSucceeded {
         instance: String,
+        /// How long the deployment itself took (the target's work).
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         reloaded: bool,
+        /// From the moment the change was first seen (see `ValidatedRender::changed_at`) to
+        /// this acknowledgement; `None` for deployments no change asked for.
+        #[serde(
+            serialize_with = "serialize_optional_duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
+        since_change: Option<Duration>,
     },
     DeploymentFailed {
         instance: String,
@@ -133,6 +160,7 @@ impl EventKind {
         match self {
             EventKind::ConfigAccepted { .. } => "config_accepted",
             EventKind::ConfigRejected { .. } => "config_rejected",
+            EventKind::IterationStarted { .. } => "iteration_started",
             EventKind::ResourceChanged { .. } => "resource_changed",
             EventKind::IndexSynced { .. } => "index_synced",
             EventKind::AllIndexesSynced => "all_indexes_synced",

@@ -48,6 +48,8 @@ pub enum ReconcilerMsg {
         resource: String,
         changes: usize,
         correlation: CorrelationId,
+        /// When the watcher saw the first of these changes (before its debounce).
+        first_seen: std::time::Instant,
     },
     /// The leader-only Coordinator started (Some) or stopped (None).
     SetCoordinator(Option<ActorRef<CoordinatorMsg>>),

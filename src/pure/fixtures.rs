@@ -2,7 +2,8 @@
 //! load tests. Each generated app `app-N` in namespace `ns-(N % 10)` has one Ingress with
 //! host `app-N.example`, one Service on port 80 and one EndpointSlice with `endpoints`
 //! addresses in 127.x.y.z (loopback, so a real haproxy using them never sends traffic off this
-//! machine).
+//! machine). [`haproxy_config_with_backends`] writes a large plain `haproxy.cfg` for the
+//! parser.
 
 use serde_json::{Value, json};
 
@@ -50,4 +51,33 @@ pub fn endpoint_slice(n: usize, endpoints: usize) -> Value {
         "ports": [{"name": "http", "port": 8080}],
         "endpoints": addresses
     })
+}
+
+/// A plain `haproxy.cfg` of `backends` backends with `servers` servers each and one
+/// frontend routing host `host-B.example` to backend `beB` with a `use_backend` rule (in
+/// backend order, one line each). Every server line carries options and a quoted
+/// environment default (`"${OPTS-inter 2s}"`) as rendered configurations do; server `sS` of
+/// `beB` is at `127.(1 + B / 250 % 250).(B % 250).(S + 1):8080`.
+pub fn haproxy_config_with_backends(backends: usize, servers: usize) -> String {
+    let mut text = String::from(
+        "global\n    maxconn 100000\ndefaults\n    mode http\n    timeout connect 5s\n",
+    );
+    text.push_str("frontend fe\n    bind :80\n");
+    for backend in 0..backends {
+        text.push_str(&format!(
+            "    use_backend be{backend} if {{ hdr(host) -i host-{backend}.example }}\n"
+        ));
+    }
+    for backend in 0..backends {
+        text.push_str(&format!("backend be{backend}\n    balance roundrobin\n"));
+        for server in 0..servers {
+            text.push_str(&format!(
+                "    server s{server} 127.{}.{}.{}:8080 check weight 10 \"${{OPTS-inter 2s}}\"\n",
+                1 + (backend / 250) % 250,
+                backend % 250,
+                server + 1
+            ));
+        }
+    }
+    text
 }

@@ -10,9 +10,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::pure::assertions::{self, AssertionEnvironment, AssertionOutcome};
-use crate::pure::config::ValidationTest;
+use crate::pure::config::{NAMESPACE_FIXTURES, ValidationTest};
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator, check_offline};
 use crate::pure::rendered::RenderedConfig;
+use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
 
 /// The name of the test whose fixtures every test shares.
@@ -90,21 +91,35 @@ pub fn run_suite(config: &CompiledConfig, validator: &Validator, only: &[String]
 }
 
 /// Loads fixtures into fresh stores: the shared ones first, then the test's own (an object
-/// with the same namespace/name replaces the shared one).
+/// with the same namespace/name replaces the shared one). Objects the watched resource's
+/// selectors exclude are left out; namespace selectors match the labels of the Namespace
+/// fixtures (the test's own win over shared ones), and every namespace has its
+/// `kubernetes.io/metadata.name` label.
 pub fn fixture_stores(
     config: &CompiledConfig,
     global: Option<&ValidationTest>,
     test: &ValidationTest,
 ) -> Result<Stores, String> {
     let stores = config.new_stores().map_err(|e| e.to_string())?;
-    let sources = global.into_iter().chain(std::iter::once(test));
+    let sources: Vec<&ValidationTest> = global.into_iter().chain(std::iter::once(test)).collect();
+    let namespaces = NamespaceLabels::from_objects(
+        sources
+            .iter()
+            .flat_map(|source| source.fixtures.values().flatten()),
+    );
     for source in sources {
         for (resource, objects) in &source.fixtures {
-            let store = stores.get(resource).ok_or_else(|| {
-                format!("fixtures name '{resource}', which is not a watched resource")
-            })?;
+            let Some(store) = stores.get(resource) else {
+                if resource == NAMESPACE_FIXTURES {
+                    // Namespaces that only lend their labels to namespace selectors.
+                    continue;
+                }
+                return Err(format!(
+                    "fixtures name '{resource}', which is not a watched resource"
+                ));
+            };
             for (i, object) in objects.iter().enumerate() {
-                if !config.selects(resource, object) {
+                if !config.admits(resource, object, &namespaces) {
                     continue;
                 }
                 store
@@ -198,5 +213,104 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
         };
         let parsed = check_offline(&rendered).map_err(|e| e.to_string())?;
         serde_json::to_value(crate::pure::haproxy::view(&parsed)).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::pure::config::config_from_yaml;
+
+    const CONFIG: &str = r#"
+apiVersion: haptor.dev/v1alpha1
+kind: HAProxyTemplateConfig
+metadata: {name: c}
+spec:
+  watchedResources:
+    ingresses:
+      apiVersion: networking.k8s.io/v1
+      resources: ingresses
+      indexBy: ["metadata.namespace", "metadata.name"]
+      labelSelector: "app!=legacy"
+      namespaceSelector: "team=web"
+  haproxyConfig:
+    template: "global\n"
+"#;
+
+    fn compiled() -> CompiledConfig {
+        let config = config_from_yaml("c.yaml", CONFIG).expect("parses");
+        CompiledConfig::compile(config.spec).expect("compiles")
+    }
+
+    fn ingress(namespace: &str, name: &str, app: &str) -> Value {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}}})
+    }
+
+    fn namespace(name: &str, team: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": team}}})
+    }
+
+    fn stored_names(stores: &Stores) -> Vec<String> {
+        let mut names: Vec<String> = stores
+            .get("ingresses")
+            .expect("store")
+            .snapshot()
+            .objects()
+            .filter_map(|o| {
+                o.to_value()
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn fixtures_the_selectors_exclude_are_left_out_of_the_stores() {
+        let config = compiled();
+        let test = ValidationTest {
+            fixtures: BTreeMap::from([
+                (
+                    "ingresses".to_string(),
+                    vec![
+                        ingress("shop", "kept", "web"),
+                        ingress("shop", "legacy", "legacy"),
+                        ingress("blog", "other-team", "web"),
+                        ingress("bare", "no-namespace-object", "web"),
+                    ],
+                ),
+                (
+                    "namespaces".to_string(),
+                    vec![namespace("shop", "web"), namespace("blog", "docs")],
+                ),
+            ]),
+            ..Default::default()
+        };
+        let stores = fixture_stores(&config, None, &test).expect("loads");
+        assert_eq!(stored_names(&stores), vec!["kept"]);
+    }
+
+    #[test]
+    fn a_tests_own_namespace_fixture_overrides_the_shared_one() {
+        let config = compiled();
+        let global = ValidationTest {
+            fixtures: BTreeMap::from([
+                ("namespaces".to_string(), vec![namespace("shop", "docs")]),
+                ("ingresses".to_string(), vec![ingress("shop", "a", "web")]),
+            ]),
+            ..Default::default()
+        };
+        let own = ValidationTest {
+            fixtures: BTreeMap::from([("namespaces".to_string(), vec![namespace("shop", "web")])]),
+            ..Default::default()
+        };
+        let stores = fixture_stores(&config, Some(&global), &own).expect("loads");
+        assert_eq!(stored_names(&stores), vec!["a"]);
+        let stores = fixture_stores(&config, None, &global).expect("loads");
+        assert!(stored_names(&stores).is_empty());
     }
 }

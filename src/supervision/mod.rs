@@ -10,5 +10,6 @@ mod supervisor;
 
 pub use registry::{ActorInfo, ActorRole, ActorTreeNode, actor_tree};
 pub use supervisor::{
-    ChildSpec, ChildStatus, Restart, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,
+    ChildSpec, ChildStatus, Restart, RestartObserver, RestartPolicy, Supervisor, SupervisorArgs,
+    SupervisorMsg,
 };

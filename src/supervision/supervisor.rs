@@ -135,13 +135,35 @@ pub enum SupervisorMsg {
     RestartChild { name: String, generation: u64 },
 }
 
-/// Arguments of a supervisor: its name in the registry, its policy and initial children.
-/// Cloneable, so a supervisor can itself be a [`ChildSpec`] of another supervisor.
+/// Told of every restart a supervisor decides: the child's name and its restart count
+/// (the controller publishes it as an observability event, which the metrics count and the
+/// Commentator logs).
+#[derive(Clone)]
+pub struct RestartObserver(Arc<ObserveRestart>);
+
+type ObserveRestart = dyn Fn(&str, u32) + Send + Sync;
+
+impl RestartObserver {
+    pub fn new(observe: impl Fn(&str, u32) + Send + Sync + 'static) -> RestartObserver {
+        RestartObserver(Arc::new(observe))
+    }
+}
+
+impl std::fmt::Debug for RestartObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RestartObserver")
+    }
+}
+
+/// Arguments of a supervisor: its name in the registry, its policy, initial children and
+/// who is told of restarts. Cloneable, so a supervisor can itself be a [`ChildSpec`] of
+/// another supervisor.
 #[derive(Debug, Clone)]
 pub struct SupervisorArgs {
     pub name: String,
     pub policy: RestartPolicy,
     pub children: Vec<ChildSpec>,
+    pub on_restart: Option<RestartObserver>,
 }
 
 /// A one-for-one supervisor (see the module documentation).
@@ -159,6 +181,7 @@ struct ChildSlot {
 pub struct SupervisorState {
     name: String,
     policy: RestartPolicy,
+    on_restart: Option<RestartObserver>,
     slots: BTreeMap<String, ChildSlot>,
     by_id: HashMap<ActorId, String>,
 }
@@ -208,6 +231,9 @@ impl SupervisorState {
         slot.recent.push_back(now);
         slot.restarts += 1;
         slot.generation += 1;
+        if let Some(observer) = &self.on_restart {
+            (observer.0)(name, slot.restarts);
+        }
         Ok((policy.backoff(slot.recent.len()), slot.generation))
     }
 
@@ -259,6 +285,7 @@ impl Actor for Supervisor {
         let mut state = SupervisorState {
             name: args.name,
             policy: args.policy,
+            on_restart: args.on_restart,
             slots: BTreeMap::new(),
             by_id: HashMap::new(),
         };

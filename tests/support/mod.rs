@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests: the binaries they run and loopback ports for
-//! the servers they start. Each test crate uses a part of it.
+//! Helpers shared by the integration tests and the benches (which include this file with
+//! `#[path]`): the binaries they run and loopback ports for the servers they start. Each
+//! test crate uses a part of it.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -30,23 +30,16 @@ pub fn free_port() -> u16 {
 }
 
 /// The haproxy the tests run: `HAPTOR_HAPROXY_BIN`, else the Debian package's, else the one
-/// on `PATH`.
-pub fn haproxy_binary() -> PathBuf {
-    if let Some(configured) = std::env::var_os("HAPTOR_HAPROXY_BIN") {
-        return PathBuf::from(configured);
-    }
-    let installed = Path::new("/usr/sbin/haproxy");
-    if installed.exists() {
-        installed.to_path_buf()
-    } else {
-        PathBuf::from("haproxy")
-    }
-}
+/// on `PATH`. The library holds the one definition, so that its own unit tests and the
+/// benches find the same binary.
+pub use haptor::pure::validate::semantic::haproxy_binary;
 
-/// Runs the haptor binary built for these tests and waits for it.
+/// Runs the haptor binary built for these tests and waits for it. Its commands that run
+/// haproxy run the tests' one ([`haproxy_binary`], through `HAPROXY_BIN`).
 pub fn haptor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_haptor"))
         .args(args)
+        .env("HAPROXY_BIN", haproxy_binary())
         .output()
         .expect("the haptor binary runs")
 }

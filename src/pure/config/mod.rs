@@ -18,7 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{DurationError, parse_duration};
-pub use spec_validation::{SpecProblem, validate_spec};
+pub use spec_validation::{NAMESPACE_FIXTURES, SpecProblem, validate_spec};
 
 /// The API group of haptor's resources.
 pub const GROUP: &str = "haptor.dev";
@@ -211,13 +211,26 @@ pub struct WatchedResource {
     /// JSONPaths (kubectl style) forming the store's composite key.
     #[serde(default)]
     pub index_by: Vec<String>,
-    /// Server-side label selector (`app=web,tier!=cache`).
+    /// Kubernetes label selector over each object's own `metadata.labels`; objects that do
+    /// not match are not stored (an object whose labels stop matching leaves the store).
+    /// Requirements are comma-separated and all must hold: `key=value` (or `==`),
+    /// `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key` (present), `!key` (absent),
+    /// `key>N`, `key<N` (whole numbers); `!=` and `notin` also match objects without the
+    /// key. Example:
+    /// `app.kubernetes.io/name=web,tier notin (cache)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
     /// Client-side filter `path=value` applied before storing (e.g. `spec.ingressClassName=haptor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_selector: Option<String>,
-    /// Label selector over namespaces; objects in other namespaces are ignored.
+    /// Kubernetes label selector (same syntax as `labelSelector`) over the labels of each
+    /// object's namespace; objects in namespaces that do not match are not stored, and
+    /// they enter or leave the store as their namespace's labels change. Every namespace
+    /// has the label `kubernetes.io/metadata.name=<name>`, so
+    /// `kubernetes.io/metadata.name in (shop,blog)` selects namespaces by name. Cluster-scoped
+    /// objects are not filtered. With `haptor local` and `haptor render --fixtures` the
+    /// labels come from the Namespace manifests present; in validation tests from the
+    /// Namespace fixtures (under any list, or under `namespaces`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<String>,
     /// Whether the admission webhook validates changes to this kind before they are stored.
@@ -311,7 +324,11 @@ pub enum PostProcessor {
 pub struct ValidationTest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Objects per watched resource name, loaded into the stores before rendering.
+    /// Objects per watched resource name, loaded into the stores before rendering; objects
+    /// the resource's selectors exclude are left out. Namespace objects (kind Namespace,
+    /// apiVersion v1) anywhere in the fixtures give their namespaces the labels
+    /// `namespaceSelector` matches; a list named `namespaces` may hold them even when no
+    /// watched resource has that name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "arbitrary_objects")]
     pub fixtures: BTreeMap<String, Vec<serde_json::Value>>,
@@ -448,6 +465,36 @@ pub struct AuxiliaryFileSummary {
     pub ssl_certificates: Vec<AuxiliaryFileEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crt_lists: Vec<AuxiliaryFileEntry>,
+}
+
+impl AuxiliaryFileSummary {
+    /// The summary of a render's auxiliary files: per kind, each file's name, its path on
+    /// the instance (under `base_dir`, the directory holding `haproxy.cfg`), the hex
+    /// SHA-256 of its content and its size in bytes, ordered by path.
+    pub fn of(rendered: &crate::pure::rendered::RenderedConfig, base_dir: &str) -> Self {
+        use crate::pure::rendered::AuxKind;
+        use sha2::{Digest, Sha256};
+        let mut summary = AuxiliaryFileSummary::default();
+        let base = base_dir.trim_end_matches('/');
+        for (path, file) in &rendered.aux_files {
+            let entry = AuxiliaryFileEntry {
+                name: file.name.clone(),
+                path: format!("{base}/{path}"),
+                checksum: format!(
+                    "sha256:{}",
+                    crate::pure::rendered::hex(&Sha256::digest(file.content.as_bytes()))
+                ),
+                size: file.content.len() as u64,
+            };
+            match file.kind {
+                AuxKind::Map => summary.maps.push(entry),
+                AuxKind::File => summary.files.push(entry),
+                AuxKind::Cert => summary.ssl_certificates.push(entry),
+                AuxKind::CrtList => summary.crt_lists.push(entry),
+            }
+        }
+        summary
+    }
 }
 
 /// One auxiliary file: name, path and checksum (contents of certificates are not published).

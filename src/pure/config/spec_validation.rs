@@ -8,6 +8,8 @@ use std::fmt;
 use serde::Serialize;
 
 use super::{AssertionKind, HAProxyTemplateConfigSpec, parse_duration};
+use crate::pure::selector::LabelSelector;
+use crate::pure::selector::namespaces::is_namespace;
 
 /// One structural problem: the field path (`spec.watchedResources.ingresses.apiVersion`) and
 /// what is wrong with it.
@@ -24,6 +26,10 @@ impl fmt::Display for SpecProblem {
 }
 
 const LOG_LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+
+/// The fixture list that may hold Namespace objects (for namespace selectors) even when no
+/// watched resource has this name.
+pub const NAMESPACE_FIXTURES: &str = "namespaces";
 
 /// Checks a spec's structure and returns every problem found (empty when valid).
 pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
@@ -143,6 +149,19 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
                 &format!("'{selector}' must have the form path=value"),
             );
         }
+        for (field, text) in [
+            ("labelSelector", &watched.label_selector),
+            ("namespaceSelector", &watched.namespace_selector),
+        ] {
+            if let Some(text) = text
+                && let Err(e) = LabelSelector::parse(text)
+            {
+                problems.push(
+                    &format!("{base}.{field}"),
+                    &format!("'{text}' is not a valid label selector: {e}"),
+                );
+            }
+        }
         if let Some(debounce) = &watched.debounce {
             problems.duration(&format!("{base}.debounce"), debounce);
         }
@@ -196,16 +215,29 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
     let watched: BTreeSet<&str> = spec.watched_resources.keys().map(String::as_str).collect();
     for (test_name, test) in &spec.validation_tests {
         let base = format!("spec.validationTests.{test_name}");
-        for resource in test.fixtures.keys() {
-            if !watched.contains(resource.as_str()) {
-                problems.push(
-                    &format!("{base}.fixtures.{resource}"),
-                    &format!(
-                        "names no watched resource (known: {})",
-                        join_or_none(&watched)
-                    ),
-                );
+        for (resource, objects) in &test.fixtures {
+            if watched.contains(resource.as_str()) {
+                continue;
             }
+            if resource == NAMESPACE_FIXTURES {
+                // Namespace objects for namespace selectors, even when none are watched.
+                for (i, object) in objects.iter().enumerate() {
+                    if !is_namespace(object) {
+                        problems.push(
+                            &format!("{base}.fixtures.{resource}[{i}]"),
+                            "is not a Namespace (apiVersion v1, kind Namespace): no watched resource is named namespaces, so this list may hold only Namespaces, whose labels namespace selectors match",
+                        );
+                    }
+                }
+                continue;
+            }
+            problems.push(
+                &format!("{base}.fixtures.{resource}"),
+                &format!(
+                    "names no watched resource (known: {})",
+                    join_or_none(&watched)
+                ),
+            );
         }
         if test.assertions.is_empty() && test_name != "_global" {
             problems.push(

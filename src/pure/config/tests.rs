@@ -231,3 +231,58 @@ fn endpoint_slices_trigger_at_once_and_other_kinds_after_100ms() {
         std::time::Duration::from_millis(100)
     );
 }
+
+#[test]
+fn invalid_label_and_namespace_selectors_are_reported_with_their_field_path_and_position() {
+    let mut spec = sample().spec;
+    let ingresses = spec
+        .watched_resources
+        .get_mut("ingresses")
+        .expect("present");
+    ingresses.label_selector = Some("app in (web".into());
+    ingresses.namespace_selector = Some("team=web,=x".into());
+    let problems = validate_spec(&spec);
+    let rendered: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        rendered,
+        vec![
+            "spec.watchedResources.ingresses.labelSelector: 'app in (web' is not a valid label selector: at character 12: expected ',' or ')' in the value list, found the end of the selector",
+            "spec.watchedResources.ingresses.namespaceSelector: 'team=web,=x' is not a valid label selector: at character 10: expected a label key, found '='",
+        ]
+    );
+}
+
+#[test]
+fn valid_and_empty_selectors_are_no_problem() {
+    let mut spec = sample().spec;
+    let ingresses = spec
+        .watched_resources
+        .get_mut("ingresses")
+        .expect("present");
+    ingresses.label_selector = Some("app.kubernetes.io/name=web,tier notin (cache),!legacy".into());
+    ingresses.namespace_selector = Some(String::new());
+    assert_eq!(validate_spec(&spec), Vec::<SpecProblem>::new());
+}
+
+#[test]
+fn a_namespaces_fixture_list_may_hold_only_namespaces_when_namespaces_are_not_watched() {
+    let mut spec = sample().spec;
+    let test = spec.validation_tests.get_mut("basic").expect("present");
+    test.fixtures.insert(
+        "namespaces".into(),
+        vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}}),
+        ],
+    );
+    let problems = validate_spec(&spec);
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(
+        problems[0].path,
+        "spec.validationTests.basic.fixtures.namespaces[1]"
+    );
+    assert!(
+        problems[0].message.contains("is not a Namespace"),
+        "{problems:#?}"
+    );
+}

@@ -9,24 +9,43 @@
 
 pub mod dataplane;
 pub mod local;
+pub mod pacing;
 pub mod plan;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 
 use crate::pure::rendered::RenderedConfig;
 
-/// One deployment: the desired configuration, its checksum, the leader's epoch and a
-/// generation that grows with every render, so a target can refuse an older render.
+/// One deployment: the desired configuration, its checksum, the leader's epoch, a
+/// generation that grows with every render, so a target can refuse an older render, and how
+/// long the deployment may take.
 #[derive(Debug, Clone)]
 pub struct DeployRequest {
     pub rendered: Arc<RenderedConfig>,
     pub checksum: String,
     pub epoch: u64,
     pub generation: u64,
+    /// `dataplane.deploymentTimeout`: the Deployer gives up on an attempt after this long
+    /// (a failed, retryable attempt); targets derive their own waits (a reload's
+    /// confirmation) from it so that they fail first, with their own reason.
+    pub timeout: Duration,
+}
+
+/// The default of `dataplane.deploymentTimeout`.
+pub const DEFAULT_DEPLOYMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl DeployRequest {
+    /// How long a target may wait for a reload to be confirmed: most of the deployment's
+    /// time, leaving a tenth (at most a second) for what comes before and after.
+    pub fn reload_wait(&self) -> Duration {
+        self.timeout
+            .saturating_sub((self.timeout / 10).min(Duration::from_secs(1)))
+    }
 }
 
 /// What a deployment did.
@@ -54,6 +73,12 @@ pub enum DeployError {
     /// The instance refused the configuration (e.g. the reload failed); the old one still runs.
     #[error("instance rejected the configuration: {0}")]
     Rejected(String),
+    /// The deployment did not finish within `dataplane.deploymentTimeout`; it counts as a
+    /// failed attempt and is retried after the backoff.
+    #[error(
+        "the deployment did not finish within {0:?} (dataplane.deploymentTimeout); it is retried"
+    )]
+    TimedOut(Duration),
     /// An older render than one already deployed.
     #[error(
         "refused: render generation {offered} is older than generation {deployed} already deployed"
@@ -64,7 +89,10 @@ pub enum DeployError {
 impl DeployError {
     /// Whether retrying later can help.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, DeployError::Unreachable(_) | DeployError::Rejected(_))
+        matches!(
+            self,
+            DeployError::Unreachable(_) | DeployError::Rejected(_) | DeployError::TimedOut(_)
+        )
     }
 }
 
@@ -82,6 +110,16 @@ pub trait DeployTarget: Send + Sync + fmt::Debug {
     fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>>;
 }
 
+/// One deployment a [`RecordingTarget`] was asked for, accepted or refused.
+#[derive(Debug, Clone)]
+pub struct DeployAttempt {
+    /// When it was asked, on tokio's clock (virtual time under a paused test clock).
+    pub at: tokio::time::Instant,
+    pub request: DeployRequest,
+    /// What the target answered.
+    pub result: Result<DeployOutcome, DeployError>,
+}
+
 /// A target that records what it was asked to deploy and enforces epoch fencing and
 /// generation ordering like a real one. Its instance is a memory cell.
 #[derive(Debug, Default)]
@@ -95,8 +133,44 @@ struct RecordingState {
     accepted_epoch: u64,
     deployed_generation: u64,
     deployed: Vec<DeployRequest>,
+    attempts: Vec<DeployAttempt>,
     current_checksum: Option<String>,
     unreachable: bool,
+}
+
+impl RecordingState {
+    /// What the instance `name` answers to `request`, applying it when accepted.
+    fn answer(
+        &mut self,
+        name: &str,
+        request: &DeployRequest,
+    ) -> Result<DeployOutcome, DeployError> {
+        if self.unreachable {
+            return Err(DeployError::Unreachable(format!("{name} is down")));
+        }
+        if request.epoch < self.accepted_epoch {
+            return Err(DeployError::Fenced {
+                offered: request.epoch,
+                accepted: self.accepted_epoch,
+            });
+        }
+        if request.epoch == self.accepted_epoch && request.generation < self.deployed_generation {
+            return Err(DeployError::Stale {
+                offered: request.generation,
+                deployed: self.deployed_generation,
+            });
+        }
+        self.accepted_epoch = request.epoch;
+        self.deployed_generation = request.generation;
+        let unchanged = self.current_checksum.as_deref() == Some(request.checksum.as_str());
+        self.current_checksum = Some(request.checksum.clone());
+        self.deployed.push(request.clone());
+        Ok(DeployOutcome {
+            reloaded: !unchanged,
+            runtime_changes: 0,
+            unchanged,
+        })
+    }
 }
 
 impl RecordingTarget {
@@ -115,6 +189,11 @@ impl RecordingTarget {
     /// Every accepted request, in order.
     pub fn deployed(&self) -> Vec<DeployRequest> {
         self.lock().deployed.clone()
+    }
+
+    /// Every request, accepted or refused, in order, with when it came and the answer.
+    pub fn attempts(&self) -> Vec<DeployAttempt> {
+        self.lock().attempts.clone()
     }
 
     /// Makes the instance unreachable (or reachable again).
@@ -138,34 +217,15 @@ impl DeployTarget for RecordingTarget {
         request: &'a DeployRequest,
     ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>> {
         Box::pin(async move {
+            let at = tokio::time::Instant::now();
             let mut state = self.lock();
-            if state.unreachable {
-                return Err(DeployError::Unreachable(format!("{} is down", self.name)));
-            }
-            if request.epoch < state.accepted_epoch {
-                return Err(DeployError::Fenced {
-                    offered: request.epoch,
-                    accepted: state.accepted_epoch,
-                });
-            }
-            if request.epoch == state.accepted_epoch
-                && request.generation < state.deployed_generation
-            {
-                return Err(DeployError::Stale {
-                    offered: request.generation,
-                    deployed: state.deployed_generation,
-                });
-            }
-            state.accepted_epoch = request.epoch;
-            state.deployed_generation = request.generation;
-            let unchanged = state.current_checksum.as_deref() == Some(request.checksum.as_str());
-            state.current_checksum = Some(request.checksum.clone());
-            state.deployed.push(request.clone());
-            Ok(DeployOutcome {
-                reloaded: !unchanged,
-                runtime_changes: 0,
-                unchanged,
-            })
+            let result = state.answer(&self.name, request);
+            state.attempts.push(DeployAttempt {
+                at,
+                request: request.clone(),
+                result: result.clone(),
+            });
+            result
         })
     }
 
@@ -190,6 +250,7 @@ mod tests {
             checksum: checksum.into(),
             epoch,
             generation,
+            timeout: DEFAULT_DEPLOYMENT_TIMEOUT,
         }
     }
 
@@ -216,6 +277,51 @@ mod tests {
             Some("aaa".into())
         );
         assert_eq!(target.deployed().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn every_attempt_is_recorded_with_its_answer_refused_ones_included() {
+        let target = RecordingTarget::new("pod-a");
+        target.set_unreachable(true);
+        let _ = target.deploy(&request(3, 1, "down")).await;
+        target.set_unreachable(false);
+        let _ = target.deploy(&request(3, 2, "up")).await;
+        let _ = target.deploy(&request(2, 3, "fenced")).await;
+        let attempts = target.attempts();
+        let answers: Vec<_> = attempts
+            .iter()
+            .map(|a| (a.request.checksum.as_str(), a.result.clone()))
+            .collect();
+        assert_eq!(
+            answers,
+            vec![
+                (
+                    "down",
+                    Err(DeployError::Unreachable("pod-a is down".into()))
+                ),
+                (
+                    "up",
+                    Ok(DeployOutcome {
+                        reloaded: true,
+                        runtime_changes: 0,
+                        unchanged: false
+                    })
+                ),
+                (
+                    "fenced",
+                    Err(DeployError::Fenced {
+                        offered: 2,
+                        accepted: 3
+                    })
+                ),
+            ]
+        );
+        assert!(attempts.windows(2).all(|w| w[0].at <= w[1].at));
+        assert_eq!(
+            target.deployed().len(),
+            1,
+            "only the accepted one is deployed"
+        );
     }
 
     #[tokio::test]

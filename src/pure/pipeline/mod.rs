@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::pure::config::{HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validate_spec};
 use crate::pure::haproxy::{self, check_schema, parse_config};
 use crate::pure::rendered::{PathResolver, RenderedConfig};
+use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{RenderContext, TemplateError, TemplateSet, TemplateSetInput};
 use crate::pure::validate::cache::ValidationCache;
@@ -37,6 +38,13 @@ pub enum ConfigError {
     PostProcessor { path: String, message: String },
     #[error("spec.watchedResources.{resource}.fieldSelector: {message}")]
     FieldSelector { resource: String, message: String },
+    /// `field` is `labelSelector` or `namespaceSelector`.
+    #[error("spec.watchedResources.{resource}.{field}: {error}")]
+    LabelSelector {
+        resource: String,
+        field: &'static str,
+        error: SelectorError,
+    },
 }
 
 fn join_problems(problems: &[SpecProblem]) -> String {
@@ -98,6 +106,52 @@ impl FieldSelector {
     }
 }
 
+/// The compiled selectors of one watched resource.
+#[derive(Debug, Clone, Default)]
+struct ResourceSelectors {
+    field: Option<FieldSelector>,
+    labels: Option<LabelSelector>,
+    namespaces: Option<LabelSelector>,
+}
+
+impl ResourceSelectors {
+    fn compile(
+        name: &str,
+        watched: &crate::pure::config::WatchedResource,
+    ) -> Result<ResourceSelectors, ConfigError> {
+        let field =
+            match watched
+                .field_selector
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+            {
+                Some(text) => Some(FieldSelector::parse(text).map_err(|message| {
+                    ConfigError::FieldSelector {
+                        resource: name.to_string(),
+                        message,
+                    }
+                })?),
+                None => None,
+            };
+        let label = |field: &'static str, text: Option<&str>| {
+            LabelSelector::parse_optional(text).map_err(|error| ConfigError::LabelSelector {
+                resource: name.to_string(),
+                field,
+                error,
+            })
+        };
+        Ok(ResourceSelectors {
+            field,
+            labels: label("labelSelector", watched.label_selector.as_deref())?,
+            namespaces: label("namespaceSelector", watched.namespace_selector.as_deref())?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.field.is_none() && self.labels.is_none() && self.namespaces.is_none()
+    }
+}
+
 /// A compiled regex post-processor for one template target.
 #[derive(Debug, Clone)]
 struct CompiledPostProcessor {
@@ -111,7 +165,8 @@ pub struct CompiledConfig {
     pub spec: Arc<HAProxyTemplateConfigSpec>,
     pub templates: TemplateSet,
     pub path_resolver: PathResolver,
-    field_selectors: BTreeMap<String, FieldSelector>,
+    /// Field, label and namespace selectors by watched resource (only those with any).
+    selectors: BTreeMap<String, ResourceSelectors>,
     /// Post-processors by target: `haproxy.cfg` or the relative path of an auxiliary file's
     /// template (`maps/NAME`, `files/NAME`, `sslCertificates/NAME`).
     post_processors: BTreeMap<String, Vec<CompiledPostProcessor>>,
@@ -128,19 +183,11 @@ impl CompiledConfig {
         let templates = TemplateSet::compile(template_input(&spec))?;
         // Index paths compile here so a bad path is a config error, not a watcher failure.
         build_stores(&spec)?;
-        let mut field_selectors = BTreeMap::new();
+        let mut selectors = BTreeMap::new();
         for (name, watched) in &spec.watched_resources {
-            if let Some(text) = watched
-                .field_selector
-                .as_deref()
-                .filter(|s| !s.trim().is_empty())
-            {
-                let selector =
-                    FieldSelector::parse(text).map_err(|message| ConfigError::FieldSelector {
-                        resource: name.clone(),
-                        message,
-                    })?;
-                field_selectors.insert(name.clone(), selector);
+            let compiled = ResourceSelectors::compile(name, watched)?;
+            if !compiled.is_empty() {
+                selectors.insert(name.clone(), compiled);
             }
         }
         let mut post_processors = BTreeMap::new();
@@ -195,7 +242,7 @@ impl CompiledConfig {
             spec: Arc::new(spec),
             templates,
             path_resolver,
-            field_selectors,
+            selectors,
             post_processors,
         })
     }
@@ -214,16 +261,41 @@ impl CompiledConfig {
             .map(|(name, _)| name.as_str())
     }
 
-    /// Whether an object passes the watched resource's client-side field selector.
-    /// Whether `resource` has a field selector (only then does [`Self::selects`] read fields).
+    /// Whether `resource` has a field selector.
     pub fn has_field_selector(&self, resource: &str) -> bool {
-        self.field_selectors.contains_key(resource)
+        self.selectors
+            .get(resource)
+            .is_some_and(|s| s.field.is_some())
     }
 
-    pub fn selects(&self, resource: &str, object: &Value) -> bool {
-        self.field_selectors
+    /// Whether `resource` has a field or label selector (only then does [`Self::selects`]
+    /// read the object).
+    pub fn has_object_selector(&self, resource: &str) -> bool {
+        self.selectors
             .get(resource)
-            .is_none_or(|s| s.matches(object))
+            .is_some_and(|s| s.field.is_some() || s.labels.is_some())
+    }
+
+    /// Whether an object passes the watched resource's field selector and label selector
+    /// (its `metadata.labels`). The namespace selector needs the namespaces' labels: see
+    /// [`Self::admits`].
+    pub fn selects(&self, resource: &str, object: &Value) -> bool {
+        self.selectors.get(resource).is_none_or(|s| {
+            s.field.as_ref().is_none_or(|f| f.matches(object))
+                && s.labels.as_ref().is_none_or(|l| l.matches_object(object))
+        })
+    }
+
+    /// The watched resource's namespace selector, if it has one.
+    pub fn namespace_selector(&self, resource: &str) -> Option<&LabelSelector> {
+        self.selectors.get(resource)?.namespaces.as_ref()
+    }
+
+    /// Whether an object passes every selector of the watched resource: field, label and
+    /// namespace (judged by `namespaces`; cluster-scoped objects pass it).
+    pub fn admits(&self, resource: &str, object: &Value, namespaces: &NamespaceLabels) -> bool {
+        self.selects(resource, object)
+            && namespaces.admits_object(self.namespace_selector(resource), object)
     }
 
     /// Renders one snapshot of the stores. `extra_context` replaces the config's own

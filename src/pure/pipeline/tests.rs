@@ -43,7 +43,7 @@ fn with_service(config: &CompiledConfig, name: &str, port: u16) -> Stores {
 }
 
 fn validator() -> Validator {
-    Validator::new("haproxy", 8)
+    Validator::new(crate::pure::validate::semantic::haproxy_binary(), 8)
 }
 
 #[test]
@@ -271,5 +271,84 @@ fn an_endpoint_only_change_after_a_validated_render_skips_haproxy_c_and_a_struct
     assert!(
         matches!(err, PipelineError::Invalid(ref e) if e.phase == ValidationPhase::Semantic),
         "{err}"
+    );
+}
+
+#[test]
+fn a_label_selector_keeps_only_objects_whose_labels_match() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .label_selector = Some("app=web,tier!=cache".into());
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    assert!(config.has_object_selector("services"));
+    assert!(!config.has_field_selector("services"));
+    let labelled = |labels: Value| json!({"metadata": {"name": "s", "labels": labels}});
+    assert!(config.selects("services", &labelled(json!({"app": "web"}))));
+    assert!(!config.selects(
+        "services",
+        &labelled(json!({"app": "web", "tier": "cache"}))
+    ));
+    assert!(!config.selects("services", &json!({"metadata": {"name": "s"}})));
+}
+
+#[test]
+fn field_and_label_selectors_must_both_hold() {
+    let mut spec = spec_with(VALID_CFG);
+    let services = spec.watched_resources.get_mut("services").expect("present");
+    services.field_selector = Some("spec.type=ClusterIP".into());
+    services.label_selector = Some("app".into());
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    let object =
+        |kind: &str, labels: Value| json!({"metadata": {"labels": labels}, "spec": {"type": kind}});
+    assert!(config.selects("services", &object("ClusterIP", json!({"app": "x"}))));
+    assert!(!config.selects("services", &object("NodePort", json!({"app": "x"}))));
+    assert!(!config.selects("services", &object("ClusterIP", json!({}))));
+}
+
+#[test]
+fn a_namespace_selector_admits_objects_of_matching_namespaces_and_cluster_scoped_ones() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .namespace_selector = Some("team=web".into());
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    assert!(
+        !config.has_object_selector("services"),
+        "the namespace selector does not read the object's own fields"
+    );
+    let namespaces = NamespaceLabels::from_objects([
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"team": "web"}}}),
+    ]);
+    let in_namespace = |ns: &str| json!({"metadata": {"name": "s", "namespace": ns}});
+    assert!(config.admits("services", &in_namespace("shop"), &namespaces));
+    assert!(!config.admits("services", &in_namespace("blog"), &namespaces));
+    assert!(config.admits("services", &json!({"metadata": {"name": "s"}}), &namespaces));
+    assert!(
+        config.selects("services", &in_namespace("blog")),
+        "selects alone does not judge namespaces"
+    );
+}
+
+#[test]
+fn an_invalid_label_selector_is_a_structural_problem_of_its_field() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .namespace_selector = Some("team in web".into());
+    let Err(ConfigError::Structure(problems)) = CompiledConfig::compile(spec) else {
+        panic!("expected a structural problem")
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        problems[0].path,
+        "spec.watchedResources.services.namespaceSelector"
+    );
+    assert!(
+        problems[0].message.contains("at character 9"),
+        "{problems:?}"
     );
 }

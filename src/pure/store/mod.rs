@@ -14,7 +14,7 @@ use std::sync::Arc;
 pub use compact::CompactObject;
 pub use path::FieldPath;
 pub use resource::{
-    EntryKey, ObjectRef, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot,
+    EntryKey, ObjectRef, Relist, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot,
     normalise_numbers,
 };
 

@@ -107,6 +107,15 @@ impl LiveState {
     }
 }
 
+/// What a relist did.
+#[derive(Debug)]
+pub struct Relist {
+    /// Objects that could not be stored.
+    pub rejected: Vec<StoreError>,
+    /// The content differs from what the store held before.
+    pub changed: bool,
+}
+
 /// The objects of one watched resource.
 pub struct ResourceStore {
     name: Arc<str>,
@@ -115,6 +124,7 @@ pub struct ResourceStore {
     ignore_fields: Vec<FieldPath>,
     live: RwLock<LiveState>,
     cached: Mutex<Option<Arc<StoreSnapshot>>>,
+    listed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ResourceStore {
@@ -150,6 +160,7 @@ impl ResourceStore {
             ignore_fields: ignore_paths,
             live: RwLock::new(LiveState::default()),
             cached: Mutex::new(None),
+            listed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -221,6 +232,19 @@ impl ResourceStore {
         &self,
         objects: impl IntoIterator<Item = O>,
     ) -> Vec<StoreError> {
+        self.relist(objects).rejected
+    }
+
+    /// Whether a full list has replaced the content at least once (a watcher restarted
+    /// after its first sync finds its store listed).
+    pub fn has_listed(&self) -> bool {
+        self.listed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Replaces the whole content, as [`ResourceStore::replace_all`], and tells whether the
+    /// content differs from what the store held (a relist after a watch broke carries the
+    /// changes made meanwhile; an identical one changes nothing, not even the generation).
+    pub fn relist<O: Into<CompactObject>>(&self, objects: impl IntoIterator<Item = O>) -> Relist {
         let mut rejected = Vec::new();
         let mut fresh = LiveState::default();
         for object in objects {
@@ -235,9 +259,19 @@ impl ResourceStore {
             }
         }
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
-        fresh.generation = live.generation + 1;
-        *live = fresh;
-        rejected
+        self.listed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let same = live.entries.len() == fresh.entries.len()
+            && live.entries.iter().zip(fresh.entries.iter()).all(
+                |((old_key, old), (new_key, new))| old_key == new_key && old.json() == new.json(),
+            );
+        if !same {
+            fresh.generation = live.generation + 1;
+            *live = fresh;
+        }
+        Relist {
+            rejected,
+            changed: !same,
+        }
     }
 
     /// The number of objects held.
@@ -741,6 +775,24 @@ mod tests {
         sorted.sort();
         assert_eq!(keys, sorted);
         assert_eq!(order, ["w", "x", "y", "z"]);
+    }
+
+    #[test]
+    fn a_relist_reports_whether_it_changed_the_content_and_an_identical_one_keeps_the_snapshot() {
+        let store = slices_store();
+        assert!(!store.has_listed());
+        let first = store.relist(vec![slice("a", "x", "web")]);
+        assert!(first.changed && first.rejected.is_empty());
+        assert!(store.has_listed());
+        let before = store.snapshot();
+        let same = store.relist(vec![slice("a", "x", "web")]);
+        assert!(!same.changed);
+        assert!(Arc::ptr_eq(&before, &store.snapshot()));
+        let moved = store.relist(vec![slice("a", "x", "api")]);
+        assert!(moved.changed);
+        let gone = store.relist(Vec::<Value>::new());
+        assert!(gone.changed);
+        assert!(store.is_empty());
     }
 
     #[test]

@@ -46,6 +46,25 @@ pub const CONFIG_FILE_NAME: &str = "haproxy.cfg";
 /// The binary used when none is configured (looked up in `PATH`).
 pub const DEFAULT_BINARY: &str = "haproxy";
 
+/// The environment variable naming the haproxy the test suite and the benches run.
+pub const TEST_BINARY_ENV: &str = "HAPTOR_HAPROXY_BIN";
+
+/// The haproxy the test suite and the benches run, found one way for all of them: the path
+/// in `HAPTOR_HAPROXY_BIN`, else the Debian package's `/usr/sbin/haproxy` (a normal user's
+/// `PATH` does not name `/usr/sbin`), else [`DEFAULT_BINARY`] looked up in `PATH`. The
+/// controller itself runs the binary it is configured with (`--haproxy-bin`).
+pub fn haproxy_binary() -> PathBuf {
+    if let Some(configured) = std::env::var_os(TEST_BINARY_ENV) {
+        return PathBuf::from(configured);
+    }
+    let installed = Path::new("/usr/sbin/haproxy");
+    if installed.exists() {
+        installed.to_path_buf()
+    } else {
+        PathBuf::from(DEFAULT_BINARY)
+    }
+}
+
 /// How long one `haproxy -c` run may take before it is killed.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 

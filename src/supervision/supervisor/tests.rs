@@ -87,6 +87,7 @@ async fn spawn_supervisor(
         name: name.into(),
         policy: quick_policy(max_restarts),
         children: vec![child],
+        on_restart: None,
     };
     let (supervisor, _) = Actor::spawn(None, Supervisor, args)
         .await
@@ -147,6 +148,7 @@ async fn a_child_failing_more_often_than_the_intensity_allows_escalates_to_its_s
             },
             (),
         )],
+        on_restart: None,
     };
     let outer_args = SupervisorArgs {
         name: "outer".into(),
@@ -157,6 +159,7 @@ async fn a_child_failing_more_often_than_the_intensity_allows_escalates_to_its_s
             Supervisor,
             inner_args,
         )],
+        on_restart: None,
     };
     let (outer, _) = Actor::spawn(None, Supervisor, outer_args)
         .await
@@ -240,6 +243,7 @@ async fn a_transient_child_that_stops_cleanly_is_not_restarted() {
         name: "transient".into(),
         policy: quick_policy(3),
         children: vec![child],
+        on_restart: None,
     };
     let (supervisor, _) = Actor::spawn(None, Supervisor, args).await.expect("starts");
     wait_for_start(&supervisor, &starts, 1).await;

@@ -126,11 +126,11 @@ impl From<LocalTargetError> for DeployError {
     }
 }
 
-/// Timeouts of the local target.
+/// Timeouts of the local target. How long a reload may take until a new worker shows up
+/// in `show proc` is not among them: it comes with each request, derived from
+/// `dataplane.deploymentTimeout` ([`DeployRequest::reload_wait`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalTargetSettings {
-    /// How long a reload may take until a new worker shows up in `show proc`.
-    pub reload_timeout: Duration,
     /// How long one runtime API or master CLI command may take.
     pub command_timeout: Duration,
 }
@@ -138,7 +138,6 @@ pub struct LocalTargetSettings {
 impl Default for LocalTargetSettings {
     fn default() -> Self {
         LocalTargetSettings {
-            reload_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(10),
         }
     }
@@ -329,7 +328,7 @@ impl LocalTarget {
             }
             return Err(error.into());
         }
-        match self.reload(&before).await {
+        match self.reload(&before, request.reload_wait()).await {
             Ok(()) => {
                 state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                 state.last_deployed = Some(to.clone());
@@ -599,7 +598,7 @@ impl LocalTarget {
 
     /// Asks the master to reload and waits for the outcome: a new worker (success), a higher
     /// failed count or a `Success=0` reply (HAProxy refused the files).
-    async fn reload(&self, before: &ProcInfo) -> Result<(), DeployError> {
+    async fn reload(&self, before: &ProcInfo, wait: Duration) -> Result<(), DeployError> {
         let log = self.work_dir.log_file();
         let log_offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         let refused = |detail: String| {
@@ -624,7 +623,7 @@ impl LocalTarget {
                 tracing::debug!(error = %error, "no reply to reload; confirming through show proc");
             }
         }
-        let deadline = Instant::now() + self.settings.reload_timeout;
+        let deadline = Instant::now() + wait;
         loop {
             tokio::time::sleep(RELOAD_POLL_INTERVAL).await;
             // While the master re-executes itself, its socket refuses connections: keep polling.
@@ -652,8 +651,8 @@ impl LocalTarget {
             }
             if Instant::now() >= deadline {
                 return Err(DeployError::Unreachable(format!(
-                    "HAProxy did not confirm the reload within {:?} (no new worker in show proc)",
-                    self.settings.reload_timeout
+                    "HAProxy did not confirm the reload within {wait:?} (no new worker in show \
+                     proc; the wait is derived from dataplane.deploymentTimeout)"
                 )));
             }
         }
@@ -732,6 +731,7 @@ mod tests {
             rendered,
             epoch: 1,
             generation: 1,
+            timeout: crate::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT,
         };
         let err = target.deploy(&request).await.expect_err("nothing runs");
         assert!(matches!(err, DeployError::Unreachable(_)), "{err}");
@@ -765,6 +765,7 @@ mod tests {
             rendered: Arc::new(rendered),
             epoch: 1,
             generation: 1,
+            timeout: crate::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT,
         };
         let err = target.deploy(&request).await.expect_err("refused");
         assert!(

@@ -1,0 +1,199 @@
+//! When a controller is ready for traffic (`/readyz`), as a pure state machine.
+//!
+//! A replica is ready once every watched resource of the running config iteration has
+//! finished its initial list and, where the controller owns its HAProxy (`haptor local`),
+//! once every known instance has taken a configuration: a proxy that takes traffic before it
+//! holds the full config answers users with 404s. Readiness is latched: once reached, a
+//! config-iteration rebuild (new watchers listing again) does not drop it, because the last
+//! good configuration keeps serving meanwhile; the verdict still says what the rebuild waits
+//! for. Nothing here does I/O; the actors report what they see through the small methods
+//! below and the HTTP handler asks for a [`ReadinessVerdict`].
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+/// What readiness waits for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadinessState {
+    /// Whether a first configuration has been accepted (an iteration runs).
+    config_loaded: bool,
+    /// Watched resources of the running iteration that have not finished their initial list.
+    unsynced: BTreeSet<String>,
+    /// Whether readiness also waits for every instance to take a configuration.
+    requires_deployment: bool,
+    /// Instances known now.
+    instances: BTreeSet<String>,
+    /// Instances that have taken a configuration since this process started.
+    deployed: BTreeSet<String>,
+    /// Set the first time every condition held; never cleared.
+    reached: bool,
+}
+
+/// The answer to "ready?", with what is still awaited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReadinessVerdict {
+    pub ready: bool,
+    /// One sentence per thing awaited (empty when nothing is).
+    pub waiting_for: Vec<String>,
+}
+
+impl ReadinessState {
+    /// A state that waits for indexes only (a controller that deploys to pods it does not
+    /// own), or also for deployments (`requires_deployment`, `haptor local`).
+    pub fn new(requires_deployment: bool) -> ReadinessState {
+        ReadinessState {
+            requires_deployment,
+            ..ReadinessState::default()
+        }
+    }
+
+    /// A config iteration starts: these resources must list before it is synced.
+    pub fn iteration_started(&mut self, resources: impl IntoIterator<Item = String>) {
+        self.config_loaded = true;
+        self.unsynced = resources.into_iter().collect();
+        self.update();
+    }
+
+    /// A watcher finished its initial list.
+    pub fn resource_synced(&mut self, resource: &str) {
+        self.unsynced.remove(resource);
+        self.update();
+    }
+
+    /// The set of instances changed.
+    pub fn instances_known(&mut self, instances: impl IntoIterator<Item = String>) {
+        self.instances = instances.into_iter().collect();
+        self.update();
+    }
+
+    /// An instance took a configuration.
+    pub fn instance_deployed(&mut self, instance: &str) {
+        self.deployed.insert(instance.to_string());
+        self.update();
+    }
+
+    fn awaited(&self) -> Vec<String> {
+        let mut waiting = Vec::new();
+        if !self.config_loaded {
+            waiting.push("a valid HAProxyTemplateConfig".to_string());
+        }
+        if !self.unsynced.is_empty() {
+            let names: Vec<&str> = self.unsynced.iter().map(String::as_str).collect();
+            waiting.push(format!(
+                "the initial sync of watched resources: {}",
+                names.join(", ")
+            ));
+        }
+        if self.requires_deployment {
+            if self.instances.is_empty() {
+                waiting.push("an HAProxy instance to deploy to".to_string());
+            }
+            let pending: Vec<&str> = self
+                .instances
+                .difference(&self.deployed)
+                .map(String::as_str)
+                .collect();
+            if !pending.is_empty() {
+                waiting.push(format!(
+                    "the first deployment to instances: {}",
+                    pending.join(", ")
+                ));
+            }
+        }
+        waiting
+    }
+
+    fn update(&mut self) {
+        if !self.reached && self.awaited().is_empty() {
+            self.reached = true;
+        }
+    }
+
+    /// Ready, and what is awaited: before readiness is reached, why not; after, what a
+    /// rebuild still waits for while the last good configuration serves.
+    pub fn verdict(&self) -> ReadinessVerdict {
+        ReadinessVerdict {
+            ready: self.reached,
+            waiting_for: self.awaited(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn nothing_is_ready_before_a_config_is_loaded() {
+        let state = ReadinessState::new(false);
+        let verdict = state.verdict();
+        assert!(!verdict.ready);
+        assert_eq!(
+            verdict.waiting_for,
+            names(&["a valid HAProxyTemplateConfig"])
+        );
+    }
+
+    #[test]
+    fn readiness_waits_for_every_watched_resource_and_names_the_unsynced_ones() {
+        let mut state = ReadinessState::new(false);
+        state.iteration_started(names(&["ingresses", "services"]));
+        state.resource_synced("ingresses");
+        let verdict = state.verdict();
+        assert!(!verdict.ready);
+        assert_eq!(
+            verdict.waiting_for,
+            names(&["the initial sync of watched resources: services"])
+        );
+        state.resource_synced("services");
+        assert!(state.verdict().ready);
+    }
+
+    #[test]
+    fn an_owned_proxy_is_ready_only_once_every_instance_took_a_configuration() {
+        let mut state = ReadinessState::new(true);
+        state.iteration_started(names(&["services"]));
+        state.resource_synced("services");
+        assert_eq!(
+            state.verdict().waiting_for,
+            names(&["an HAProxy instance to deploy to"])
+        );
+        state.instances_known(names(&["local"]));
+        let verdict = state.verdict();
+        assert!(!verdict.ready);
+        assert_eq!(
+            verdict.waiting_for,
+            names(&["the first deployment to instances: local"])
+        );
+        state.instance_deployed("local");
+        assert!(state.verdict().ready);
+    }
+
+    #[test]
+    fn a_rebuild_after_readiness_keeps_it_and_says_what_the_new_iteration_waits_for() {
+        let mut state = ReadinessState::new(true);
+        state.iteration_started(names(&["services"]));
+        state.resource_synced("services");
+        state.instances_known(names(&["local"]));
+        state.instance_deployed("local");
+        state.iteration_started(names(&["services", "secrets"]));
+        let verdict = state.verdict();
+        assert!(verdict.ready, "the last good config keeps serving");
+        assert_eq!(
+            verdict.waiting_for,
+            names(&["the initial sync of watched resources: secrets, services"])
+        );
+    }
+
+    #[test]
+    fn a_config_with_no_watched_resources_is_synced_at_once() {
+        let mut state = ReadinessState::new(false);
+        state.iteration_started(Vec::new());
+        assert!(state.verdict().ready);
+    }
+}
