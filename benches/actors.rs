@@ -11,7 +11,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
 use haptor::actors::context::{ControllerSettings, ReconcilePipeline, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::deployment::InMemorySink;
+use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership};

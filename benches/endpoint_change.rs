@@ -18,7 +18,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
 use haptor::actors::context::{ControllerSettings, FullPipeline, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::deployment::InMemorySink;
+use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::config_from_yaml;

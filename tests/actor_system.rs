@@ -16,8 +16,8 @@ use haptor::actors::context::{
     ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
 };
 use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
-use haptor::actors::deployment::InMemorySink;
 use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
+use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership, ResourceEvent};

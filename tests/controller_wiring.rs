@@ -15,8 +15,8 @@ use haptor::actors::context::{
     ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
 };
 use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
-use haptor::actors::deployment::InMemorySink;
 use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg};
+use haptor::actors::publisher::InMemorySink;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent, WatcherMsg};
 use haptor::pure::config::{HAProxyTemplateConfig, WatchedResource, config_from_yaml};

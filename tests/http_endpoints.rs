@@ -94,6 +94,7 @@ async fn start(stall_threshold: Duration) -> Running {
                 CommentatorArgs {
                     log: events,
                     events: commentator_events,
+                    busy: None,
                 },
             ),
         ],

@@ -509,6 +509,8 @@ pub struct CommentatorArgs {
     pub log: EventLog,
     /// The fan-out queue to pump from; `None` when events are sent to the actor directly.
     pub events: Option<SharedEventReceiver>,
+    /// Where the actor marks itself busy for `/healthz` (`None`: nobody watches).
+    pub busy: Option<crate::actors::introspection::Introspection>,
 }
 
 /// The Commentator actor (see the module documentation).
@@ -517,6 +519,7 @@ pub struct Commentator;
 
 pub struct CommentatorState {
     log: EventLog,
+    busy: Option<crate::actors::introspection::Introspection>,
     _pump: Option<EventPump>,
 }
 
@@ -535,6 +538,7 @@ impl Actor for Commentator {
             .map(|events| spawn_event_pump(events, myself, CommentatorMsg::Event));
         Ok(CommentatorState {
             log: args.log,
+            busy: args.busy,
             _pump: pump,
         })
     }
@@ -545,6 +549,7 @@ impl Actor for Commentator {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = state.busy.as_ref().map(|i| i.busy("commentator"));
         match msg {
             CommentatorMsg::Event(event) => {
                 let logged = event.clone();
@@ -765,6 +770,7 @@ mod tests {
         let args = CommentatorArgs {
             log: log.clone(),
             events: Some(SharedEventReceiver::new(rx)),
+            busy: None,
         };
         let (actor, handle) = Actor::spawn(None, Commentator, args)
             .await
@@ -796,6 +802,7 @@ mod tests {
         let args = CommentatorArgs {
             log: log.clone(),
             events: Some(SharedEventReceiver::new(rx)),
+            busy: None,
         };
         let (first, handle) = Actor::spawn(None, Commentator, args.clone())
             .await

@@ -10,10 +10,10 @@ use ractor::ActorRef;
 
 use crate::actors::commentator::{Commentator, CommentatorArgs, EventLog, SharedEventReceiver};
 use crate::actors::context::{ControllerSettings, ReconcilePipeline, Services, Sources};
-use crate::actors::deployment::PublishSink;
 use crate::actors::http::{DebugState, Readiness, debug_server_spec, metrics_server_spec};
 use crate::actors::introspection::Introspection;
 use crate::actors::metrics::{Metrics, MetricsActor, MetricsArgs};
+use crate::actors::publisher::PublishSink;
 use crate::actors::tree::start_root;
 use crate::messages::EventFanout;
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
@@ -87,6 +87,7 @@ pub async fn start_controller(
             CommentatorArgs {
                 log: events.clone(),
                 events: Some(commentator_events),
+                busy: Some(services.introspection.clone()),
             },
         ),
         ChildSpec::new(
@@ -96,6 +97,7 @@ pub async fn start_controller(
             MetricsArgs {
                 metrics: Arc::clone(&metrics),
                 events: Some(metrics_events),
+                busy: Some(services.introspection.clone()),
             },
         ),
     ];

@@ -9,7 +9,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, forward_watch};
 use crate::actors::coordinator::Coordinator;
-use crate::actors::deployment::{ConfigPublisher, DeployScheduler, DriftMonitor, PublishSink};
+use crate::actors::drift::DriftMonitor;
+use crate::actors::publisher::{ConfigPublisher, PublishSink};
+use crate::actors::scheduler::DeployScheduler;
 use crate::messages::{
     DeploySchedulerMsg, DiscoveryMsg, EventKind, Instance, LeaderElectorMsg, Leadership,
 };

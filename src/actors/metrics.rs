@@ -522,6 +522,8 @@ pub struct MetricsArgs {
     pub metrics: Arc<Metrics>,
     /// The fan-out queue to pump from; `None` when events are sent to the actor directly.
     pub events: Option<SharedEventReceiver>,
+    /// Where the actor marks itself busy for `/healthz` (`None`: nobody watches).
+    pub busy: Option<crate::actors::introspection::Introspection>,
 }
 
 /// Updates [`Metrics`] from observability events.
@@ -530,6 +532,7 @@ pub struct MetricsActor;
 
 pub struct MetricsState {
     metrics: Arc<Metrics>,
+    busy: Option<crate::actors::introspection::Introspection>,
     _pump: Option<EventPump>,
 }
 
@@ -548,6 +551,7 @@ impl Actor for MetricsActor {
             .map(|events| spawn_event_pump(events, myself, MetricsMsg::Event));
         Ok(MetricsState {
             metrics: args.metrics,
+            busy: args.busy,
             _pump: pump,
         })
     }
@@ -558,6 +562,7 @@ impl Actor for MetricsActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _busy = state.busy.as_ref().map(|i| i.busy("metrics"));
         match msg {
             MetricsMsg::Event(event) => state.metrics.observe(&event),
         }
@@ -838,6 +843,7 @@ mod tests {
         let args = MetricsArgs {
             metrics: Arc::clone(&metrics),
             events,
+            busy: None,
         };
         let (actor, handle) = Actor::spawn(None, MetricsActor, args)
             .await

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, Services, current, forward_watch, set};
-use crate::actors::deployment::PublishSink;
 use crate::actors::introspection::ErrorRecord;
 use crate::actors::leadership::{CredentialsLoader, Discovery, LeaderElector};
+use crate::actors::publisher::PublishSink;
 use crate::actors::reconciler::Reconciler;
 use crate::actors::validators::{ConfigValidator, ValidatorKind, gather_verdicts};
 use crate::actors::watcher::{IndexTracker, ResourceWatcher};
@@ -339,6 +339,7 @@ impl Actor for IterationManager {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let IterationManagerMsg::Rebuild(compiled) = msg;
+        let _busy = self.services.introspection.busy("iteration-manager");
         let root = Self::root(&myself)?;
         if let Some(running) = &state.running {
             if running.spec == compiled.spec {

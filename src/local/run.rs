@@ -11,9 +11,9 @@ use tokio::sync::watch;
 
 use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
 use crate::actors::controller::{ServerAddresses, start_controller};
-use crate::actors::deployment::InMemorySink;
 use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
 use crate::actors::introspection::ErrorRecord;
+use crate::actors::publisher::InMemorySink;
 use crate::actors::sources::MemorySource;
 use crate::cli::outln;
 use crate::local::folder::ManifestFolder;

@@ -1,0 +1,161 @@
+//! The leader-only ConfigPublisher: publishes what was rendered (the `HAProxyCfg` spec: the
+//! configuration, its checksum and a summary of its auxiliary files) and each instance's
+//! deployment state through a [`PublishSink`] — the Kubernetes API in-cluster, memory in
+//! `haptor local` and tests.
+
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::actors::context::{Iteration, current, set};
+use crate::messages::ConfigPublisherMsg;
+use crate::pure::config::{AuxiliaryFileSummary, HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus};
+
+/// Where the ConfigPublisher writes `HAProxyCfg`: the Kubernetes API in-cluster, memory
+/// elsewhere.
+pub trait PublishSink: Send + Sync {
+    fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus);
+}
+
+/// Keeps the last published resource in memory (local mode, tests).
+#[derive(Debug, Default)]
+pub struct InMemorySink {
+    pub last: Mutex<Option<(HAProxyCfgSpec, HAProxyCfgStatus)>>,
+}
+
+impl PublishSink for InMemorySink {
+    fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((spec.clone(), status.clone()));
+    }
+}
+
+/// Publishes the rendered configuration and each instance's state.
+#[derive(Clone)]
+pub struct ConfigPublisher {
+    pub iteration: Arc<Iteration>,
+    pub sink: Arc<dyn PublishSink>,
+}
+
+pub struct PublisherState {
+    spec: Option<HAProxyCfgSpec>,
+    status: HAProxyCfgStatus,
+}
+
+impl Actor for ConfigPublisher {
+    type Msg = ConfigPublisherMsg;
+    type State = PublisherState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        set(&self.iteration.wiring.publisher, Some(myself));
+        Ok(PublisherState {
+            spec: None,
+            status: HAProxyCfgStatus::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let _busy = self
+            .iteration
+            .services
+            .introspection
+            .busy("config-publisher");
+        match msg {
+            ConfigPublisherMsg::Publish(render) => {
+                let (path, base_dir) = self.iteration.with_latest(|l| {
+                    let dataplane = &l.compiled.spec.dataplane;
+                    (
+                        dataplane.config_file.clone(),
+                        dataplane.path_resolver().base_dir,
+                    )
+                });
+                state.spec = Some(HAProxyCfgSpec {
+                    path,
+                    content: render.rendered.haproxy_cfg.clone(),
+                    checksum: format!("sha256:{}", render.checksum),
+                    auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
+                });
+            }
+            ConfigPublisherMsg::InstanceResult {
+                instance,
+                checksum,
+                result,
+            } => {
+                let now = now_rfc3339();
+                let entry = match state
+                    .status
+                    .instances
+                    .iter_mut()
+                    .find(|i| i.name == instance)
+                {
+                    Some(entry) => entry,
+                    None => {
+                        state.status.instances.push(InstanceStatus {
+                            name: instance.clone(),
+                            ..Default::default()
+                        });
+                        state.status.instances.sort_by(|a, b| a.name.cmp(&b.name));
+                        match state
+                            .status
+                            .instances
+                            .iter_mut()
+                            .find(|i| i.name == instance)
+                        {
+                            Some(entry) => entry,
+                            None => return Ok(()),
+                        }
+                    }
+                };
+                match result {
+                    Ok(outcome) => {
+                        entry.deployed_at = Some(now.clone());
+                        entry.checksum = Some(format!("sha256:{checksum}"));
+                        if outcome.reloaded {
+                            entry.last_reload_at = Some(now);
+                        }
+                        entry.last_error = None;
+                        entry.consecutive_errors = 0;
+                    }
+                    Err(error) => {
+                        entry.last_error = Some(error);
+                        entry.consecutive_errors += 1;
+                    }
+                }
+            }
+        }
+        if let Some(spec) = &state.spec {
+            self.sink.publish(spec, &state.status);
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if current(&self.iteration.wiring.publisher).is_some_and(|p| p.get_id() == myself.get_id())
+        {
+            set(&self.iteration.wiring.publisher, None);
+        }
+        Ok(())
+    }
+}
+
+/// Now, as RFC 3339 in UTC to the second (`2026-12-01T08:41:01Z`), as Kubernetes writes
+/// times; the fraction is cut, never rounded up into the next second.
+fn now_rfc3339() -> String {
+    let now = jiff::Timestamp::now();
+    jiff::Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
+}
