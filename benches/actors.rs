@@ -110,6 +110,7 @@ fn reconciliation(c: &mut Criterion) {
             Arc::new(InMemorySink::default()),
             ControllerSettings::default(),
             ServerAddresses::default(),
+            None,
         )
         .await
         .expect("starts");

@@ -20,13 +20,12 @@ use haptor::actors::context::{ControllerSettings, FullPipeline, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
 use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
+use haptor::drivers::haproxy_check::{CheckerSettings, HaproxyChecker};
+use haptor::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
 use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::config_from_yaml;
-use haptor::pure::deploy::local::{HaproxyProcess, LocalTarget, WorkDir};
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::fixtures;
-use haptor::pure::pipeline::Validator;
-use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker};
 use tokio::sync::{mpsc, watch};
 
 #[path = "../tests/support/mod.rs"]
@@ -108,10 +107,13 @@ fn endpoint_change(c: &mut Criterion) {
         };
         let controller = start_controller(
             sources,
-            Arc::new(FullPipeline::new(Validator::new(haproxy_binary(), 8))),
+            Arc::new(FullPipeline::new(
+                haptor::drivers::haproxy_check::validator(haproxy_binary(), 8),
+            )),
             Arc::new(InMemorySink::default()),
             ControllerSettings::default(),
             ServerAddresses::default(),
+            None,
         )
         .await
         .expect("controller starts");

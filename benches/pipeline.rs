@@ -21,19 +21,19 @@
 //! backends with 27 servers each (`fixtures::haproxy_config_with_backends`; the
 //! `haproxy_corpus` tests check what that parse yields).
 //!
-//! The haproxy is the test suite's (`semantic::haproxy_binary`).
+//! The haproxy is the test suite's (`drivers::haproxy_check::haproxy_binary`).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, criterion_group, criterion_main};
+use haptor::drivers::haproxy_check::{CheckerSettings, HaproxyChecker, haproxy_binary};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::fixtures;
 use haptor::pure::haproxy::parse_config;
-use haptor::pure::pipeline::{CompiledConfig, Validator, check_offline};
+use haptor::pure::pipeline::{CompiledConfig, check_offline};
 use haptor::pure::store::Stores;
-use haptor::pure::validate::semantic::{CheckerSettings, HaproxyChecker, haproxy_binary};
 
 const INGRESSES: usize = 1_000;
 
@@ -138,7 +138,7 @@ fn pipeline(c: &mut Criterion) {
     group.bench_function("haproxy_c", |b| {
         b.iter(|| black_box(checker.check_blocking(&rendered).expect("valid")))
     });
-    let validator = Validator::new(haproxy_binary(), 4);
+    let validator = haptor::drivers::haproxy_check::validator(haproxy_binary(), 4);
     validator.validate(rendered.clone()).expect("valid");
     group.bench_function("cache_hit", |b| {
         b.iter(|| {

@@ -1,6 +1,6 @@
 //! The `haptor` binary: parses the command line, installs the process-wide rustls crypto
 //! provider (ring, the only one compiled in), sets up logging and hands over to
-//! `haptor::cli`.
+//! `haptor::cli` with the handle that changes the log level.
 
 use std::process::ExitCode;
 
@@ -16,6 +16,12 @@ fn main() -> ExitCode {
     {
         eprintln!("haptor: a rustls crypto provider was already installed; continuing with it");
     }
-    haptor::telemetry::init_logging(cli.log_format, &cli.log_level);
-    haptor::cli::execute(cli)
+    let log_level = match haptor::telemetry::init_logging(cli.log_format, &cli.log_level) {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            eprintln!("haptor: logging was set up already ({e}); the log level stays as it is");
+            None
+        }
+    };
+    haptor::cli::execute(cli, log_level)
 }

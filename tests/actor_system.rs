@@ -19,7 +19,7 @@ use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
 use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
 use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
-use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
+use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership, ResourceEvent};
 use haptor::pure::config::{
     HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource, config_from_yaml,
@@ -78,7 +78,7 @@ impl ReconcilePipeline for RecordingPipeline {
     ) -> Result<RenderedAndValidated, RenderFailure> {
         std::thread::sleep(self.delay);
         let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: "render".into(),
+            stage: FailureStage::Render,
             message: e.to_string(),
             template: None,
             line: None,
@@ -217,6 +217,7 @@ async fn start_with(setup: Setup) -> Harness {
         sink.clone(),
         setup.settings,
         addresses,
+        None,
     )
     .await
     .expect("controller starts");
@@ -635,6 +636,7 @@ async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing()
         Arc::new(InMemorySink::default()),
         ControllerSettings::default(),
         ServerAddresses::default(),
+        None,
     )
     .await
     .expect("starts");

@@ -17,7 +17,7 @@ use haptor::actors::context::{
 use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
 use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg};
 use haptor::actors::publisher::InMemorySink;
-use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
+use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent, WatcherMsg};
 use haptor::pure::config::{HAProxyTemplateConfig, WatchedResource, config_from_yaml};
 use haptor::pure::deploy::{
@@ -108,7 +108,7 @@ impl ReconcilePipeline for TestPipeline {
             std::thread::sleep(Duration::from_millis(5));
         }
         let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: "render".into(),
+            stage: FailureStage::Render,
             message: e.to_string(),
             template: None,
             line: None,
@@ -199,7 +199,7 @@ async fn start(
         debug: Some("127.0.0.1:0".into()),
     };
     let sink = Arc::new(InMemorySink::default());
-    let controller = start_controller(sources, pipeline, sink.clone(), settings, addresses)
+    let controller = start_controller(sources, pipeline, sink.clone(), settings, addresses, None)
         .await
         .expect("controller starts");
     Harness {
@@ -303,6 +303,54 @@ async fn readyz_turns_ready_once_every_watched_resource_synced_and_every_instanc
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(ready, "ready once pod-a took the config");
+    h.controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_to_an_unreachable_instance_is_counted_and_reported_under_its_cause() {
+    let source = haptor::actors::sources::MemorySource::new();
+    source.apply(service("web"));
+    let down = recording("pod-a");
+    down.set_unreachable(true);
+    let settings = ControllerSettings {
+        deploy_backoff_base: Duration::from_millis(20),
+        deploy_backoff_max: Duration::from_millis(50),
+        ..ControllerSettings::default()
+    };
+    let h = start(
+        Arc::new(source.clone()),
+        Arc::new(TestPipeline::default()),
+        vec![("pod-a", down.clone())],
+        settings,
+        CONFIG,
+    )
+    .await;
+    let series = "haptor_deployment_errors_total{error=\"unreachable\",instance=\"pod-a\"} ";
+    eventually("the failed deployment counted under its cause", || {
+        h.controller
+            .metrics
+            .encode_text()
+            .is_ok_and(|text| text.contains(series))
+    })
+    .await;
+    // The event keeps the error's message for /debug/events and the logs.
+    let mut failed = Value::Null;
+    for _ in 0..500 {
+        let (_, events) = debug_json(&h, "/debug/events").await;
+        if let Some(event) = events
+            .as_array()
+            .and_then(|events| events.iter().find(|e| e["event"] == "deployment_failed"))
+        {
+            failed = event.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(failed["instance"], "pod-a", "{failed}");
+    assert_eq!(
+        failed["error"], "instance unreachable: pod-a is down",
+        "{failed}"
+    );
     h.controller.stop().await;
 }
 
@@ -475,26 +523,10 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
     )
     .await;
     eventually("the first deployment", || first.deployed().len() == 1).await;
-    // The first deployment reloaded pod-a: its next reload (a new backend) waits the hour.
-    source.apply(service("more"));
-    let scheduler = || {
-        find_cell(&h.controller.root.get_cell(), "deploy-scheduler")
-            .map(ActorRef::<DeploySchedulerMsg>::from)
-            .expect("the scheduler runs")
-    };
-    let mut waiting = Vec::new();
-    for _ in 0..500 {
-        waiting = ractor::call!(scheduler(), DeploySchedulerMsg::Waiting).expect("answers");
-        if !waiting.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(waiting, vec!["pod-a".to_string()]);
-    assert_eq!(first.deployed().len(), 1, "pod-a waits");
-
-    // A new instance is not held back by pod-a's pacing: it gets the latest render at once.
+    // pod-b joins already running that config: its first deployment changes nothing and
+    // reloads nothing, while pod-a's first deployment was a reload.
     let second = recording("pod-b");
+    second.tamper(&first.deployed()[0].checksum);
     h.instances
         .send(vec![
             Instance {
@@ -507,6 +539,11 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
             },
         ])
         .expect("send");
+    eventually("pod-b's first deployment", || second.deployed().len() == 1).await;
+
+    // A new backend needs a reload: pod-a reloaded within the hour and waits; pod-b, paced
+    // on its own, takes it at once.
+    source.apply(service("more"));
     eventually("pod-b deployed", || {
         second
             .deployed()
@@ -514,7 +551,14 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
             .is_some_and(|r| r.rendered.haproxy_cfg.contains("backend more"))
     })
     .await;
-    assert_eq!(first.deployed().len(), 1, "pod-a still waits");
+    let scheduler = || {
+        find_cell(&h.controller.root.get_cell(), "deploy-scheduler")
+            .map(ActorRef::<DeploySchedulerMsg>::from)
+            .expect("the scheduler runs")
+    };
+    let waiting = ractor::call!(scheduler(), DeploySchedulerMsg::Waiting).expect("answers");
+    assert_eq!(waiting, vec!["pod-a".to_string()]);
+    assert_eq!(first.deployed().len(), 1, "pod-a waits");
 
     // minDeploymentInterval shortened in place: pod-a gets the latest render now.
     h.config
@@ -602,10 +646,9 @@ fn get_unix(socket: &std::path::Path) -> Option<String> {
 #[tokio::test]
 async fn two_real_haproxy_instances_are_deployed_at_once_and_both_follow_a_change() {
     use haptor::actors::context::FullPipeline;
-    use haptor::pure::deploy::local::{HaproxyProcess, LocalTarget, WorkDir};
-    use haptor::pure::pipeline::Validator;
+    use haptor::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
 
-    let haproxy = haptor::pure::validate::semantic::haproxy_binary();
+    let haproxy = haptor::drivers::haproxy_check::haproxy_binary();
     let (first, second) = (http_backend("first"), http_backend("second"));
     let source = haptor::actors::sources::MemorySource::new();
     let with_port = |port: u16| {
@@ -634,7 +677,9 @@ async fn two_real_haproxy_instances_are_deployed_at_once_and_both_follow_a_chang
         .collect();
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(FullPipeline::new(Validator::new(&haproxy, 8))),
+        Arc::new(FullPipeline::new(
+            haptor::drivers::haproxy_check::validator(&haproxy, 8),
+        )),
         targets,
         ControllerSettings::default(),
         TWO_INSTANCES,
@@ -712,6 +757,70 @@ async fn the_published_haproxycfg_lists_every_deployed_auxiliary_file_with_path_
     assert_eq!(
         entry.checksum,
         format!("sha256:{}", haptor::pure::rendered::hex(&digest))
+    );
+    h.controller.stop().await;
+}
+
+/// A source whose `secrets` list never completes: a watcher of it never syncs.
+#[derive(Clone)]
+struct SecretsNeverSync(haptor::actors::sources::MemorySource);
+
+impl ResourceSourceFactory for SecretsNeverSync {
+    fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent> {
+        if resource == "secrets" {
+            futures::stream::iter(vec![ResourceEvent::InitStart])
+                .chain(futures::stream::pending())
+                .boxed()
+        } else {
+            self.0.open(resource, watched)
+        }
+    }
+}
+
+#[tokio::test]
+async fn readiness_holds_through_a_rebuild_whose_new_watcher_has_not_synced_and_names_it() {
+    let source = haptor::actors::sources::MemorySource::new();
+    source.apply(service("web"));
+    let target = recording("pod-a");
+    let settings = ControllerSettings {
+        ready_requires_deployment: true,
+        ..ControllerSettings::default()
+    };
+    let h = start(
+        Arc::new(SecretsNeverSync(source.clone())),
+        Arc::new(TestPipeline::default()),
+        vec![("pod-a", target.clone())],
+        settings,
+        CONFIG,
+    )
+    .await;
+    let mut status = 0;
+    for _ in 0..500 {
+        status = debug_json(&h, "/readyz").await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, 200, "ready before the rebuild");
+    let with_secrets = CONFIG.replace(
+        "  haproxyConfig:",
+        "    secrets:\n      apiVersion: v1\n      resources: secrets\n      indexBy: [\"metadata.namespace\", \"metadata.name\"]\n  haproxyConfig:",
+    );
+    h.config.send(Some(config(&with_secrets))).expect("send");
+    let mut body = Value::Null;
+    for _ in 0..500 {
+        let (status, json) = debug_json(&h, "/readyz").await;
+        assert_eq!(status, 200, "readiness dropped during the rebuild: {json}");
+        if json["waiting_for"].to_string().contains("secrets") {
+            body = json;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        body["waiting_for"].to_string().contains("secrets"),
+        "the new iteration's unsynced watcher is named: {body}"
     );
     h.controller.stop().await;
 }

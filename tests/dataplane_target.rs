@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use haptor::pure::deploy::dataplane::{DataplaneSettings, DataplaneTarget, EPOCH_FILE};
+use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget, EPOCH_FILE};
 use haptor::pure::deploy::plan::plan;
 use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};

@@ -5,14 +5,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use haptor::actors::commentator::{Commentator, CommentatorArgs, EventLog, SharedEventReceiver};
+use haptor::actors::commentator::{Commentator, CommentatorArgs};
+use haptor::actors::event_pump::SharedEventReceiver;
 use haptor::actors::http::{
     DEBUG_SERVER_NAME, DebugState, HttpServerMsg, METRICS_SERVER_NAME, Readiness,
     debug_server_spec, metrics_server_spec,
 };
 use haptor::actors::introspection::{ErrorRecord, Introspection};
-use haptor::actors::metrics::Metrics;
 use haptor::messages::events::{EventFanout, EventKind};
+use haptor::observability::event_log::EventLog;
+use haptor::observability::metrics::Metrics;
 use haptor::pure::rendered::RenderedConfig;
 use haptor::supervision::{
     ActorRole, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use haptor::pure::deploy::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir};
+use haptor::drivers::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir};
 use haptor::pure::deploy::plan::plan;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
@@ -784,7 +784,7 @@ async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
     let work_dir = WorkDir::new(dir.path()).expect("work dir");
     std::fs::write(
         work_dir.config_file(),
-        haptor::pure::deploy::local::bootstrap_config(&work_dir),
+        haptor::drivers::local::bootstrap_config(&work_dir),
     )
     .expect("config");
     // A shell starts haproxy in the background and exits at once: haproxy's owner is dead,

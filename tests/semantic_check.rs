@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use haptor::drivers::haproxy_check::{CheckerSettings, HaproxyChecker, haproxy_version};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 use haptor::pure::validate::cache::ValidationCache;
-use haptor::pure::validate::semantic::{
-    CheckReport, CheckerSettings, HaproxyChecker, SemanticCheckError, haproxy_version,
-};
+use haptor::pure::validate::semantic::{CheckReport, SemanticCheckError};
 use haptor::pure::validate::{ValidationError, ValidationPhase};
 
 mod support;

@@ -12,7 +12,7 @@ use ractor::ActorRef;
 use tokio::sync::watch;
 
 use crate::actors::introspection::Introspection;
-use crate::messages::deploy::{RenderFailure, RenderedAndValidated};
+use crate::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance,
     IterationManagerMsg, Leadership, ReconcilerMsg, ResourceEvent, ValidatedRender, ValidatorMsg,
@@ -67,7 +67,7 @@ impl ReconcilePipeline for FullPipeline {
     ) -> Result<RenderedAndValidated, RenderFailure> {
         let started = Instant::now();
         let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: "render".into(),
+            stage: FailureStage::Render,
             message: e.to_string(),
             template: e.template().map(String::from),
             line: e.line(),
@@ -83,19 +83,19 @@ impl ReconcilePipeline for FullPipeline {
             .validate_after(baseline.as_deref(), rendered)
             .map_err(|e| match e {
                 PipelineError::Invalid(invalid) => RenderFailure {
-                    stage: invalid.phase.to_string(),
+                    stage: FailureStage::Validation(invalid.phase),
                     line: invalid.problems.first().and_then(|p| p.line),
                     template: invalid.problems.first().map(|p| p.file.clone()),
                     message: invalid.to_string(),
                 },
                 PipelineError::Render(e) => RenderFailure {
-                    stage: "render".into(),
+                    stage: FailureStage::Render,
                     message: e.to_string(),
                     template: None,
                     line: None,
                 },
                 PipelineError::CheckUnavailable(message) => RenderFailure {
-                    stage: "check".into(),
+                    stage: FailureStage::CheckUnavailable,
                     message,
                     template: None,
                     line: None,
@@ -170,6 +170,9 @@ pub struct Services {
     /// are numbered from here, so a new iteration's (or a new leader-only subtree's) first
     /// render is newer than everything the long-lived deploy targets hold.
     pub generations: Arc<std::sync::atomic::AtomicU64>,
+    /// Changes the process's log level to an accepted config's `logging.level` (`None` when
+    /// the process installed no logging of its own, as in tests).
+    pub log_level: Option<crate::telemetry::LogLevelHandle>,
 }
 
 impl Services {

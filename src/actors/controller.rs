@@ -8,15 +8,19 @@ use std::sync::{Arc, RwLock};
 
 use ractor::ActorRef;
 
-use crate::actors::commentator::{Commentator, CommentatorArgs, EventLog, SharedEventReceiver};
+use crate::actors::commentator::{Commentator, CommentatorArgs};
 use crate::actors::context::{ControllerSettings, ReconcilePipeline, Services, Sources};
+use crate::actors::event_pump::SharedEventReceiver;
 use crate::actors::http::{DebugState, Readiness, debug_server_spec, metrics_server_spec};
 use crate::actors::introspection::Introspection;
-use crate::actors::metrics::{Metrics, MetricsActor, MetricsArgs};
+use crate::actors::metrics::{MetricsActor, MetricsArgs};
 use crate::actors::publisher::PublishSink;
 use crate::actors::tree::start_root;
 use crate::messages::EventFanout;
+use crate::observability::event_log::EventLog;
+use crate::observability::metrics::Metrics;
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
+use crate::telemetry::LogLevelHandle;
 
 /// How many observability events each consumer may have queued before events are dropped.
 pub const EVENT_QUEUE_CAPACITY: usize = 1024;
@@ -49,13 +53,15 @@ impl Controller {
     }
 }
 
-/// Starts a controller.
+/// Starts a controller. `log_level`, when given, is set to each accepted config's
+/// `logging.level`.
 pub async fn start_controller(
     sources: Sources,
     pipeline: Arc<dyn ReconcilePipeline>,
     sink: Arc<dyn PublishSink>,
     settings: ControllerSettings,
     addresses: ServerAddresses,
+    log_level: Option<LogLevelHandle>,
 ) -> Result<Controller, String> {
     let (fanout, mut receivers) =
         EventFanout::new(&["commentator", "metrics"], EVENT_QUEUE_CAPACITY);
@@ -77,6 +83,7 @@ pub async fn start_controller(
         iteration_manager: Arc::new(RwLock::new(None)),
         readiness: Readiness::new(settings.ready_requires_deployment),
         generations: Arc::default(),
+        log_level,
     };
     let events = EventLog::default();
     let mut children = vec![

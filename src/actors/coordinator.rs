@@ -14,11 +14,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
 use crate::actors::introspection::ErrorRecord;
-use crate::messages::deploy::{RenderFailure, RenderOutcome};
+use crate::messages::deploy::{FailureStage, RenderFailure, RenderOutcome};
 use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind,
     ReconcilerMsg, ValidatedRender,
 };
+use crate::pure::validate::ValidationPhase;
 
 #[derive(Clone)]
 pub struct Coordinator {
@@ -61,7 +62,7 @@ impl Coordinator {
                 .await
                 .unwrap_or_else(|| {
                     Err(RenderFailure {
-                        stage: "render".into(),
+                        stage: FailureStage::Render,
                         message: "the render failed unexpectedly (a panic); the last good \
                                   configuration keeps serving"
                             .into(),
@@ -125,20 +126,20 @@ impl Coordinator {
                 }
             }
             Err(failure) => {
-                let kind = if failure.stage == "render" {
-                    EventKind::RenderFailed {
-                        error: failure.message.clone(),
-                    }
-                } else {
-                    EventKind::ValidationFailed {
-                        phase: failure.stage.clone(),
-                        error: failure.message.clone(),
-                    }
+                let error = failure.message.clone();
+                let kind = match failure.stage {
+                    FailureStage::Render => EventKind::RenderFailed { error },
+                    FailureStage::Validation(phase) => EventKind::ValidationFailed { phase, error },
+                    // `haproxy -c` is the semantic phase; its message says it could not run.
+                    FailureStage::CheckUnavailable => EventKind::ValidationFailed {
+                        phase: ValidationPhase::Semantic,
+                        error,
+                    },
                 };
                 services.fanout.publish(correlation, kind);
                 tracing::warn!(stage = %failure.stage, error = %failure.message, "reconciliation failed; the last good configuration keeps serving");
                 services.introspection.record_error(
-                    ErrorRecord::new(failure.stage.clone(), failure.message)
+                    ErrorRecord::new(failure.stage.metric_label(), failure.message)
                         .at(failure.template, failure.line),
                 );
             }

@@ -87,7 +87,7 @@ impl Deployer {
             Err(_) => Err(DeployError::TimedOut(timeout)),
         };
         let correlation = Some(render.correlation);
-        let report: Result<_, String> = match &result {
+        match &result {
             Ok(outcome) => {
                 state.failures = 0;
                 state.deployed_checksum = Some(render.checksum.clone());
@@ -104,9 +104,8 @@ impl Deployer {
                     .readiness
                     .update(|r| r.instance_deployed(&self.instance));
                 tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, took_ms = started.elapsed().as_millis() as u64, "deployed");
-                Ok(outcome.clone())
             }
-            Err(DeployError::Fenced { accepted, .. }) => {
+            Err(error @ DeployError::Fenced { accepted, .. }) => {
                 state.fenced = true;
                 services.fanout.publish(
                     correlation,
@@ -118,9 +117,8 @@ impl Deployer {
                 tracing::error!(instance = %self.instance, accepted_epoch = accepted, our_epoch = epoch, "a newer leader has written to this instance; this deployer stops deploying");
                 services.introspection.record_error(ErrorRecord::new(
                     format!("deploy:{}", self.instance),
-                    result_text(&result),
+                    error.to_string(),
                 ));
-                Err(result_text(&result))
             }
             Err(error) => {
                 state.failures += 1;
@@ -128,7 +126,7 @@ impl Deployer {
                     correlation,
                     EventKind::DeploymentFailed {
                         instance: self.instance.clone(),
-                        error: error.to_string(),
+                        error: error.clone(),
                     },
                 );
                 services.introspection.record_error(ErrorRecord::new(
@@ -145,30 +143,22 @@ impl Deployer {
                         let _ = target.cast(DeployerMsg::Retry);
                     });
                 }
-                Err(error.to_string())
             }
-        };
+        }
         if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
             let _ = scheduler.cast(DeploySchedulerMsg::Deployed {
                 instance: self.instance.clone(),
                 checksum: render.checksum.clone(),
-                result: report.clone(),
+                result: result.clone(),
             });
         }
         if let Some(publisher) = current(&self.iteration.wiring.publisher) {
             let _ = publisher.cast(ConfigPublisherMsg::InstanceResult {
                 instance: self.instance.clone(),
                 checksum: render.checksum,
-                result: report,
+                result,
             });
         }
-    }
-}
-
-fn result_text<T>(result: &Result<T, DeployError>) -> String {
-    match result {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
     }
 }
 

@@ -27,9 +27,9 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::commentator::EventLog;
 use super::introspection::Introspection;
-use super::metrics::{METRICS_CONTENT_TYPE, Metrics};
+use crate::observability::event_log::EventLog;
+use crate::observability::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use crate::pure::readiness::{ReadinessState, ReadinessVerdict};
 use crate::supervision::{ActorRole, ChildSpec, actor_tree};
 

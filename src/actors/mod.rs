@@ -8,6 +8,7 @@ pub mod controller;
 pub mod coordinator;
 pub mod deployer;
 pub mod drift;
+pub mod event_pump;
 pub mod http;
 pub mod introspection;
 pub mod leadership;

@@ -126,7 +126,7 @@ impl Actor for ConfigPublisher {
                         entry.consecutive_errors = 0;
                     }
                     Err(error) => {
-                        entry.last_error = Some(error);
+                        entry.last_error = Some(error.to_string());
                         entry.consecutive_errors += 1;
                     }
                 }

@@ -289,7 +289,7 @@ impl Actor for DeployScheduler {
                         .introspection
                         .update_state(|s| s.last_deployed_checksum = Some(checksum.clone()));
                 }
-                tracing::debug!(%instance, %checksum, ok = result.is_ok(), "deployment reported");
+                tracing::debug!(%instance, %checksum, error = result.as_ref().err().map(|e| e.metric_label()), "deployment reported");
             }
             DeploySchedulerMsg::Desired(reply) => {
                 let _ = reply.send(state.desired.clone());

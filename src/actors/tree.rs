@@ -72,9 +72,11 @@ fn accept(services: &Services, config: &HAProxyTemplateConfig) {
             generation: config.metadata.generation,
         },
     );
-    let level = crate::telemetry::effective_log_level(config.spec.logging.level.as_deref());
-    if let Err(e) = crate::telemetry::set_log_level(&level) {
-        tracing::warn!(error = %e, "logging.level not applied");
+    if let Some(log_level) = &services.log_level {
+        let level = log_level.effective_level(config.spec.logging.level.as_deref());
+        if let Err(e) = log_level.set_level(&level) {
+            tracing::warn!(error = %e, "logging.level not applied");
+        }
     }
 }
 

@@ -1,27 +1,32 @@
 //! One ResourceWatcher per watched resource, and the IndexTracker that knows when all of them
 //! have synchronised.
 //!
-//! A watcher reads its source (any stream of [`ResourceEvent`]s) through a small task that
-//! forwards events into its mailbox, keeps its store up to date, and — only after the
-//! initial list — tells the Reconciler about changes once its debounce has passed (at once
-//! for a zero debounce, the EndpointSlice default). The initial list is applied as one
-//! replacement and reported to the IndexTracker, which starts reconciliation when every
-//! watcher has synced (staged start-up).
+//! A watcher reads its source (any stream of
+//! [`ResourceEvent`](crate::pure::store::ResourceEvent)s) through a small task that forwards
+//! events into its mailbox and hands each to its [`WatchState`] (`crate::pure::store`), which
+//! applies it to the store — list framing, selector filtering, relist detection, batching —
+//! and says what happened. The watcher publishes each change,
+//! reports the initial sync to the IndexTracker (which starts reconciliation when every
+//! watcher has synced: staged start-up) and tells the Reconciler about a batch when the
+//! state says so: at once for a zero debounce (the EndpointSlice default), else after one
+//! debounce timer.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::Value;
 
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::events::new_correlation_id;
-use crate::messages::{
-    CorrelationId, EventKind, IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg,
-};
+use crate::messages::{EventKind, IndexTrackerMsg, ReconcilerMsg, WatcherMsg};
 use crate::pure::config::WatchedResource;
-use crate::pure::store::{CompactObject, ObjectRef, ResourceStore};
+use crate::pure::pipeline::CompiledConfig;
+use crate::pure::store::{
+    Change, ChangeBatch, Notify, ObjectSelection, StoreChanged, WatchOutcome, WatchState,
+};
 
 /// Watches one resource.
 #[derive(Clone)]
@@ -32,63 +37,84 @@ pub struct ResourceWatcher {
 }
 
 pub struct WatcherState {
-    store: Arc<ResourceStore>,
-    initial: Option<Vec<CompactObject>>,
-    synced: bool,
-    /// The changes seen since the Reconciler was last told: how many, the correlation id
-    /// they (and the reconciliation they cause) carry, and when the first was seen.
-    pending: Option<PendingChanges>,
-    flush_armed: bool,
-    debounce: Duration,
+    watch: WatchState,
     source_task: tokio::task::JoinHandle<()>,
 }
 
-struct PendingChanges {
-    changes: usize,
-    correlation: CorrelationId,
-    first_seen: Instant,
+/// The running config's field and label selectors of one watched resource.
+struct Selectors<'a> {
+    compiled: &'a CompiledConfig,
+    resource: &'a str,
+}
+
+impl ObjectSelection for Selectors<'_> {
+    fn filters_objects(&self) -> bool {
+        self.compiled.has_object_selector(self.resource)
+    }
+
+    fn selects(&self, object: &Value) -> bool {
+        self.compiled.selects(self.resource, object)
+    }
 }
 
 impl ResourceWatcher {
-    /// Counts one change, opening a batch (with a new correlation id) if none is open, and
-    /// returns the batch's correlation id.
-    fn note_change(state: &mut WatcherState) -> CorrelationId {
-        let pending = state.pending.get_or_insert_with(|| PendingChanges {
-            changes: 0,
-            correlation: new_correlation_id(),
-            first_seen: Instant::now(),
-        });
-        pending.changes += 1;
-        pending.correlation
+    /// Publishes, reports and sends what one event did.
+    fn act_on(&self, myself: &ActorRef<WatcherMsg>, outcome: WatchOutcome) {
+        for error in &outcome.rejected {
+            tracing::warn!(resource = %self.resource, %error, "object not stored");
+        }
+        if let Some(objects) = outcome.synced
+            && let Some(tracker) = current(&self.iteration.wiring.index_tracker)
+        {
+            let _ = tracker.cast(IndexTrackerMsg::Synced {
+                resource: self.resource.clone(),
+                objects,
+            });
+        }
+        if let Some(changed) = outcome.changed {
+            self.publish_change(changed);
+        }
+        match outcome.notify {
+            Notify::Nothing => {}
+            Notify::Now(batch) => self.notify_reconciler(batch),
+            Notify::FlushAfter(debounce) => {
+                let target = myself.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(debounce).await;
+                    let _ = target.cast(WatcherMsg::Flush);
+                });
+            }
+        }
     }
 
-    fn publish_change(&self, state: &mut WatcherState, identity: Option<ObjectRef>, deleted: bool) {
-        let correlation = Self::note_change(state);
-        let name = identity.map_or_else(
-            || "(relist)".to_string(),
-            |r| format!("{}/{}", r.namespace, r.name),
-        );
+    fn publish_change(&self, changed: StoreChanged) {
+        let (object, deleted) = match changed.change {
+            Change::Object { object, deleted } => {
+                (format!("{}/{}", object.namespace, object.name), deleted)
+            }
+            Change::Relist => {
+                tracing::info!(resource = %self.resource, objects = changed.objects, "relist differs from the store; reconciling");
+                ("(relist)".to_string(), false)
+            }
+        };
         self.iteration.services.fanout.publish(
-            Some(correlation),
+            Some(changed.correlation),
             EventKind::ResourceChanged {
                 resource: self.resource.clone(),
-                object: name,
+                object,
                 deleted,
-                objects: state.store.len(),
+                objects: changed.objects,
             },
         );
     }
 
-    fn notify_reconciler(&self, state: &mut WatcherState) {
-        let Some(pending) = state.pending.take() else {
-            return;
-        };
+    fn notify_reconciler(&self, batch: ChangeBatch) {
         if let Some(reconciler) = current(&self.iteration.wiring.reconciler) {
             let _ = reconciler.cast(ReconcilerMsg::ResourcesChanged {
                 resource: self.resource.clone(),
-                changes: pending.changes,
-                correlation: pending.correlation,
-                first_seen: pending.first_seen,
+                changes: batch.changes,
+                correlation: batch.correlation,
+                first_seen: batch.first_seen,
             });
         }
     }
@@ -123,16 +149,12 @@ impl Actor for ResourceWatcher {
             }
             let _ = target.cast(WatcherMsg::SourceEnded);
         });
-        // A restarted watcher finds its store listed already: its relist is then a change
-        // like any other, not the initial sync.
-        let synced = store.has_listed();
         Ok(WatcherState {
-            store,
-            initial: None,
-            synced,
-            pending: None,
-            flush_armed: false,
-            debounce: self.watched.debounce_duration(),
+            watch: WatchState::new(
+                store,
+                self.watched.debounce_duration(),
+                Box::new(new_correlation_id),
+            ),
             source_task,
         })
     }
@@ -147,94 +169,27 @@ impl Actor for ResourceWatcher {
         let _busy = services
             .introspection
             .busy(&format!("watcher-{}", self.resource));
-        let compiled = self.iteration.with_latest(|l| Arc::clone(&l.compiled));
         match msg {
-            WatcherMsg::Event(ResourceEvent::InitStart) => state.initial = Some(Vec::new()),
-            WatcherMsg::Event(ResourceEvent::InitApply(object)) => {
-                // Only a field or label selector needs the object's fields here; the store parses
-                // every object once anyway.
-                if !compiled.has_object_selector(&self.resource)
-                    || compiled.selects(&self.resource, &object.to_value())
-                {
-                    state.initial.get_or_insert_with(Vec::new).push(object);
-                }
-            }
-            WatcherMsg::Event(ResourceEvent::InitDone) => {
-                let objects = state.initial.take().unwrap_or_default();
-                let relist = state.store.relist(objects);
-                for error in &relist.rejected {
-                    tracing::warn!(resource = %self.resource, %error, "object not stored");
-                }
+            WatcherMsg::Event(event) => {
+                let compiled = self.iteration.with_latest(|l| Arc::clone(&l.compiled));
+                let selectors = Selectors {
+                    compiled: &compiled,
+                    resource: &self.resource,
+                };
+                let outcome = state.watch.on_event(event, &selectors, Instant::now());
                 services
                     .introspection
-                    .set_resource_count(&self.resource, state.store.len());
-                if !state.synced {
-                    state.synced = true;
-                    if let Some(tracker) = current(&self.iteration.wiring.index_tracker) {
-                        let _ = tracker.cast(IndexTrackerMsg::Synced {
-                            resource: self.resource.clone(),
-                            objects: state.store.len(),
-                        });
-                    }
-                } else if relist.changed {
-                    // A relist (after a watch broke, or by a restarted watcher) that differs
-                    // from the store carries changes made meanwhile: one change.
-                    tracing::info!(resource = %self.resource, objects = state.store.len(), "relist differs from the store; reconciling");
-                    self.publish_change(state, None, false);
-                }
-            }
-            WatcherMsg::Event(ResourceEvent::Apply(object)) => {
-                let value = object.to_value();
-                let identity = ObjectRef::of(&value);
-                let changed = if compiled.selects(&self.resource, &value) {
-                    match state.store.apply_parsed(object, Some(value)) {
-                        Ok(_) => true,
-                        Err(error) => {
-                            tracing::warn!(resource = %self.resource, %error, "object not stored");
-                            false
-                        }
-                    }
-                } else {
-                    // An object that stopped matching the field or label selector leaves the store.
-                    state.store.delete(&value)
-                };
-                if changed {
-                    self.publish_change(state, identity, false);
-                }
-            }
-            WatcherMsg::Event(ResourceEvent::Delete(object)) => {
-                let identity = ObjectRef::of(&object.to_value());
-                if let Some(identity) = identity
-                    && state.store.delete_ref(&identity)
-                {
-                    self.publish_change(state, Some(identity), true);
-                }
+                    .set_resource_count(&self.resource, state.watch.store().len());
+                self.act_on(&myself, outcome);
             }
             WatcherMsg::Flush => {
-                state.flush_armed = false;
-                self.notify_reconciler(state);
-                return Ok(());
+                if let Some(batch) = state.watch.on_flush() {
+                    self.notify_reconciler(batch);
+                }
             }
             WatcherMsg::SourceEnded => {
                 return Err(format!("the source of {} ended", self.resource).into());
             }
-        }
-        services
-            .introspection
-            .set_resource_count(&self.resource, state.store.len());
-        if !state.synced || state.pending.is_none() {
-            return Ok(());
-        }
-        if state.debounce.is_zero() {
-            self.notify_reconciler(state);
-        } else if !state.flush_armed {
-            state.flush_armed = true;
-            let target = myself.clone();
-            let debounce = state.debounce;
-            tokio::spawn(async move {
-                tokio::time::sleep(debounce).await;
-                let _ = target.cast(WatcherMsg::Flush);
-            });
         }
         Ok(())
     }

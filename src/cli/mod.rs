@@ -2,20 +2,6 @@
 //! thin: they read files, call into `crate::pure` (offline commands) or start the actor
 //! tree (`run`, `local`), print results and choose the exit code.
 
-/// Writes to standard output; a closed output (`haptor plan a b | head -1`) ends the process
-/// quietly instead of panicking as `print!` does.
-macro_rules! out {
-    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), false) };
-}
-
-/// [`out!`] with a trailing newline.
-macro_rules! outln {
-    () => { $crate::cli::write_stdout(format_args!(""), true) };
-    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*), true) };
-}
-
-pub(crate) use outln;
-
 mod offline;
 
 use std::path::PathBuf;
@@ -23,22 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Writes formatted text (and a newline) to standard output; exits with success when the
-/// reader has gone away (a closed pipe is not an error of haptor's).
-pub fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let written = stdout.write_fmt(args).and_then(|()| {
-        if newline {
-            stdout.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
-    if written.is_err() {
-        std::process::exit(0);
-    }
-}
+use crate::output::outln;
+use crate::telemetry::{LogFormat, LogLevelHandle};
 
 /// Exit code of a command that found problems in its input.
 pub const EXIT_PROBLEMS: u8 = 1;
@@ -60,15 +32,6 @@ pub struct Cli {
     pub log_level: String,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
 }
 
 /// Output format of the offline commands.
@@ -212,8 +175,10 @@ pub enum DumpFormat {
     Json,
 }
 
-/// Runs a parsed command line and returns the process exit code.
-pub fn execute(cli: Cli) -> ExitCode {
+/// Runs a parsed command line and returns the process exit code. `log_level` changes the
+/// level of the logging `main` installed (`None` when none was), for `haptor local`'s
+/// `logging.level`.
+pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
     match cli.command {
         Command::Crd => offline::print_crds(),
         Command::Version => {
@@ -228,7 +193,7 @@ pub fn execute(cli: Cli) -> ExitCode {
             "run",
             "the in-cluster controller (actor tree, Kubernetes watchers, deployers) is not built yet",
         ),
-        Command::Local(args) => run_local(args),
+        Command::Local(args) => run_local(args, log_level),
     }
 }
 
@@ -238,7 +203,7 @@ pub fn not_implemented_yet(command: &str, what: &str) -> ExitCode {
     ExitCode::from(EXIT_UNUSABLE)
 }
 
-fn run_local(args: LocalArgs) -> ExitCode {
+fn run_local(args: LocalArgs, log_level: Option<LogLevelHandle>) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -252,6 +217,7 @@ fn run_local(args: LocalArgs) -> ExitCode {
         metrics_addr: args.metrics_addr,
         debug_addr: args.debug_addr,
         haproxy_bin: args.haproxy_bin,
+        log_level,
     };
     match runtime.block_on(crate::local::run::run(
         options,

@@ -10,10 +10,10 @@ use super::{
     DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, PlanArgs, RenderArgs,
     ValidateArgs,
 };
+use crate::output::{out, outln};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
 use crate::pure::haproxy::{check_schema, parse_config, view};
-use crate::pure::manifests;
-use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
+use crate::pure::pipeline::{CompiledConfig, PipelineError};
 use crate::pure::rendered::{AuxFile, RenderedConfig};
 use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
@@ -90,7 +90,7 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let validator = Validator::new(&args.haproxy_bin, 64);
+    let validator = crate::drivers::haproxy_check::validator(&args.haproxy_bin, 64);
     let report = run_suite(&compiled, &validator, &args.tests);
     match args.output {
         OutputFormat::Json => {
@@ -209,7 +209,7 @@ pub fn render(args: &RenderArgs) -> ExitCode {
         None => print_rendered(&rendered),
     }
     if args.validate {
-        let validator = Validator::new(&args.haproxy_bin, 1);
+        let validator = crate::drivers::haproxy_check::validator(&args.haproxy_bin, 1);
         match validator.validate(rendered) {
             Ok(validated) => {
                 for warning in &validated.warnings {
@@ -248,7 +248,7 @@ fn load_fixture_dir(
     stores: &Stores,
     dir: &Path,
 ) -> Result<Vec<String>, String> {
-    let set = manifests::load_dir(dir).map_err(|e| e.to_string())?;
+    let set = crate::drivers::manifest_dir::load_dir(dir).map_err(|e| e.to_string())?;
     let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
     let namespaces = NamespaceLabels::from_objects(set.manifests.iter().map(|m| &m.object));
     for manifest in &set.manifests {

@@ -106,7 +106,7 @@ impl ManifestFolder {
     pub fn scan(&mut self, source: &MemorySource) -> ScanReport {
         let mut report = ScanReport::default();
         let mut seen = Vec::new();
-        let paths = match manifests::manifest_files(&self.dir) {
+        let paths = match crate::drivers::manifest_dir::manifest_files(&self.dir) {
             Ok(paths) => paths,
             Err(e) => {
                 report.problems.push(e);

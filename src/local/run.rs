@@ -15,13 +15,13 @@ use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME}
 use crate::actors::introspection::ErrorRecord;
 use crate::actors::publisher::InMemorySink;
 use crate::actors::sources::MemorySource;
-use crate::cli::outln;
+use crate::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
 use crate::local::folder::ManifestFolder;
 use crate::messages::{Instance, Leadership};
+use crate::output::outln;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
-use crate::pure::deploy::local::{HaproxyProcess, LocalTarget, WorkDir};
-use crate::pure::pipeline::Validator;
 use crate::supervision::SupervisorMsg;
+use crate::telemetry::LogLevelHandle;
 
 /// The Ingress template library `haptor local` uses when the folder has no
 /// HAProxyTemplateConfig of its own (`deploy/library/ingress.yaml`).
@@ -38,6 +38,9 @@ pub struct LocalOptions {
     pub metrics_addr: String,
     pub debug_addr: String,
     pub haproxy_bin: String,
+    /// Changes the process's log level when a config's `logging.level` does (`None`: the
+    /// level stays as it started).
+    pub log_level: Option<LogLevelHandle>,
 }
 
 /// Why `haptor local` could not run.
@@ -123,7 +126,7 @@ pub async fn run(
         target: target.clone(),
     }]);
 
-    let validator = Validator::new(&options.haproxy_bin, 64);
+    let validator = crate::drivers::haproxy_check::validator(&options.haproxy_bin, 64);
     let sources = Sources {
         config: config_rx,
         resources: Arc::new(memory.clone()),
@@ -144,6 +147,7 @@ pub async fn run(
             ..ControllerSettings::default()
         },
         addresses,
+        options.log_level.clone(),
     )
     .await
     {

@@ -8,8 +8,9 @@ use std::time::Instant;
 use ractor::RpcReplyPort;
 
 use super::events::CorrelationId;
-use crate::pure::deploy::{DeployOutcome, DeployTarget};
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployTarget};
 use crate::pure::rendered::RenderedConfig;
+use crate::pure::validate::ValidationPhase;
 
 /// A render that passed validation, ready to deploy.
 #[derive(Debug, Clone)]
@@ -58,12 +59,40 @@ pub struct RenderedAndValidated {
 /// Why a render+validate step failed, located where possible.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderFailure {
-    /// `render` or the validation phase (`syntax`, `schema`, `semantic`), or `check` when
-    /// `haproxy -c` could not run.
-    pub stage: String,
+    pub stage: FailureStage,
     pub message: String,
     pub template: Option<String>,
     pub line: Option<usize>,
+}
+
+/// The step of a render+validate run that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureStage {
+    /// The templates did not render.
+    Render,
+    /// A validation phase refused the rendered configuration.
+    Validation(ValidationPhase),
+    /// `haproxy -c` could not run (missing binary, timeout, I/O); this says nothing about
+    /// the configuration.
+    CheckUnavailable,
+}
+
+impl FailureStage {
+    /// The stage as a metric label value and in logs and `/debug/vars/errors`: `render`, the
+    /// validation phase (`syntax`, `schema`, `semantic`) or `check_unavailable`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            FailureStage::Render => "render",
+            FailureStage::Validation(phase) => phase.metric_label(),
+            FailureStage::CheckUnavailable => "check_unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.metric_label())
+    }
 }
 
 /// Messages of the Coordinator.
@@ -96,7 +125,7 @@ pub enum DeploySchedulerMsg {
     Deployed {
         instance: String,
         checksum: String,
-        result: Result<DeployOutcome, String>,
+        result: Result<DeployOutcome, DeployError>,
     },
     /// The desired render, for drift repair.
     Desired(RpcReplyPort<Option<ValidatedRender>>),
@@ -134,7 +163,7 @@ pub enum ConfigPublisherMsg {
     InstanceResult {
         instance: String,
         checksum: String,
-        result: Result<DeployOutcome, String>,
+        result: Result<DeployOutcome, DeployError>,
     },
 }
 

@@ -10,6 +10,9 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::pure::deploy::DeployError;
+use crate::pure::validate::ValidationPhase;
+
 /// Ties together the events of one reconciliation (trigger → render → validate → deploy).
 pub type CorrelationId = u64;
 
@@ -51,6 +54,14 @@ fn serialize_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S
 
 fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// An error as its message, so `/debug/events` shows what logs show.
+fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    value: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
 }
 
 fn serialize_optional_duration_ms<S: serde::Serializer>(
@@ -114,8 +125,10 @@ pub enum EventKind {
         /// values the runtime API changes.
         semantic_skipped: bool,
     },
+    /// A validation phase refused the render, or `haproxy -c` could not run (counted as the
+    /// semantic phase; `error` says which).
     ValidationFailed {
-        phase: String,
+        phase: ValidationPhase,
         error: String,
     },
     DeploymentSucceeded {
@@ -134,7 +147,9 @@ pub enum EventKind {
     },
     DeploymentFailed {
         instance: String,
-        error: String,
+        /// Serialized as its message; metrics label it with [`DeployError::metric_label`].
+        #[serde(serialize_with = "serialize_display")]
+        error: DeployError,
     },
     /// A deployment was refused because a newer leader's epoch was seen.
     DeploymentFenced {
@@ -275,6 +290,30 @@ mod tests {
             fanout.dropped_by_subscriber(),
             vec![("slow", 4), ("fast", 3)]
         );
+    }
+
+    #[test]
+    fn typed_errors_serialize_as_the_text_logs_and_debug_events_show() {
+        let validation = ObservedEvent::new(
+            Some(3),
+            EventKind::ValidationFailed {
+                phase: ValidationPhase::Semantic,
+                error: "haproxy.cfg:4: unknown keyword".into(),
+            },
+        );
+        let json = serde_json::to_value(&validation).expect("serializes");
+        assert_eq!(json["event"], "validation_failed");
+        assert_eq!(json["phase"], "semantic");
+        let deployment = ObservedEvent::new(
+            Some(3),
+            EventKind::DeploymentFailed {
+                instance: "pod-a".into(),
+                error: DeployError::Unreachable("pod-a is down".into()),
+            },
+        );
+        let json = serde_json::to_value(&deployment).expect("serializes");
+        assert_eq!(json["instance"], "pod-a");
+        assert_eq!(json["error"], "instance unreachable: pod-a is down");
     }
 
     #[test]

@@ -5,21 +5,9 @@ use ractor::{ActorRef, RpcReplyPort};
 
 use super::deploy::CoordinatorMsg;
 use super::events::CorrelationId;
-use crate::pure::store::CompactObject;
-
-/// One event of a resource source (a Kubernetes watch, a manifest folder, a test).
-/// Mirrors kube's watcher events: an initial list framed by `InitStart`/`InitDone`, then
-/// changes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ResourceEvent {
-    /// A (re)list begins: objects until `InitDone` replace the store's content.
-    InitStart,
-    InitApply(CompactObject),
-    /// The list is complete; objects not listed are gone.
-    InitDone,
-    Apply(CompactObject),
-    Delete(CompactObject),
-}
+/// One event of a resource source: plain data, defined beside the watch framing that
+/// consumes it ([`crate::pure::store::WatchState`]).
+pub use crate::pure::store::ResourceEvent;
 
 /// Messages of a ResourceWatcher.
 pub enum WatcherMsg {

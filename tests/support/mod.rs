@@ -32,7 +32,7 @@ pub fn free_port() -> u16 {
 /// The haproxy the tests run: `HAPTOR_HAPROXY_BIN`, else the Debian package's, else the one
 /// on `PATH`. The library holds the one definition, so that its own unit tests and the
 /// benches find the same binary.
-pub use haptor::pure::validate::semantic::haproxy_binary;
+pub use haptor::drivers::haproxy_check::haproxy_binary;
 
 /// Runs the haptor binary built for these tests and waits for it. Its commands that run
 /// haproxy run the tests' one ([`haproxy_binary`], through `HAPROXY_BIN`).

@@ -8,7 +8,6 @@
 //! deposed leader's late write, fencing does.
 
 pub mod dataplane;
-pub mod local;
 pub mod pacing;
 pub mod plan;
 
@@ -93,6 +92,20 @@ impl DeployError {
             self,
             DeployError::Unreachable(_) | DeployError::Rejected(_) | DeployError::TimedOut(_)
         )
+    }
+}
+
+impl DeployError {
+    /// The cause as a metric label value (`haptor_deployment_errors_total{error}`): the
+    /// variant's snake_case name.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DeployError::Fenced { .. } => "fenced",
+            DeployError::Unreachable(_) => "unreachable",
+            DeployError::Rejected(_) => "rejected",
+            DeployError::TimedOut(_) => "timed_out",
+            DeployError::Stale { .. } => "stale",
+        }
     }
 }
 

@@ -19,7 +19,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::parser::{write_comment, write_line};
+use super::sections::SectionKind;
+use super::words::{SpanKind, WordSpan, write_comment, write_line};
 
 /// A parsed HAProxy configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -32,144 +33,6 @@ pub struct Config {
     pub preamble_layout: Vec<LayoutLine>,
     /// Sections in file order.
     pub sections: Vec<Section>,
-}
-
-/// The section keywords haptor recognises: HAProxy 2.6's plus a few from later versions. Any
-/// other first word is a directive of the current section, as in HAProxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SectionKind {
-    Global,
-    Defaults,
-    Frontend,
-    Backend,
-    Listen,
-    Userlist,
-    Peers,
-    Resolvers,
-    Mailers,
-    Program,
-    HttpErrors,
-    Ring,
-    Cache,
-    LogForward,
-    FcgiApp,
-    CrtStore,
-    Traces,
-    Acme,
-    LogProfile,
-    #[serde(rename = "namespace_list")]
-    NamespaceList,
-}
-
-impl SectionKind {
-    /// Every section kind, in the order HAProxy's documentation lists them.
-    pub const ALL: &'static [SectionKind] = &[
-        SectionKind::Global,
-        SectionKind::Defaults,
-        SectionKind::Frontend,
-        SectionKind::Backend,
-        SectionKind::Listen,
-        SectionKind::Userlist,
-        SectionKind::Peers,
-        SectionKind::Resolvers,
-        SectionKind::Mailers,
-        SectionKind::Program,
-        SectionKind::HttpErrors,
-        SectionKind::Ring,
-        SectionKind::Cache,
-        SectionKind::LogForward,
-        SectionKind::FcgiApp,
-        SectionKind::CrtStore,
-        SectionKind::Traces,
-        SectionKind::Acme,
-        SectionKind::LogProfile,
-        SectionKind::NamespaceList,
-    ];
-
-    /// The section kind whose header keyword is `word`, if `word` starts a section.
-    pub fn from_keyword(word: &str) -> Option<SectionKind> {
-        let kind = match word {
-            "global" => SectionKind::Global,
-            "defaults" => SectionKind::Defaults,
-            "frontend" => SectionKind::Frontend,
-            "backend" => SectionKind::Backend,
-            "listen" => SectionKind::Listen,
-            "userlist" => SectionKind::Userlist,
-            "peers" => SectionKind::Peers,
-            "resolvers" => SectionKind::Resolvers,
-            "mailers" => SectionKind::Mailers,
-            "program" => SectionKind::Program,
-            "http-errors" => SectionKind::HttpErrors,
-            "ring" => SectionKind::Ring,
-            "cache" => SectionKind::Cache,
-            "log-forward" => SectionKind::LogForward,
-            "fcgi-app" => SectionKind::FcgiApp,
-            "crt-store" => SectionKind::CrtStore,
-            "traces" => SectionKind::Traces,
-            "acme" => SectionKind::Acme,
-            "log-profile" => SectionKind::LogProfile,
-            "namespace_list" => SectionKind::NamespaceList,
-            _ => return None,
-        };
-        Some(kind)
-    }
-
-    /// The header keyword, e.g. `"http-errors"`.
-    pub fn keyword(self) -> &'static str {
-        match self {
-            SectionKind::Global => "global",
-            SectionKind::Defaults => "defaults",
-            SectionKind::Frontend => "frontend",
-            SectionKind::Backend => "backend",
-            SectionKind::Listen => "listen",
-            SectionKind::Userlist => "userlist",
-            SectionKind::Peers => "peers",
-            SectionKind::Resolvers => "resolvers",
-            SectionKind::Mailers => "mailers",
-            SectionKind::Program => "program",
-            SectionKind::HttpErrors => "http-errors",
-            SectionKind::Ring => "ring",
-            SectionKind::Cache => "cache",
-            SectionKind::LogForward => "log-forward",
-            SectionKind::FcgiApp => "fcgi-app",
-            SectionKind::CrtStore => "crt-store",
-            SectionKind::Traces => "traces",
-            SectionKind::Acme => "acme",
-            SectionKind::LogProfile => "log-profile",
-            SectionKind::NamespaceList => "namespace_list",
-        }
-    }
-
-    /// Whether this is a proxy section (`defaults`, `frontend`, `backend`, `listen`).
-    pub fn is_proxy(self) -> bool {
-        matches!(
-            self,
-            SectionKind::Defaults
-                | SectionKind::Frontend
-                | SectionKind::Backend
-                | SectionKind::Listen
-        )
-    }
-
-    /// Whether HAProxy requires a name after the keyword (all but `global`, `defaults`,
-    /// `crt-store` and the singleton sections).
-    pub fn needs_name(self) -> bool {
-        !matches!(
-            self,
-            SectionKind::Global
-                | SectionKind::Defaults
-                | SectionKind::CrtStore
-                | SectionKind::Traces
-                | SectionKind::NamespaceList
-        )
-    }
-}
-
-impl fmt::Display for SectionKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.keyword())
-    }
 }
 
 /// One section: its header line and the lines it owns.
@@ -242,34 +105,6 @@ pub struct Directive {
     pub spans: Vec<WordSpan>,
     /// The comment after the words (from `#` to the end of the line), if any.
     pub comment: Option<String>,
-}
-
-/// A part of a decoded word that is not plain text. Offsets are byte offsets in the word.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WordSpan {
-    /// Index of the word in its line.
-    pub word: usize,
-    pub start: usize,
-    pub end: usize,
-    #[serde(flatten)]
-    pub kind: SpanKind,
-}
-
-/// What a [`WordSpan`] marks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "type")]
-pub enum SpanKind {
-    /// An environment reference inside double quotes (`$NAME`, `${NAME}`, `${NAME-default}`,
-    /// `${NAME[*]}`), left unexpanded; the span covers its text as written.
-    EnvRef {
-        name: String,
-        default: Option<String>,
-        /// `[*]`: the value is split into several words on spaces.
-        split_words: bool,
-    },
-    /// A byte from a `\xHH` escape that is not valid UTF-8 on its own; the span covers the
-    /// four characters `\xHH` standing in for it.
-    RawByte { byte: u8 },
 }
 
 /// The kinds of line a [`Directive`] can be.
@@ -641,14 +476,6 @@ backend be
         );
         let reparsed = parse_config(&written).expect("written config parses");
         assert!(reparsed.eq_ignoring_layout(&config));
-    }
-
-    #[test]
-    fn every_section_kind_is_found_by_its_keyword() {
-        for kind in SectionKind::ALL {
-            assert_eq!(SectionKind::from_keyword(kind.keyword()), Some(*kind));
-        }
-        assert_eq!(SectionKind::from_keyword("server"), None);
     }
 
     #[test]

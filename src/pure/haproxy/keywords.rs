@@ -6,7 +6,10 @@
 //! leaves out (51Degrees, DeviceAtlas, WURFL, QUIC, zlib, OpenSSL engines, memory profiling)
 //! are absent, and so are directives that 2.6 still recognises only to reject them as removed
 //! (`reqadd`, `clitimeout`, `monitor-net`, `nbproc`, ...). Lookups are binary searches over
-//! sorted static arrays; a test keeps the arrays sorted.
+//! sorted static arrays; a test keeps the arrays sorted. Which words open a section, and
+//! which sections 2.6 has, is [`SectionKind`]'s to say; every 2.6 section has a table here.
+
+use super::sections::SectionKind;
 
 /// How a directive keyword relates to the section it is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,26 +35,6 @@ pub enum ParamArity {
     /// Exactly this many values. No `bind` or `server` parameter of 2.6 takes more than one.
     Values(u8),
 }
-
-/// The section kinds of HAProxy 2.6, as written on a section header line.
-pub const SECTION_KEYWORDS: &[&str] = &[
-    "global",
-    "defaults",
-    "frontend",
-    "backend",
-    "listen",
-    "userlist",
-    "peers",
-    "resolvers",
-    "mailers",
-    "program",
-    "http-errors",
-    "ring",
-    "cache",
-    "log-forward",
-    "fcgi-app",
-    "namespace_list",
-];
 
 /// The event names a proxy's `timeout` directive accepts (manual 4.1, `timeout <event>`).
 pub const TIMEOUT_NAMES: &[&str] = &[
@@ -667,33 +650,41 @@ enum SectionTable {
 }
 
 impl SectionTable {
-    /// The table of a section kind, or `None` for a section this module has no table for.
-    fn of(section: &str) -> Option<SectionTable> {
+    /// The table of a section kind, or `None` for one HAProxy 2.6 does not have.
+    fn of(kind: SectionKind) -> Option<SectionTable> {
         let plain = |keywords, accepts_no| {
             Some(SectionTable::Plain {
                 keywords,
                 accepts_no,
             })
         };
-        match section {
-            "defaults" => Some(SectionTable::Proxy(D)),
-            "frontend" => Some(SectionTable::Proxy(F)),
-            "listen" => Some(SectionTable::Proxy(L)),
-            "backend" => Some(SectionTable::Proxy(B)),
-            "global" => plain(GLOBAL_KEYWORDS, true),
-            "userlist" => plain(USERLIST_KEYWORDS, false),
-            "peers" => plain(PEERS_KEYWORDS, true),
-            "resolvers" => plain(RESOLVERS_KEYWORDS, false),
-            "mailers" => plain(MAILERS_KEYWORDS, false),
-            "program" => plain(PROGRAM_KEYWORDS, true),
-            "http-errors" => plain(HTTP_ERRORS_KEYWORDS, false),
-            "ring" => plain(RING_KEYWORDS, false),
-            "cache" => plain(CACHE_KEYWORDS, false),
-            "log-forward" => plain(LOG_FORWARD_KEYWORDS, true),
-            "fcgi-app" => plain(FCGI_APP_KEYWORDS, true),
-            "namespace_list" => plain(NAMESPACE_LIST_KEYWORDS, false),
-            _ => None,
+        match kind {
+            SectionKind::Defaults => Some(SectionTable::Proxy(D)),
+            SectionKind::Frontend => Some(SectionTable::Proxy(F)),
+            SectionKind::Listen => Some(SectionTable::Proxy(L)),
+            SectionKind::Backend => Some(SectionTable::Proxy(B)),
+            SectionKind::Global => plain(GLOBAL_KEYWORDS, true),
+            SectionKind::Userlist => plain(USERLIST_KEYWORDS, false),
+            SectionKind::Peers => plain(PEERS_KEYWORDS, true),
+            SectionKind::Resolvers => plain(RESOLVERS_KEYWORDS, false),
+            SectionKind::Mailers => plain(MAILERS_KEYWORDS, false),
+            SectionKind::Program => plain(PROGRAM_KEYWORDS, true),
+            SectionKind::HttpErrors => plain(HTTP_ERRORS_KEYWORDS, false),
+            SectionKind::Ring => plain(RING_KEYWORDS, false),
+            SectionKind::Cache => plain(CACHE_KEYWORDS, false),
+            SectionKind::LogForward => plain(LOG_FORWARD_KEYWORDS, true),
+            SectionKind::FcgiApp => plain(FCGI_APP_KEYWORDS, true),
+            SectionKind::NamespaceList => plain(NAMESPACE_LIST_KEYWORDS, false),
+            SectionKind::CrtStore
+            | SectionKind::Traces
+            | SectionKind::Acme
+            | SectionKind::LogProfile => None,
         }
+    }
+
+    /// The table of the section whose header keyword is `section`, if there is one.
+    fn named(section: &str) -> Option<SectionTable> {
+        SectionKind::from_keyword(section).and_then(SectionTable::of)
     }
 
     /// Whether the section accepts `keyword` as the first word of a directive. Proxy
@@ -744,14 +735,14 @@ pub fn section_keyword_allowed(section: &str, keyword: &str) -> KeywordStatus {
     if CONDITIONAL_DIRECTIVES.contains(&keyword) {
         return KeywordStatus::Allowed;
     }
-    let Some(table) = SectionTable::of(section) else {
+    let Some(table) = SectionTable::named(section) else {
         return KeywordStatus::Allowed;
     };
     if table.allows(keyword) {
         KeywordStatus::Allowed
-    } else if SECTION_KEYWORDS
+    } else if SectionKind::ALL
         .iter()
-        .filter_map(|other| SectionTable::of(other))
+        .filter_map(|other| SectionTable::of(*other))
         .any(|other| other.allows(keyword))
     {
         KeywordStatus::NotInSection
@@ -763,7 +754,7 @@ pub fn section_keyword_allowed(section: &str, keyword: &str) -> KeywordStatus {
 /// Whether `option <name>` is allowed in the proxy section kind `section` (manual 4.1).
 /// Sections other than the four proxy kinds keep their own options and get `Allowed`.
 pub fn proxy_option_status(section: &str, option: &str) -> KeywordStatus {
-    let Some(SectionTable::Proxy(column)) = SectionTable::of(section) else {
+    let Some(SectionTable::Proxy(column)) = SectionTable::named(section) else {
         return KeywordStatus::Allowed;
     };
     match lookup_pair(PROXY_OPTIONS, option) {
@@ -778,7 +769,7 @@ pub fn proxy_option_status(section: &str, option: &str) -> KeywordStatus {
 /// section has no table, or when nothing is close: at most a third of the longer word's
 /// characters may differ.
 pub fn suggest_keyword(section: &str, keyword: &str) -> Option<&'static str> {
-    let table = SectionTable::of(section)?;
+    let table = SectionTable::named(section)?;
     if keyword.is_empty() || table.allows(keyword) {
         return None;
     }
@@ -950,13 +941,22 @@ mod tests {
     }
 
     #[test]
-    fn every_listed_section_kind_has_a_keyword_table() {
-        let without_table: Vec<&str> = SECTION_KEYWORDS
+    fn every_section_kind_of_haproxy_2_6_has_a_keyword_table() {
+        let without_table: Vec<SectionKind> = SectionKind::ALL
             .iter()
             .copied()
-            .filter(|section| SectionTable::of(section).is_none())
+            .filter(|kind| kind.in_haproxy_2_6() && SectionTable::of(*kind).is_none())
             .collect();
         assert!(without_table.is_empty(), "no table for {without_table:?}");
+        let later_with_table: Vec<SectionKind> = SectionKind::ALL
+            .iter()
+            .copied()
+            .filter(|kind| !kind.in_haproxy_2_6() && SectionTable::of(*kind).is_some())
+            .collect();
+        assert!(
+            later_with_table.is_empty(),
+            "2.6 has no {later_with_table:?} section"
+        );
     }
 
     #[test]
@@ -1493,7 +1493,11 @@ mod tests {
                     }
                     _ if !conditions.iter().all(|holds| *holds) => {}
                     _ if first.starts_with('.') => {}
-                    _ if SECTION_KEYWORDS.contains(&first.as_str()) => section.clone_from(first),
+                    _ if SectionKind::from_keyword(first)
+                        .is_some_and(SectionKind::in_haproxy_2_6) =>
+                    {
+                        section.clone_from(first)
+                    }
                     _ => {
                         directives += 1;
                         for miss in misses_on_line(&section, &words) {

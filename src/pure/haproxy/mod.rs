@@ -6,16 +6,24 @@
 //! line); `config.to_string()` writes it back; [`view()`] extracts frontends, backends, servers
 //! and referenced files; [`check_schema`] lists [`SchemaProblem`]s against HAProxy 2.6's
 //! keyword tables in [`keywords`].
+//!
+//! Two definitions everything else here builds on sit at the bottom and import nothing of
+//! this module: [`sections`] (which words open a section, [`SectionKind`]) and [`words`]
+//! (word markers and the one rule for quoting a word, [`quote_word`]). Above them `ast`,
+//! then `parser`, `keywords`, `schema` and `view`; outside tests, no module imports one
+//! above it.
 
 pub mod ast;
 pub mod keywords;
 pub mod parser;
 pub mod schema;
+pub mod sections;
 pub mod view;
+pub mod words;
 
-pub use ast::{
-    Config, Directive, DirectiveKind, LayoutLine, Section, SectionKind, SpanKind, WordSpan,
-};
+pub use ast::{Config, Directive, DirectiveKind, LayoutLine, Section};
 pub use parser::{ParseError, parse_config};
 pub use schema::{SchemaProblem, check_schema};
+pub use sections::{SectionKind, is_section_keyword};
 pub use view::{ConfigView, view};
+pub use words::{SpanKind, WordSpan, quote_word};

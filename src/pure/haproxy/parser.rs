@@ -15,12 +15,13 @@
 //! - `.if`/`.elif`/`.else`/`.endif` and `.diag`/`.notice`/`.warning`/`.alert` are kept as
 //!   ordinary lines, and their nesting is checked; conditions are not evaluated.
 //!
-//! The serializer's word quoting ([`write_word`]) lives here too, next to the rules it must
-//! mirror.
+//! The serializer's word quoting mirrors these rules one module down, in
+//! [`words`](super::words) (which the syntax tree uses too); the tests here pin that every
+//! word it writes reads back unchanged.
 
-use std::fmt;
-
-use super::ast::{Config, Directive, LayoutLine, Section, SectionKind, SpanKind, WordSpan};
+use super::ast::{Config, Directive, LayoutLine, Section};
+use super::sections::SectionKind;
+use super::words::{SpanKind, WordSpan, is_separator};
 
 /// HAProxy stops reading a line after this many words (`MAX_LINE_ARGS`).
 const MAX_WORDS_PER_LINE: usize = 64;
@@ -261,10 +262,6 @@ impl ConfigBuilder {
 /// The characters HAProxy skips before a line's first word (C `isspace`).
 fn is_leading_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\r' | '\x0b' | '\x0c')
-}
-
-fn is_separator(byte: u8) -> bool {
-    matches!(byte, b' ' | b'\t' | 0x0b | 0x0c)
 }
 
 /// Bytes the tokenizer must look at one by one; runs of other bytes are copied as they are.
@@ -594,130 +591,11 @@ fn parse_env_ref(content: &str, at: usize) -> Result<(usize, SpanKind), String> 
     ))
 }
 
-/// How a word without markers can be written.
-enum Quoting {
-    Bare,
-    Single,
-    Double,
-}
-
-fn quoting_for(word: &str, is_keyword: bool) -> Quoting {
-    let needs_quotes = word.is_empty()
-        || (is_keyword && word.starts_with('['))
-        || word.bytes().any(|b| {
-            is_separator(b) || matches!(b, b'#' | b'"' | b'\'' | b'\\') || b.is_ascii_control()
-        });
-    if !needs_quotes {
-        Quoting::Bare
-    } else if !word
-        .bytes()
-        .any(|b| b == b'\'' || (b.is_ascii_control() && b != b'\t'))
-    {
-        Quoting::Single
-    } else {
-        Quoting::Double
-    }
-}
-
-/// Writes one decoded word so that the tokenizer reads it back identically: bare when it can,
-/// else in single quotes, else in double quotes with escapes. A word with markers is always
-/// double-quoted, its environment references written as they are. `is_keyword` is set for
-/// a line's first word, which must not look like a scope line.
-pub(crate) fn write_word<W: fmt::Write + ?Sized>(
-    out: &mut W,
-    word: &str,
-    spans: &[&WordSpan],
-    is_keyword: bool,
-) -> fmt::Result {
-    if spans.is_empty() {
-        match quoting_for(word, is_keyword) {
-            Quoting::Bare => return out.write_str(word),
-            Quoting::Single => {
-                out.write_char('\'')?;
-                out.write_str(word)?;
-                return out.write_char('\'');
-            }
-            Quoting::Double => {}
-        }
-    }
-    out.write_char('"')?;
-    let mut at = 0;
-    for span in spans {
-        let (Some(before), Some(marked)) =
-            (word.get(at..span.start), word.get(span.start..span.end))
-        else {
-            // A marker that does not fit the word (built in code): ignore it.
-            continue;
-        };
-        write_double_quoted_text(out, before)?;
-        match span.kind {
-            SpanKind::EnvRef { .. } => out.write_str(marked)?,
-            SpanKind::RawByte { byte } => write!(out, "\\x{byte:02X}")?,
-        }
-        at = span.end;
-    }
-    write_double_quoted_text(out, word.get(at..).unwrap_or(""))?;
-    out.write_char('"')
-}
-
-fn write_double_quoted_text<W: fmt::Write + ?Sized>(out: &mut W, text: &str) -> fmt::Result {
-    for c in text.chars() {
-        match c {
-            '\\' => out.write_str("\\\\")?,
-            '"' => out.write_str("\\\"")?,
-            '$' => out.write_str("\\$")?,
-            '\t' => out.write_str("\\t")?,
-            '\n' => out.write_str("\\n")?,
-            '\r' => out.write_str("\\r")?,
-            c if c.is_ascii_control() => write!(out, "\\x{:02X}", c as u32)?,
-            c => out.write_char(c)?,
-        }
-    }
-    Ok(())
-}
-
-/// Writes `words` with their markers, then the comment, as one line without the newline.
-/// `first_word_is_keyword` is set for directive lines, whose first word must not look like a
-/// scope line.
-pub(crate) fn write_line<W: fmt::Write + ?Sized>(
-    out: &mut W,
-    words: &[String],
-    spans: &[WordSpan],
-    comment: Option<&str>,
-    first_word_is_keyword: bool,
-) -> fmt::Result {
-    for (index, word) in words.iter().enumerate() {
-        if index > 0 {
-            out.write_char(' ')?;
-        }
-        let word_spans: Vec<&WordSpan> = spans.iter().filter(|span| span.word == index).collect();
-        write_word(out, word, &word_spans, index == 0 && first_word_is_keyword)?;
-    }
-    // An empty last word only counts when whitespace follows it.
-    if words.last().is_some_and(String::is_empty) {
-        out.write_char(' ')?;
-    }
-    if let Some(comment) = comment {
-        if !words.is_empty() {
-            out.write_char(' ')?;
-        }
-        write_comment(out, comment)?;
-    }
-    Ok(())
-}
-
-/// Writes a comment, making sure it starts with `#` and holds no line break.
-pub(crate) fn write_comment<W: fmt::Write + ?Sized>(out: &mut W, comment: &str) -> fmt::Result {
-    if !comment.starts_with('#') {
-        out.write_str("# ")?;
-    }
-    out.write_str(comment.split(['\n', '\r']).next().unwrap_or(""))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pure::haproxy::ast::DirectiveKind;
+    use crate::pure::haproxy::words::{quote_word, write_word};
 
     fn words_of(line: &str) -> Vec<String> {
         let config = parse_config(&format!("global\n{line}\n")).expect("line parses");
@@ -1088,6 +966,75 @@ mod tests {
             assert_eq!(out, written);
             assert_eq!(words_of(&format!("x {out} y")), ["x", word, "y"]);
         }
+    }
+
+    /// Words that need each of HAProxy's quoting rules, and mixes of them.
+    const AWKWARD_WORDS: &[&str] = &[
+        "two words",
+        "tab\there",
+        "it's",
+        "say \"hi\"",
+        "both ' and \"",
+        "back\\slash",
+        "trailing\\",
+        "\\x41 stays literal",
+        "a#b",
+        "#start",
+        "$HOME",
+        "${HOME}",
+        "cost $5 each",
+        "it's ${HOME} and $HOME",
+        "\"$x\" 'y' \\ #z",
+        "line\nbreak",
+        "carriage\rreturn",
+        "bell\u{7}",
+        "",
+        "'",
+        "\"",
+        "[not-a-scope]",
+        "é and ü",
+    ];
+
+    #[test]
+    fn every_word_written_by_quote_word_reads_back_unchanged_and_unexpanded() {
+        for word in AWKWARD_WORDS {
+            let written = quote_word(word);
+            let config = parse_config(&format!("global\n  x {written} y\n"))
+                .unwrap_or_else(|error| panic!("{word:?} written as {written}: {error}"));
+            let directive = &config.sections[0].directives[0];
+            assert_eq!(directive.words, ["x", word, "y"], "written as {written}");
+            assert!(
+                directive.spans.is_empty(),
+                "{word:?} written as {written} reads as an environment reference"
+            );
+        }
+    }
+
+    #[test]
+    fn a_dollar_is_escaped_only_inside_double_quotes() {
+        // Outside double quotes HAProxy keeps `$` as it is; inside them `\$` is a dollar.
+        assert_eq!(quote_word("$HOME"), "$HOME");
+        assert_eq!(quote_word("a $HOME"), "'a $HOME'");
+        assert_eq!(quote_word("it's $HOME"), "\"it's \\$HOME\"");
+        assert_eq!(words_of(r#"x "it's \$HOME""#), ["x", "it's $HOME"]);
+    }
+
+    #[test]
+    fn written_lines_read_back_with_their_environment_references_and_raw_bytes() {
+        let text = "global\n  x \"fd@${fe}\" \"it's $HOME\" \"str(\\xE0)\" 'a b' \"q\\\"\" # c\n";
+        let config = parse_config(text).expect("line parses");
+        let directive = &config.sections[0].directives[0];
+        let line = directive.to_line();
+        let reparsed = parse_config(&format!("global\n  {line}\n")).expect("written line parses");
+        assert_eq!(
+            &reparsed.sections[0].directives[0].words, &directive.words,
+            "{line}"
+        );
+        assert_eq!(
+            &reparsed.sections[0].directives[0].spans, &directive.spans,
+            "{line}"
+        );
+        assert_eq!(directive.spans.len(), 3, "{line}");
     }
 
     /// A small deterministic generator, so the noise test needs no extra crate.

@@ -9,12 +9,12 @@
 
 use serde::Serialize;
 
-use super::ast::{Config, Directive, DirectiveKind, Section, SectionKind};
+use super::ast::{Config, Directive, DirectiveKind, Section};
 use super::keywords::{
-    KeywordStatus, ParamArity, SECTION_KEYWORDS, TIMEOUT_NAMES, is_balance_algorithm,
-    is_bind_param, is_server_param, parse_size_bytes, parse_time_ms, proxy_option_status,
-    section_keyword_allowed, suggest_keyword,
+    KeywordStatus, ParamArity, TIMEOUT_NAMES, is_balance_algorithm, is_bind_param, is_server_param,
+    parse_size_bytes, parse_time_ms, proxy_option_status, section_keyword_allowed, suggest_keyword,
 };
+use super::sections::SectionKind;
 
 /// One thing HAProxy 2.6 would not accept (or would ignore), with the 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -86,7 +86,7 @@ impl Checker {
 
     fn check_header(&mut self, section: &Section) {
         let keyword = section.keyword();
-        if !SECTION_KEYWORDS.contains(&keyword) {
+        if !section.kind.in_haproxy_2_6() {
             self.report(
                 section.line,
                 format!("unknown keyword '{keyword}': HAProxy 2.6 has no '{keyword}' section (it came in a later version)"),

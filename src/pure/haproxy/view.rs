@@ -11,8 +11,9 @@
 
 use serde::Serialize;
 
-use super::ast::{Config, Directive, Section, SectionKind};
+use super::ast::{Config, Directive, Section};
 use super::keywords::{ParamArity, is_bind_param, is_server_param};
+use super::sections::SectionKind;
 
 /// The `bind` lines of every frontend and listen section, as `(section, address)`, read from
 /// the configuration text without parsing its other sections: a summary that stays cheap when

@@ -20,9 +20,7 @@ use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{RenderContext, TemplateError, TemplateSet, TemplateSetInput};
 use crate::pure::validate::cache::ValidationCache;
-use crate::pure::validate::semantic::{
-    CheckReport, CheckerSettings, HaproxyChecker, SemanticCheckError,
-};
+use crate::pure::validate::semantic::{CheckReport, SemanticCheck, SemanticCheckError};
 use crate::pure::validate::{ConfigProblem, ValidationError, ValidationPhase};
 
 /// Why a config cannot be used at all (before any render).
@@ -435,19 +433,17 @@ pub struct ValidatedConfig {
 /// Runs the three validation phases with a cache in front.
 #[derive(Debug, Clone)]
 pub struct Validator {
-    checker: HaproxyChecker,
+    checker: Arc<dyn SemanticCheck>,
     cache: Arc<ValidationCache>,
 }
 
 impl Validator {
-    /// A validator using `binary` for `haproxy -c`, with a cache of `cache_entries` successes.
-    pub fn new(binary: impl Into<std::path::PathBuf>, cache_entries: usize) -> Validator {
-        let settings = CheckerSettings {
-            binary: binary.into(),
-            ..CheckerSettings::default()
-        };
+    /// A validator whose semantic phase is `checker` (in production
+    /// `drivers::haproxy_check::HaproxyChecker`, `haproxy -c`), with a cache of
+    /// `cache_entries` successes.
+    pub fn new(checker: Arc<dyn SemanticCheck>, cache_entries: usize) -> Validator {
         Validator {
-            checker: HaproxyChecker::new(settings),
+            checker,
             cache: Arc::new(ValidationCache::new(cache_entries)),
         }
     }
@@ -456,8 +452,8 @@ impl Validator {
         &self.cache
     }
 
-    pub fn checker(&self) -> &HaproxyChecker {
-        &self.checker
+    pub fn checker(&self) -> &dyn SemanticCheck {
+        self.checker.as_ref()
     }
 
     /// Validates a render. A cache hit (same haproxy version, same bytes) skips every phase;
@@ -466,7 +462,7 @@ impl Validator {
         let started = Instant::now();
         let version = self
             .checker
-            .version()
+            .identity()
             .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
         let key = ValidationCache::key(&version, &rendered);
         if let Some(report) = self.cache.get(&key) {

@@ -2,11 +2,14 @@
 //! read. Each [`ResourceStore`] indexes its objects (held as [`CompactObject`]s) by the
 //! configured `indexBy` field paths, strips `ignoreFields` on insert and hands out cheap
 //! immutable [`StoreSnapshot`]s so a render sees one consistent state. [`Stores`] is the
-//! name → store collection; [`StoresSnapshot`] is its per-render view.
+//! name → store collection; [`StoresSnapshot`] is its per-render view. [`WatchState`] is
+//! what a watched resource's event stream does to its store: list framing, selector
+//! filtering, relist detection and the batching of changes.
 
 mod compact;
 mod path;
 mod resource;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +19,10 @@ pub use path::FieldPath;
 pub use resource::{
     EntryKey, ObjectRef, Relist, ResourceStore, SnapshotEntry, StoreChange, StoreSnapshot,
     normalise_numbers,
+};
+pub use watch::{
+    Change, ChangeBatch, Notify, ObjectSelection, ResourceEvent, StoreChanged, WatchOutcome,
+    WatchState,
 };
 
 /// What can go wrong building or querying a store.

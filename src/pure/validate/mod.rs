@@ -33,6 +33,18 @@ impl fmt::Display for ValidationPhase {
     }
 }
 
+impl ValidationPhase {
+    /// The phase as a metric label value (`haptor_validation_errors_total{phase}`); the same
+    /// text as its `Display` and its serialized form.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ValidationPhase::Syntax => "syntax",
+            ValidationPhase::Schema => "schema",
+            ValidationPhase::Semantic => "semantic",
+        }
+    }
+}
+
 /// One problem in a rendered configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigProblem {

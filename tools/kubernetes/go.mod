@@ -1,76 +1,50 @@
-module haptor.test/tools/kube-apiserver
+module haptor.test/tools/kubernetes
 
 go 1.26.0
 
 godebug default=go1.26
 
-replace k8s.io/api => k8s.io/api v0.37.2
+// Every staging module, as the go.mod of k8s.io/kubernetes v1.37.2 lists them.
+replace (
+	k8s.io/api => k8s.io/api v0.37.2
+	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
+	k8s.io/apimachinery => k8s.io/apimachinery v0.37.2
+	k8s.io/apiserver => k8s.io/apiserver v0.37.2
+	k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.2
+	k8s.io/client-go => k8s.io/client-go v0.37.2
+	k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.2
+	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.2
+	k8s.io/code-generator => k8s.io/code-generator v0.37.2
+	k8s.io/component-base => k8s.io/component-base v0.37.2
+	k8s.io/component-helpers => k8s.io/component-helpers v0.37.2
+	k8s.io/controller-manager => k8s.io/controller-manager v0.37.2
+	k8s.io/cri-api => k8s.io/cri-api v0.37.2
+	k8s.io/cri-client => k8s.io/cri-client v0.37.2
+	k8s.io/cri-streaming => k8s.io/cri-streaming v0.37.2
+	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.2
+	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.2
+	k8s.io/endpointslice => k8s.io/endpointslice v0.37.2
+	k8s.io/externaljwt => k8s.io/externaljwt v0.37.2
+	k8s.io/kms => k8s.io/kms v0.37.2
+	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.2
+	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.2
+	k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.2
+	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.2
+	k8s.io/kubectl => k8s.io/kubectl v0.37.2
+	k8s.io/kubelet => k8s.io/kubelet v0.37.2
+	k8s.io/metrics => k8s.io/metrics v0.37.2
+	k8s.io/mount-utils => k8s.io/mount-utils v0.37.2
+	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.2
+	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.2
+	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.2
+	k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
+	k8s.io/streaming => k8s.io/streaming v0.37.2
+)
 
-replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
-
-replace k8s.io/apimachinery => k8s.io/apimachinery v0.37.2
-
-replace k8s.io/apiserver => k8s.io/apiserver v0.37.2
-
-replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.2
-
-replace k8s.io/client-go => k8s.io/client-go v0.37.2
-
-replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.2
-
-replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.2
-
-replace k8s.io/code-generator => k8s.io/code-generator v0.37.2
-
-replace k8s.io/component-base => k8s.io/component-base v0.37.2
-
-replace k8s.io/component-helpers => k8s.io/component-helpers v0.37.2
-
-replace k8s.io/controller-manager => k8s.io/controller-manager v0.37.2
-
-replace k8s.io/cri-api => k8s.io/cri-api v0.37.2
-
-replace k8s.io/cri-client => k8s.io/cri-client v0.37.2
-
-replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.37.2
-
-replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.2
-
-replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.2
-
-replace k8s.io/endpointslice => k8s.io/endpointslice v0.37.2
-
-replace k8s.io/externaljwt => k8s.io/externaljwt v0.37.2
-
-replace k8s.io/kms => k8s.io/kms v0.37.2
-
-replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.2
-
-replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.2
-
-replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.2
-
-replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.2
-
-replace k8s.io/kubectl => k8s.io/kubectl v0.37.2
-
-replace k8s.io/kubelet => k8s.io/kubelet v0.37.2
-
-replace k8s.io/metrics => k8s.io/metrics v0.37.2
-
-replace k8s.io/mount-utils => k8s.io/mount-utils v0.37.2
-
-replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.2
-
-replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.2
-
-replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.2
-
-replace k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
-
-replace k8s.io/streaming => k8s.io/streaming v0.37.2
-
-tool k8s.io/kubernetes/cmd/kube-apiserver
+tool (
+	go.etcd.io/etcd/server/v3
+	k8s.io/kubernetes/cmd/kube-apiserver
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -88,6 +62,7 @@ require (
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/distribution/reference v0.6.0 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
@@ -109,15 +84,18 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
@@ -136,12 +114,20 @@ require (
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
+	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.0 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.0 // indirect
 	go.etcd.io/etcd/client/v3 v3.7.0 // indirect
+	go.etcd.io/etcd/pkg/v3 v3.7.0 // indirect
+	go.etcd.io/etcd/server/v3 v3.7.0 // indirect
+	go.etcd.io/raft/v3 v3.7.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.68.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect

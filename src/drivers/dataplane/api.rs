@@ -17,6 +17,7 @@ use reqwest::{Client, Method, StatusCode, Url};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::pure::deploy::dataplane::{StorageKind, version_line};
 use crate::pure::rendered::hex;
 
 /// The response header that carries a queued reload's id (HTTP header names are
@@ -45,6 +46,8 @@ impl fmt::Display for ApiError {
         }
     }
 }
+
+impl std::error::Error for ApiError {}
 
 /// A successful answer.
 #[derive(Debug, Clone)]
@@ -81,34 +84,6 @@ pub struct ReloadState {
     pub status: String,
     /// HAProxy's output for a failed reload.
     pub response: String,
-}
-
-/// The storage areas haptor writes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum StorageKind {
-    /// `/storage/maps`: create multipart, replace with a text body.
-    Maps,
-    /// `/storage/general`: create and replace multipart.
-    General,
-    /// `/storage/ssl_certificates`: create multipart, replace with a text body; every write
-    /// and delete takes `skip_reload`.
-    SslCertificates,
-}
-
-impl StorageKind {
-    pub fn segment(self) -> &'static str {
-        match self {
-            StorageKind::Maps => "maps",
-            StorageKind::General => "general",
-            StorageKind::SslCertificates => "ssl_certificates",
-        }
-    }
-}
-
-impl fmt::Display for StorageKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.segment())
-    }
 }
 
 /// A request body.
@@ -528,17 +503,6 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The `N` of a leading `# _version=N` line.
-pub fn version_line(text: &str) -> Option<u64> {
-    text.lines()
-        .next()?
-        .trim()
-        .strip_prefix("# _version=")?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// A `multipart/form-data` body with one file in the `file_upload` field, and its content

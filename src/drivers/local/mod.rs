@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use super::plan::{DeploymentPlan, Operation, ServerState, plan};
-use super::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::deploy::plan::{DeploymentPlan, Operation, ServerState, plan};
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use crate::pure::rendered::{AuxKind, RenderedConfig};
 
 pub use layout::{

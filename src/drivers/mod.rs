@@ -1,0 +1,11 @@
+//! The I/O drivers: the code that starts processes, talks over sockets and HTTP, and reads
+//! and writes files, each behind a trait or a plan that `crate::pure` defines and tests
+//! without I/O. `local` drives a haproxy haptor owns (its files, master CLI and runtime
+//! API, the process itself); `dataplane` a pod's HAProxy Data Plane API; `haproxy_check`
+//! runs `haproxy -c` for the validation pipeline; `manifest_dir` reads folders of
+//! manifests.
+
+pub mod dataplane;
+pub mod haproxy_check;
+pub mod local;
+pub mod manifest_dir;

@@ -1,0 +1,853 @@
+//! The Prometheus registry haptor serves on `/metrics`. [`Metrics`] owns an explicit
+//! registry (never the process-global default one, so two trees in one process, e.g. in
+//! tests, do not collide) holding every `haptor_*` family; `/metrics` serves
+//! [`Metrics::encode_text`]. [`Metrics::observe`] turns one observability event into
+//! counter, gauge and histogram updates; it is a plain method, driven directly by tests,
+//! and the Metrics actor (`crate::actors::metrics`) only pumps events into it. Failures are
+//! labelled by cause: `haptor_deployment_errors_total{error, instance}` with
+//! [`DeployError::metric_label`](crate::pure::deploy::DeployError::metric_label), and
+//! `haptor_validation_errors_total{phase}` with
+//! [`ValidationPhase::metric_label`](crate::pure::validate::ValidationPhase::metric_label).
+//!
+//! Two kinds of value are not events but counters kept elsewhere, read at scrape time through
+//! sources the owner installs: events the fan-out dropped ([`Metrics::watch_event_fanout`])
+//! and validation-cache hits and misses ([`Metrics::set_validation_cache_source`]; the cache
+//! is rebuilt with each config, so its source can be replaced at any time).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::messages::events::{EventFanout, EventKind, ObservedEvent};
+
+/// The content type of the Prometheus text exposition format served by `/metrics`.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Reads a counter kept elsewhere.
+pub type CounterSource = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// Reads a validation cache's `(hits, misses)`.
+pub type CacheStatsSource = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
+
+/// Problems building or encoding the metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot create or register the metric family {family}: {source}")]
+    Register {
+        family: String,
+        #[source]
+        source: prometheus::Error,
+    },
+    #[error("cannot encode the metrics in the Prometheus text format: {0}")]
+    Encode(#[source] prometheus::Error),
+}
+
+/// Seconds buckets for deployments, which may include a verified HAProxy reload.
+const DEPLOYMENT_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+type Slot<T> = Arc<RwLock<Option<T>>>;
+
+fn read_slot<T: Clone>(slot: &Slot<T>) -> Option<T> {
+    // A poisoned lock only means a writer panicked while swapping an Arc in; the value is
+    // still a valid source.
+    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// A counter whose value is read from elsewhere each time the registry is gathered.
+struct ScrapedCounter {
+    desc: Desc,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl ScrapedCounter {
+    fn new(
+        name: &str,
+        help: &str,
+        read: Box<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Result<ScrapedCounter, MetricsError> {
+        let desc = Desc::new(
+            name.to_string(),
+            help.to_string(),
+            Vec::new(),
+            HashMap::new(),
+        )
+        .map_err(|source| MetricsError::Register {
+            family: name.to_string(),
+            source,
+        })?;
+        Ok(ScrapedCounter { desc, read })
+    }
+}
+
+impl Collector for ScrapedCounter {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut counter = proto::Counter::default();
+        counter.set_value((self.read)() as f64);
+        let mut metric = proto::Metric::default();
+        metric.set_counter(counter);
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::COUNTER);
+        family.set_metric(vec![metric]);
+        vec![family]
+    }
+}
+
+/// Every haptor metric family, in one explicit registry.
+pub struct Metrics {
+    registry: Registry,
+    reconciliations: IntCounter,
+    reconciliation_errors: IntCounter,
+    reconciliation_duration: Histogram,
+    validations: IntCounter,
+    validation_errors: IntCounterVec,
+    validation_duration: Histogram,
+    deployments: IntCounterVec,
+    deployment_errors: IntCounterVec,
+    deployment_duration: Histogram,
+    change_to_deploy: HistogramVec,
+    validations_skipped: IntCounter,
+    resources: IntGaugeVec,
+    /// The resource labels `haptor_resources` has now, so those no longer watched can be
+    /// removed when an iteration starts.
+    resource_labels: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    leader_is_leader: IntGauge,
+    leader_transitions: IntCounter,
+    actor_restarts: IntCounterVec,
+    events_dropped: Slot<CounterSource>,
+    validation_cache: Slot<CacheStatsSource>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    family: &str,
+    collector: C,
+) -> Result<C, MetricsError> {
+    registry
+        .register(Box::new(collector.clone()))
+        .map_err(|source| MetricsError::Register {
+            family: family.to_string(),
+            source,
+        })?;
+    Ok(collector)
+}
+
+fn made<T>(family: &str, made: prometheus::Result<T>) -> Result<T, MetricsError> {
+    made.map_err(|source| MetricsError::Register {
+        family: family.to_string(),
+        source,
+    })
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
+    register(registry, name, made(name, IntCounter::new(name, help))?)
+}
+
+fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, MetricsError> {
+    register(
+        registry,
+        name,
+        made(name, IntCounterVec::new(Opts::new(name, help), labels))?,
+    )
+}
+
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+) -> Result<Histogram, MetricsError> {
+    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+    register(registry, name, made(name, Histogram::with_opts(opts))?)
+}
+
+impl Metrics {
+    /// A registry with every family registered; the scraped counters read 0 until their
+    /// sources are installed.
+    pub fn new() -> Result<Metrics, MetricsError> {
+        let registry = Registry::new();
+        let r = &registry;
+        let defaults = prometheus::DEFAULT_BUCKETS;
+
+        let reconciliations = counter(
+            r,
+            "haptor_reconciliations_total",
+            "Reconciliations that rendered a configuration or failed to",
+        )?;
+        let reconciliation_errors = counter(
+            r,
+            "haptor_reconciliation_errors_total",
+            "Reconciliations whose render failed",
+        )?;
+        let reconciliation_duration = histogram(
+            r,
+            "haptor_reconciliation_duration_seconds",
+            "Time to render the configuration of one reconciliation",
+            defaults,
+        )?;
+        let validations = counter(
+            r,
+            "haptor_validations_total",
+            "Validations of a rendered configuration",
+        )?;
+        let validation_errors = counter_vec(
+            r,
+            "haptor_validation_errors_total",
+            "Validations that refused a rendered configuration, by the phase that refused it \
+             (a semantic check that could not run counts as semantic)",
+            &["phase"],
+        )?;
+        let validation_duration = histogram(
+            r,
+            "haptor_validation_duration_seconds",
+            "Time to validate one rendered configuration",
+            defaults,
+        )?;
+        let deployments = counter_vec(
+            r,
+            "haptor_deployments_total",
+            "Deployments to an HAProxy instance",
+            &["instance"],
+        )?;
+        let deployment_errors = counter_vec(
+            r,
+            "haptor_deployment_errors_total",
+            "Deployments to an HAProxy instance that failed, by cause (unreachable, rejected, \
+             timed_out, stale)",
+            &["instance", "error"],
+        )?;
+        let deployment_duration = histogram(
+            r,
+            "haptor_deployment_duration_seconds",
+            "Time one HAProxy instance took to take a configuration (the deployment itself)",
+            DEPLOYMENT_BUCKETS,
+        )?;
+        let change_to_deploy = register(
+            r,
+            "haptor_change_to_deploy_seconds",
+            made(
+                "haptor_change_to_deploy_seconds",
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "haptor_change_to_deploy_seconds",
+                        "Time from a watcher first seeing a change (before its debounce) to an \
+                         instance acknowledging the configuration that includes it",
+                    )
+                    .buckets(DEPLOYMENT_BUCKETS.to_vec()),
+                    &["instance"],
+                ),
+            )?,
+        )?;
+        let validations_skipped = counter(
+            r,
+            "haptor_validations_skipped_total",
+            "Renders accepted without haproxy -c: they differ from the last accepted render \
+             only in values the runtime API changes",
+        )?;
+        let resources = register(
+            r,
+            "haptor_resources",
+            made(
+                "haptor_resources",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "haptor_resources",
+                        "Objects in each watched resource's index",
+                    ),
+                    &["resource"],
+                ),
+            )?,
+        )?;
+        let leader_is_leader = register(
+            r,
+            "haptor_leader_is_leader",
+            made(
+                "haptor_leader_is_leader",
+                IntGauge::new(
+                    "haptor_leader_is_leader",
+                    "1 while this replica is the leader, else 0",
+                ),
+            )?,
+        )?;
+        let leader_transitions = counter(
+            r,
+            "haptor_leader_transitions_total",
+            "Times this replica gained or lost leadership",
+        )?;
+        let actor_restarts = counter_vec(
+            r,
+            "haptor_actor_restarts_total",
+            "Restarts of an actor by its supervisor",
+            &["actor"],
+        )?;
+
+        let build_info = register(
+            r,
+            "haptor_build_info",
+            made(
+                "haptor_build_info",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "haptor_build_info",
+                        "Always 1; labelled with the haptor version",
+                    ),
+                    &["version"],
+                ),
+            )?,
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+
+        let events_dropped: Slot<CounterSource> = Arc::default();
+        let validation_cache: Slot<CacheStatsSource> = Arc::default();
+        let scraped = [
+            (
+                "haptor_observability_events_dropped_total",
+                "Observability events dropped because a consumer's queue was full",
+                Box::new({
+                    let slot = Arc::clone(&events_dropped);
+                    move || read_slot(&slot).map_or(0, |read| read())
+                }) as Box<dyn Fn() -> u64 + Send + Sync>,
+            ),
+            (
+                "haptor_validation_cache_hits_total",
+                "Validations answered from the validation cache",
+                Box::new({
+                    let slot = Arc::clone(&validation_cache);
+                    move || read_slot(&slot).map_or(0, |read| read().0)
+                }),
+            ),
+            (
+                "haptor_validation_cache_misses_total",
+                "Validations the validation cache could not answer",
+                Box::new({
+                    let slot = Arc::clone(&validation_cache);
+                    move || read_slot(&slot).map_or(0, |read| read().1)
+                }),
+            ),
+        ];
+        for (name, help, read) in scraped {
+            let collector = ScrapedCounter::new(name, help, read)?;
+            registry
+                .register(Box::new(collector))
+                .map_err(|source| MetricsError::Register {
+                    family: name.to_string(),
+                    source,
+                })?;
+        }
+
+        Ok(Metrics {
+            registry,
+            reconciliations,
+            reconciliation_errors,
+            reconciliation_duration,
+            validations,
+            validation_errors,
+            validation_duration,
+            deployments,
+            deployment_errors,
+            deployment_duration,
+            change_to_deploy,
+            validations_skipped,
+            resources,
+            resource_labels: std::sync::Mutex::default(),
+            leader_is_leader,
+            leader_transitions,
+            actor_restarts,
+            events_dropped,
+            validation_cache,
+        })
+    }
+
+    /// The registry, to add families that live elsewhere.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Reads `haptor_observability_events_dropped_total` from `source` at each scrape.
+    pub fn set_events_dropped_source(&self, source: CounterSource) {
+        *self
+            .events_dropped
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// Reads the dropped-events counter from a fan-out (a clone is kept; clones share the
+    /// count).
+    pub fn watch_event_fanout(&self, fanout: &EventFanout) {
+        let fanout = fanout.clone();
+        self.set_events_dropped_source(Arc::new(move || fanout.dropped_total()));
+    }
+
+    /// Reads the validation-cache hit and miss counters from `source` at each scrape,
+    /// replacing any earlier source.
+    pub fn set_validation_cache_source(&self, source: CacheStatsSource) {
+        *self
+            .validation_cache
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// Updates the families one event concerns.
+    pub fn observe(&self, event: &ObservedEvent) {
+        match &event.kind {
+            EventKind::RenderSucceeded { duration, .. } => {
+                self.reconciliations.inc();
+                self.reconciliation_duration.observe(duration.as_secs_f64());
+            }
+            EventKind::RenderFailed { .. } => {
+                self.reconciliations.inc();
+                self.reconciliation_errors.inc();
+            }
+            EventKind::ValidationSucceeded {
+                semantic_skipped: true,
+                ..
+            } => self.validations_skipped.inc(),
+            EventKind::ValidationSucceeded { duration, .. } => {
+                self.validations.inc();
+                self.validation_duration.observe(duration.as_secs_f64());
+            }
+            EventKind::ValidationFailed { phase, .. } => {
+                self.validations.inc();
+                self.validation_errors
+                    .with_label_values(&[phase.metric_label()])
+                    .inc();
+            }
+            EventKind::DeploymentSucceeded {
+                instance,
+                duration,
+                since_change,
+                ..
+            } => {
+                self.deployments
+                    .with_label_values(&[instance.as_str()])
+                    .inc();
+                self.deployment_duration.observe(duration.as_secs_f64());
+                if let Some(since_change) = since_change {
+                    self.change_to_deploy
+                        .with_label_values(&[instance.as_str()])
+                        .observe(since_change.as_secs_f64());
+                }
+            }
+            EventKind::DeploymentFailed { instance, error } => {
+                self.deployments
+                    .with_label_values(&[instance.as_str()])
+                    .inc();
+                self.deployment_errors
+                    .with_label_values(&[instance.as_str(), error.metric_label()])
+                    .inc();
+            }
+            EventKind::IndexSynced { resource, objects }
+            | EventKind::ResourceChanged {
+                resource, objects, ..
+            } => self.set_resource_count(resource, *objects),
+            EventKind::IterationStarted { resources } => {
+                let mut labels = self
+                    .resource_labels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                for gone in labels.iter().filter(|l| !resources.contains(l)) {
+                    let _ = self.resources.remove_label_values(&[gone.as_str()]);
+                }
+                labels.retain(|l| resources.contains(l));
+            }
+            EventKind::LeadershipGained { .. } => {
+                self.leader_is_leader.set(1);
+                self.leader_transitions.inc();
+            }
+            EventKind::LeadershipLost => {
+                self.leader_is_leader.set(0);
+                self.leader_transitions.inc();
+            }
+            EventKind::ActorRestarted { actor, .. } => {
+                self.actor_restarts
+                    .with_label_values(&[actor.as_str()])
+                    .inc();
+            }
+            EventKind::ConfigAccepted { .. }
+            | EventKind::ConfigRejected { .. }
+            | EventKind::AllIndexesSynced
+            | EventKind::ReconciliationTriggered { .. }
+            | EventKind::DeploymentFenced { .. }
+            | EventKind::InstancesDiscovered { .. } => {}
+        }
+    }
+
+    fn set_resource_count(&self, resource: &str, objects: usize) {
+        let objects = i64::try_from(objects).unwrap_or(i64::MAX);
+        self.resources.with_label_values(&[resource]).set(objects);
+        self.resource_labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(resource.to_string());
+    }
+
+    /// Every family in the Prometheus text exposition format (version 0.0.4). Labelled
+    /// families appear once they have a first label value.
+    pub fn encode_text(&self) -> Result<String, MetricsError> {
+        let mut out = String::new();
+        TextEncoder::new()
+            .encode_utf8(&self.registry.gather(), &mut out)
+            .map_err(MetricsError::Encode)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pure::deploy::DeployError;
+    use crate::pure::validate::ValidationPhase;
+
+    fn event(kind: EventKind) -> ObservedEvent {
+        ObservedEvent::new(Some(1), kind)
+    }
+
+    /// The value of the sample line that starts with `series` (name plus labels).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    fn one_of_each() -> Vec<EventKind> {
+        vec![
+            EventKind::RenderSucceeded {
+                duration: Duration::from_millis(30),
+                checksum: "abc".into(),
+            },
+            EventKind::RenderFailed {
+                error: "boom".into(),
+            },
+            EventKind::ValidationSucceeded {
+                duration: Duration::from_millis(80),
+                cache_hit: false,
+                semantic_skipped: false,
+            },
+            EventKind::ValidationFailed {
+                phase: ValidationPhase::Semantic,
+                error: "bad".into(),
+            },
+            EventKind::DeploymentSucceeded {
+                instance: "haproxy-0".into(),
+                duration: Duration::from_millis(12),
+                reloaded: true,
+                since_change: Some(Duration::from_millis(150)),
+            },
+            EventKind::DeploymentFailed {
+                instance: "haproxy-1".into(),
+                error: DeployError::Rejected("refused".into()),
+            },
+            EventKind::IndexSynced {
+                resource: "services".into(),
+                objects: 7,
+            },
+            EventKind::LeadershipGained { epoch: 2 },
+            EventKind::ActorRestarted {
+                actor: "deployer".into(),
+                restarts: 1,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_family_appears_in_the_text_output_once_events_touched_it() {
+        let metrics = Metrics::new().expect("metrics build");
+        for kind in one_of_each() {
+            metrics.observe(&event(kind));
+        }
+        let text = metrics.encode_text().expect("metrics encode");
+        for family in [
+            "haptor_reconciliations_total",
+            "haptor_reconciliation_errors_total",
+            "haptor_reconciliation_duration_seconds",
+            "haptor_validations_total",
+            "haptor_validation_errors_total",
+            "haptor_validation_duration_seconds",
+            "haptor_deployments_total",
+            "haptor_deployment_errors_total",
+            "haptor_deployment_duration_seconds",
+            "haptor_change_to_deploy_seconds",
+            "haptor_validations_skipped_total",
+            "haptor_resources",
+            "haptor_leader_is_leader",
+            "haptor_leader_transitions_total",
+            "haptor_actor_restarts_total",
+            "haptor_observability_events_dropped_total",
+            "haptor_validation_cache_hits_total",
+            "haptor_validation_cache_misses_total",
+            "haptor_build_info",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "{family} missing from:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn events_update_the_counters_they_concern() {
+        let metrics = Metrics::new().expect("metrics build");
+        for kind in one_of_each() {
+            metrics.observe(&event(kind));
+        }
+        metrics.observe(&event(EventKind::DeploymentSucceeded {
+            instance: "haproxy-0".into(),
+            duration: Duration::from_millis(5),
+            reloaded: false,
+            since_change: None,
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(sample(&text, "haptor_reconciliations_total"), Some(2.0));
+        assert_eq!(
+            sample(&text, "haptor_reconciliation_errors_total"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_reconciliation_duration_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(sample(&text, "haptor_validations_total"), Some(2.0));
+        assert_eq!(
+            sample(&text, "haptor_validation_errors_total{phase=\"semantic\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_deployments_total{instance=\"haproxy-0\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "haptor_deployment_errors_total{error=\"rejected\",instance=\"haproxy-1\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_deployment_duration_seconds_count"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"services\"}"),
+            Some(7.0)
+        );
+        assert_eq!(sample(&text, "haptor_leader_is_leader"), Some(1.0));
+        assert_eq!(
+            sample(&text, "haptor_actor_restarts_total{actor=\"deployer\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!(
+                    "haptor_build_info{{version=\"{}\"}}",
+                    env!("CARGO_PKG_VERSION")
+                )
+            ),
+            Some(1.0)
+        );
+
+        metrics.observe(&event(EventKind::LeadershipLost));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(sample(&text, "haptor_leader_is_leader"), Some(0.0));
+        assert_eq!(sample(&text, "haptor_leader_transitions_total"), Some(2.0));
+    }
+
+    #[test]
+    fn resource_counts_follow_changes_and_unwatched_resources_lose_their_series() {
+        let metrics = Metrics::new().expect("metrics build");
+        metrics.observe(&event(EventKind::IndexSynced {
+            resource: "services".into(),
+            objects: 2,
+        }));
+        metrics.observe(&event(EventKind::IndexSynced {
+            resource: "secrets".into(),
+            objects: 1,
+        }));
+        metrics.observe(&event(EventKind::ResourceChanged {
+            resource: "services".into(),
+            object: "default/web".into(),
+            deleted: true,
+            objects: 1,
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"services\"}"),
+            Some(1.0)
+        );
+        metrics.observe(&event(EventKind::IterationStarted {
+            resources: vec!["services".into()],
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"secrets\"}"),
+            None,
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "haptor_resources{resource=\"services\"}"),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn a_validation_that_skipped_haproxy_c_is_counted_apart() {
+        let metrics = Metrics::new().expect("metrics build");
+        metrics.observe(&event(EventKind::ValidationSucceeded {
+            duration: Duration::from_millis(1),
+            cache_hit: false,
+            semantic_skipped: true,
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(sample(&text, "haptor_validations_total"), Some(0.0));
+        assert_eq!(
+            sample(&text, "haptor_validation_duration_seconds_count"),
+            Some(0.0)
+        );
+        assert_eq!(sample(&text, "haptor_validations_skipped_total"), Some(1.0));
+    }
+
+    #[test]
+    fn scraped_counters_read_their_sources_at_each_scrape() {
+        let metrics = Metrics::new().expect("metrics build");
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_validation_cache_hits_total"),
+            Some(0.0)
+        );
+
+        let (fanout, _receivers) = EventFanout::new(&["full"], 1);
+        metrics.watch_event_fanout(&fanout);
+        let hits = Arc::new(AtomicU64::new(3));
+        let read_hits = Arc::clone(&hits);
+        metrics
+            .set_validation_cache_source(Arc::new(move || (read_hits.load(Ordering::Relaxed), 4)));
+        for _ in 0..3 {
+            fanout.publish(None, EventKind::AllIndexesSynced);
+        }
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_observability_events_dropped_total"),
+            Some(fanout.dropped_total() as f64)
+        );
+        assert_eq!(
+            sample(&text, "haptor_validation_cache_hits_total"),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_validation_cache_misses_total"),
+            Some(4.0)
+        );
+
+        hits.store(9, Ordering::Relaxed);
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_validation_cache_hits_total"),
+            Some(9.0)
+        );
+    }
+
+    #[test]
+    fn two_metrics_instances_do_not_share_a_registry() {
+        let first = Metrics::new().expect("first metrics build");
+        let second = Metrics::new().expect("second metrics build");
+        first.observe(&event(EventKind::RenderFailed { error: "x".into() }));
+        let text = second.encode_text().expect("metrics encode");
+        assert_eq!(sample(&text, "haptor_reconciliations_total"), Some(0.0));
+    }
+
+    #[test]
+    fn a_failed_deployment_is_counted_under_its_instance_and_the_cause_of_the_failure() {
+        let metrics = Metrics::new().expect("metrics build");
+        metrics.observe(&event(EventKind::DeploymentFailed {
+            instance: "pod-a".into(),
+            error: DeployError::TimedOut(Duration::from_secs(30)),
+        }));
+        metrics.observe(&event(EventKind::DeploymentFailed {
+            instance: "pod-a".into(),
+            error: DeployError::Unreachable("connection refused".into()),
+        }));
+        metrics.observe(&event(EventKind::DeploymentFailed {
+            instance: "pod-b".into(),
+            error: DeployError::TimedOut(Duration::from_secs(30)),
+        }));
+        let text = metrics.encode_text().expect("metrics encode");
+        for (series, count) in [
+            (
+                "haptor_deployment_errors_total{error=\"timed_out\",instance=\"pod-a\"}",
+                1.0,
+            ),
+            (
+                "haptor_deployment_errors_total{error=\"unreachable\",instance=\"pod-a\"}",
+                1.0,
+            ),
+            (
+                "haptor_deployment_errors_total{error=\"timed_out\",instance=\"pod-b\"}",
+                1.0,
+            ),
+            ("haptor_deployments_total{instance=\"pod-a\"}", 2.0),
+        ] {
+            assert_eq!(sample(&text, series), Some(count), "{series} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_refused_validation_is_counted_under_the_phase_that_refused_it() {
+        let metrics = Metrics::new().expect("metrics build");
+        for phase in [
+            ValidationPhase::Syntax,
+            ValidationPhase::Semantic,
+            ValidationPhase::Semantic,
+        ] {
+            metrics.observe(&event(EventKind::ValidationFailed {
+                phase,
+                error: "refused".into(),
+            }));
+        }
+        let text = metrics.encode_text().expect("metrics encode");
+        assert_eq!(
+            sample(&text, "haptor_validation_errors_total{phase=\"syntax\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_validation_errors_total{phase=\"semantic\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "haptor_validation_errors_total{phase=\"schema\"}"),
+            None
+        );
+        assert_eq!(sample(&text, "haptor_validations_total"), Some(3.0));
+    }
+}

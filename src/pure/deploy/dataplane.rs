@@ -1,0 +1,552 @@
+//! The decisions of the Data Plane API target, without I/O: which storage area and name each
+//! auxiliary file takes, which changes a running pod takes through the runtime API (server
+//! addresses, weights and states; map entries) and which need a reload, and how version
+//! lines and API versions are read. `drivers::dataplane` executes them over HTTP.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use super::plan::{DeploymentPlan, Operation, ServerState, map_entries};
+use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+
+/// The general storage file that keeps the highest epoch a pod accepted.
+pub const EPOCH_FILE: &str = "haptor-epoch";
+
+/// A Data Plane API version, from `/v3/info`'s `api.version` (`v3.1.2 4a1b2c3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ApiVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl ApiVersion {
+    /// The oldest API this target talks to.
+    pub const MINIMUM: ApiVersion = ApiVersion::new(3, 0, 0);
+    /// From this version on, the runtime server endpoint sets address, port and weight.
+    pub const RUNTIME_SERVER_FIELDS: ApiVersion = ApiVersion::new(3, 3, 1);
+
+    pub const fn new(major: u32, minor: u32, patch: u32) -> ApiVersion {
+        ApiVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Reads `v3.1.2 4a1b2c3`, `3.1.2`, `v3.2.0-dev1`; missing minor or patch count as 0.
+    pub fn parse(text: &str) -> Option<ApiVersion> {
+        let word = text.split_whitespace().next()?;
+        let word = word
+            .strip_prefix(['v', 'V'])
+            .unwrap_or(word)
+            .split(['-', '+'])
+            .next()?;
+        let mut parts = word.split('.').map(|part| -> Option<u32> {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        });
+        let major = parts.next()??;
+        let minor = parts.next().flatten().unwrap_or(0);
+        let patch = parts.next().flatten().unwrap_or(0);
+        Some(ApiVersion::new(major, minor, patch))
+    }
+}
+
+impl fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The storage areas haptor writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StorageKind {
+    /// `/storage/maps`: create multipart, replace with a text body.
+    Maps,
+    /// `/storage/general`: create and replace multipart.
+    General,
+    /// `/storage/ssl_certificates`: create multipart, replace with a text body; every write
+    /// and delete takes `skip_reload`.
+    SslCertificates,
+}
+
+impl StorageKind {
+    pub fn segment(self) -> &'static str {
+        match self {
+            StorageKind::Maps => "maps",
+            StorageKind::General => "general",
+            StorageKind::SslCertificates => "ssl_certificates",
+        }
+    }
+}
+
+impl fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.segment())
+    }
+}
+
+/// Where an auxiliary file lives in the API's storage.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Placement {
+    pub kind: StorageKind,
+    /// The storage name: the file name of the auxiliary path.
+    pub name: String,
+}
+
+/// The `N` of a leading `# _version=N` line.
+pub fn version_line(text: &str) -> Option<u64> {
+    text.lines()
+        .next()?
+        .trim()
+        .strip_prefix("# _version=")?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The configuration text without the `# _version=N` (and `# _md5hash=`) lines the API puts
+/// at its top.
+pub fn strip_version_lines(text: &str) -> &str {
+    let mut rest = text;
+    while rest.starts_with("# _version=") || rest.starts_with("# _md5hash=") {
+        rest = match rest.split_once('\n') {
+            Some((_, after)) => after,
+            None => "",
+        };
+    }
+    rest
+}
+
+/// Where an auxiliary file goes: maps to map storage (the name must end in `.map`, which the
+/// API adds to any other name), certificates to certificate storage, general files and
+/// crt-lists to general storage, all under the file name of their path.
+pub fn placement(file: &AuxFile) -> Result<Placement, String> {
+    let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!(
+            "{} '{}' has no file name to store it under",
+            file.kind, file.path
+        ));
+    }
+    let kind = match file.kind {
+        AuxKind::Map => {
+            if !name.ends_with(".map") {
+                return Err(format!(
+                    "map '{}' must end in .map: the Data Plane API's map storage adds .map to any other name, so HAProxy would not find the file at the path the configuration names",
+                    file.path
+                ));
+            }
+            StorageKind::Maps
+        }
+        AuxKind::Cert => StorageKind::SslCertificates,
+        AuxKind::File | AuxKind::CrtList => {
+            if name == EPOCH_FILE {
+                return Err(format!(
+                    "{} '{}' is stored as general file '{EPOCH_FILE}', the name haptor keeps its fencing epoch under; rename it",
+                    file.kind, file.path
+                ));
+            }
+            StorageKind::General
+        }
+    };
+    Ok(Placement {
+        kind,
+        name: name.to_string(),
+    })
+}
+
+/// Every auxiliary file's placement, by path; two files in one place are an error.
+pub fn placements(rendered: &RenderedConfig) -> Result<BTreeMap<String, Placement>, String> {
+    let mut by_path = BTreeMap::new();
+    let mut taken: BTreeMap<Placement, &str> = BTreeMap::new();
+    for (path, file) in &rendered.aux_files {
+        let placement = placement(file)?;
+        if let Some(other) = taken.insert(placement.clone(), path) {
+            return Err(format!(
+                "auxiliary files '{other}' and '{path}' would both be stored as {} file '{}'",
+                placement.kind, placement.name
+            ));
+        }
+        by_path.insert(path.clone(), placement);
+    }
+    Ok(by_path)
+}
+
+/// The runtime calls a plan without reload makes.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LiveChanges {
+    /// `PUT /runtime/backends/{b}/servers/{s}` bodies, by backend and server.
+    pub servers: BTreeMap<(String, String), Map<String, Value>>,
+    /// `X-Runtime-Actions` for APIs before v3.3.1 (address and weight changes).
+    pub actions: Vec<String>,
+    pub maps: Vec<MapChange>,
+    /// How many runtime operations of the plan these calls carry out.
+    pub count: usize,
+}
+
+/// Entry changes that turn a loaded map's old content into the new one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MapChange {
+    /// The auxiliary path, for messages.
+    pub path: String,
+    /// The runtime map name: the storage name without `.map`.
+    pub map: String,
+    pub adds: Vec<(String, String)>,
+    pub sets: Vec<(String, String)>,
+    pub deletes: Vec<String>,
+}
+
+/// The runtime calls for a plan without reload, or why it needs a reload after all.
+pub fn live_changes(
+    plan: &DeploymentPlan,
+    from: &RenderedConfig,
+    placements: &BTreeMap<String, Placement>,
+    version: ApiVersion,
+) -> Result<LiveChanges, String> {
+    let full_server_api = version >= ApiVersion::RUNTIME_SERVER_FIELDS;
+    let mut changes = LiveChanges::default();
+    for op in plan.operations.iter().filter(|op| op.is_runtime()) {
+        changes.count += 1;
+        match op {
+            Operation::SetServerAddress {
+                backend,
+                server,
+                address,
+                port,
+            } => {
+                if address.parse::<IpAddr>().is_err() {
+                    return Err(format!(
+                        "server {backend}/{server} moves to '{address}', not an IP address; the runtime API sets IP addresses only"
+                    ));
+                }
+                if full_server_api {
+                    let fields = changes
+                        .servers
+                        .entry((backend.clone(), server.clone()))
+                        .or_default();
+                    fields.insert("address".into(), Value::from(address.as_str()));
+                    if let Some(port) = port {
+                        fields.insert("port".into(), Value::from(*port));
+                    }
+                } else {
+                    let Some(port) = port else {
+                        return Err(format!(
+                            "server {backend}/{server} has no port, which API {version} needs to change its address"
+                        ));
+                    };
+                    changes.actions.push(format!(
+                        "SetServerAddr {} {} {address} {port}",
+                        action_word(backend)?,
+                        action_word(server)?
+                    ));
+                }
+            }
+            Operation::SetServerWeight {
+                backend,
+                server,
+                weight,
+            } => {
+                if full_server_api {
+                    changes
+                        .servers
+                        .entry((backend.clone(), server.clone()))
+                        .or_default()
+                        .insert("weight".into(), Value::from(*weight));
+                } else {
+                    changes.actions.push(format!(
+                        "SetServerWeight {} {} {weight}",
+                        action_word(backend)?,
+                        action_word(server)?
+                    ));
+                }
+            }
+            Operation::SetServerState {
+                backend,
+                server,
+                state,
+            } => {
+                let state = match state {
+                    ServerState::Ready => "ready",
+                    ServerState::Maint => "maint",
+                };
+                changes
+                    .servers
+                    .entry((backend.clone(), server.clone()))
+                    .or_default()
+                    .insert("admin_state".into(), Value::from(state));
+            }
+            Operation::ReplaceMap { path, entries } => {
+                let old = from
+                    .aux_files
+                    .get(path)
+                    .map(|f| map_entries(&f.content))
+                    .unwrap_or_default();
+                let Some(placement) = placements.get(path) else {
+                    return Err(format!("map {path} has no storage place"));
+                };
+                let map = placement
+                    .name
+                    .strip_suffix(".map")
+                    .unwrap_or(&placement.name)
+                    .to_string();
+                changes.maps.push(map_change(path, map, &old, entries)?);
+            }
+            Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// A backend or server name as one word of `X-Runtime-Actions` (split on `;` and spaces).
+pub fn action_word(word: &str) -> Result<&str, String> {
+    if word.is_empty() || word.contains(|c: char| c.is_whitespace() || c == ';') {
+        Err(format!(
+            "'{word}' cannot be passed in X-Runtime-Actions, which splits on spaces and ';'"
+        ))
+    } else {
+        Ok(word)
+    }
+}
+
+/// The entry changes from `old` to `new`, or why the runtime API cannot make them: a key
+/// given twice (HAProxy keeps both, entry calls address one), or a key or value the runtime
+/// command line would split or cut.
+pub fn map_change(
+    path: &str,
+    map: String,
+    old: &[(String, String)],
+    new: &[(String, String)],
+) -> Result<MapChange, String> {
+    let unique = |entries: &[(String, String)]| -> Result<BTreeMap<String, String>, String> {
+        let mut by_key = BTreeMap::new();
+        for (key, value) in entries {
+            if by_key.insert(key.clone(), value.clone()).is_some() {
+                return Err(format!(
+                    "map {path} has the key '{key}' twice; the runtime API cannot reproduce that"
+                ));
+            }
+        }
+        Ok(by_key)
+    };
+    let old_by_key = unique(old)?;
+    unique(new)?;
+    let awkward = |text: &str| {
+        text.is_empty()
+            || text.contains(|c: char| c.is_whitespace() || matches!(c, ';' | '\\' | '"' | '\''))
+    };
+    let mut change = MapChange {
+        path: path.to_string(),
+        map,
+        adds: Vec::new(),
+        sets: Vec::new(),
+        deletes: Vec::new(),
+    };
+    for (key, value) in new {
+        if awkward(key) || awkward(value) {
+            return Err(format!(
+                "map {path} entry '{key} {value}' cannot go through the runtime API's command line"
+            ));
+        }
+        match old_by_key.get(key) {
+            None => change.adds.push((key.clone(), value.clone())),
+            Some(previous) if previous != value => change.sets.push((key.clone(), value.clone())),
+            Some(_) => {}
+        }
+    }
+    let new_keys: BTreeSet<&String> = new.iter().map(|(k, _)| k).collect();
+    change.deletes = old
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !new_keys.contains(k))
+        .cloned()
+        .collect();
+    Ok(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aux(kind: AuxKind, path: &str) -> AuxFile {
+        AuxFile {
+            kind,
+            name: path.rsplit('/').next().unwrap_or(path).into(),
+            path: path.into(),
+            content: String::new(),
+        }
+    }
+
+    #[test]
+    fn api_versions_are_read_with_or_without_the_v_and_build_suffix() {
+        assert_eq!(
+            ApiVersion::parse("v3.1.2 4a1b2c3"),
+            Some(ApiVersion::new(3, 1, 2))
+        );
+        assert_eq!(ApiVersion::parse("3.3"), Some(ApiVersion::new(3, 3, 0)));
+        assert_eq!(
+            ApiVersion::parse("v3.2.0-dev1"),
+            Some(ApiVersion::new(3, 2, 0))
+        );
+        assert_eq!(ApiVersion::parse("garbage"), None);
+        assert!(ApiVersion::parse("v2.9.4").expect("parses") < ApiVersion::MINIMUM);
+        assert!(ApiVersion::new(3, 3, 0) < ApiVersion::RUNTIME_SERVER_FIELDS);
+    }
+
+    #[test]
+    fn version_lines_at_the_top_are_dropped_and_nothing_else() {
+        assert_eq!(
+            strip_version_lines("# _version=7\nglobal\n# _version=8\n"),
+            "global\n# _version=8\n"
+        );
+        assert_eq!(strip_version_lines("global\n"), "global\n");
+    }
+
+    #[test]
+    fn files_are_placed_by_kind_under_their_file_name() {
+        let placed = |kind, path| placement(&aux(kind, path));
+        assert_eq!(
+            placed(AuxKind::Map, "maps/hosts.map"),
+            Ok(Placement {
+                kind: StorageKind::Maps,
+                name: "hosts.map".into()
+            })
+        );
+        assert_eq!(
+            placed(AuxKind::CrtList, "general/certs.list").map(|p| p.kind),
+            Ok(StorageKind::General)
+        );
+        assert_eq!(
+            placed(AuxKind::Cert, "ssl/site.pem").map(|p| p.kind),
+            Ok(StorageKind::SslCertificates)
+        );
+        let no_suffix = placed(AuxKind::Map, "maps/hosts").expect_err("needs .map");
+        assert!(no_suffix.contains("maps/hosts"), "{no_suffix}");
+        let epoch = placed(AuxKind::File, "general/haptor-epoch").expect_err("reserved");
+        assert!(epoch.contains(EPOCH_FILE), "{epoch}");
+    }
+
+    #[test]
+    fn two_files_with_one_storage_name_are_refused() {
+        let mut rendered = RenderedConfig::default();
+        for path in ["general/a.txt", "other/a.txt"] {
+            rendered
+                .aux_files
+                .insert(path.into(), aux(AuxKind::File, path));
+        }
+        let error = placements(&rendered).expect_err("collision");
+        assert!(
+            error.contains("general/a.txt") && error.contains("other/a.txt"),
+            "{error}"
+        );
+    }
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_map_change_adds_sets_and_deletes_only_what_differs() {
+        let old = entries(&[
+            ("a.example", "be_a"),
+            ("b.example", "be_b"),
+            ("c.example", "be_c"),
+        ]);
+        let new = entries(&[
+            ("a.example", "be_a"),
+            ("b.example", "be_x"),
+            ("d.example", "be_d"),
+        ]);
+        let change = map_change("maps/hosts.map", "hosts".into(), &old, &new).expect("expressible");
+        assert_eq!(change.adds, entries(&[("d.example", "be_d")]));
+        assert_eq!(change.sets, entries(&[("b.example", "be_x")]));
+        assert_eq!(change.deletes, vec!["c.example".to_string()]);
+    }
+
+    #[test]
+    fn duplicate_keys_and_values_with_spaces_need_a_reload() {
+        let old = entries(&[("a", "x")]);
+        let twice = entries(&[("a", "x"), ("a", "y")]);
+        assert!(map_change("m.map", "m".into(), &old, &twice).is_err());
+        let spaced = entries(&[("a", "x y")]);
+        assert!(map_change("m.map", "m".into(), &old, &spaced).is_err());
+    }
+
+    #[test]
+    fn an_old_api_gets_address_and_weight_as_runtime_actions() {
+        let plan = DeploymentPlan {
+            operations: vec![
+                Operation::SetServerAddress {
+                    backend: "be".into(),
+                    server: "s1".into(),
+                    address: "10.0.0.2".into(),
+                    port: Some(8080),
+                },
+                Operation::SetServerWeight {
+                    backend: "be".into(),
+                    server: "s1".into(),
+                    weight: 5,
+                },
+                Operation::SetServerState {
+                    backend: "be".into(),
+                    server: "s2".into(),
+                    state: ServerState::Maint,
+                },
+                Operation::WriteConfig,
+            ],
+            ..DeploymentPlan::default()
+        };
+        let from = RenderedConfig::default();
+        let old = live_changes(&plan, &from, &BTreeMap::new(), ApiVersion::new(3, 0, 5))
+            .expect("expressible");
+        assert_eq!(
+            old.actions,
+            vec![
+                "SetServerAddr be s1 10.0.0.2 8080",
+                "SetServerWeight be s1 5"
+            ]
+        );
+        assert_eq!(
+            old.servers.len(),
+            1,
+            "state goes through the runtime endpoint"
+        );
+        assert_eq!(old.count, 3);
+        let new = live_changes(&plan, &from, &BTreeMap::new(), ApiVersion::new(3, 3, 1))
+            .expect("expressible");
+        assert!(new.actions.is_empty());
+        let s1 = &new.servers[&("be".to_string(), "s1".to_string())];
+        assert_eq!(s1["address"], "10.0.0.2");
+        assert_eq!(s1["port"], 8080);
+        assert_eq!(s1["weight"], 5);
+    }
+
+    #[test]
+    fn a_server_moving_to_a_host_name_needs_a_reload() {
+        let plan = DeploymentPlan {
+            operations: vec![Operation::SetServerAddress {
+                backend: "be".into(),
+                server: "s1".into(),
+                address: "db.internal".into(),
+                port: Some(80),
+            }],
+            ..DeploymentPlan::default()
+        };
+        let reason = live_changes(
+            &plan,
+            &RenderedConfig::default(),
+            &BTreeMap::new(),
+            ApiVersion::new(3, 3, 1),
+        )
+        .expect_err("not an IP");
+        assert!(reason.contains("db.internal"), "{reason}");
+    }
+}
