@@ -1,4 +1,4 @@
-//! Writing a command's results to standard output: [`out!`] and [`outln!`] instead of
+//! Writing a command's results to standard output: `out!` and `outln!` instead of
 //! `print!`, so that a reader that goes away (`haptor plan a b | head -1`) ends the process
 //! quietly instead of making it panic. A leaf module: it imports nothing of haptor, so the
 //! command line and `haptor local` can both use it.

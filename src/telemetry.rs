@@ -119,7 +119,12 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<LogLevelHandle, Tr
             )
             .try_init(),
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    // Colour codes only for a terminal, never into a log file or pipe.
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
             .try_init(),
     }?;
     if let Some(e) = bad_level {

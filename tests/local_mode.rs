@@ -452,6 +452,10 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
         !new_lines.contains(" INFO ") && !new_lines.contains(" DEBUG "),
         "the level fell back to LOG_LEVEL=warn: {new_lines}"
     );
+    assert!(
+        !after.contains('\u{1b}'),
+        "no terminal colour codes in a log file"
+    );
 
     // driftPreventionInterval from 1h to 300ms, in place: a hand edit is repaired.
     let drift = emptied.replacen(

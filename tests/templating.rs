@@ -192,8 +192,12 @@ fn stores() -> Stores {
         ]
     };
     let ignore = vec!["metadata.managedFields".to_string()];
-    stores.insert(ResourceStore::new("ingresses", namespaced(), ignore.clone()).unwrap());
-    stores.insert(ResourceStore::new("services", namespaced(), ignore.clone()).unwrap());
+    stores.insert(
+        ResourceStore::new("ingresses", namespaced(), ignore.clone()).expect("ingress store"),
+    );
+    stores.insert(
+        ResourceStore::new("services", namespaced(), ignore.clone()).expect("service store"),
+    );
     stores.insert(
         ResourceStore::new(
             "endpointslices",
@@ -203,7 +207,7 @@ fn stores() -> Stores {
             ],
             ignore,
         )
-        .unwrap(),
+        .expect("endpointslice store"),
     );
     stores
 }
@@ -218,9 +222,9 @@ fn load(stores: &Stores, reverse: bool) {
         if reverse {
             objects.reverse();
         }
-        let store = stores.get(name).unwrap();
+        let store = stores.get(name).expect("every fixture kind has a store");
         for object in objects {
-            store.apply(object).unwrap();
+            store.apply(object).expect("fixture objects apply");
         }
     }
 }
@@ -301,13 +305,20 @@ fn ready_endpoints(namespace: &str, service: &str) -> BTreeSet<String> {
                 && s["metadata"]["labels"]["kubernetes.io/service-name"] == service
         })
         .flat_map(|s| {
-            let port = s["ports"][0]["port"].as_f64().unwrap() as u64;
+            let port = s["ports"][0]["port"]
+                .as_f64()
+                .expect("a fixture slice has a port") as u64;
             s["endpoints"]
                 .as_array()
-                .unwrap()
+                .expect("a fixture slice has endpoints")
                 .iter()
                 .filter(|e| e["conditions"]["ready"] != false)
-                .map(move |e| format!("{}:{port}", e["addresses"][0].as_str().unwrap()))
+                .map(move |e| {
+                    let address = e["addresses"][0]
+                        .as_str()
+                        .expect("an endpoint has an address");
+                    format!("{address}:{port}")
+                })
                 .collect::<Vec<_>>()
         })
         .collect()

@@ -6,6 +6,7 @@
 pub mod assertions;
 pub mod config;
 pub mod deploy;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod haproxy;
 pub mod manifests;

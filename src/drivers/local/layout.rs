@@ -14,7 +14,7 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use crate::pure::haproxy::SectionKind;
+use crate::pure::haproxy::{SectionKind, quote_word};
 
 use super::LocalTargetError;
 
@@ -165,22 +165,17 @@ impl WorkDir {
     }
 }
 
-/// Writes a word so HAProxy's configuration tokenizer reads it back unchanged: bare when
-/// plain, in single quotes (no escapes, no variable expansion) otherwise.
+/// Writes a word so HAProxy's configuration tokenizer reads it back unchanged (haptor's one
+/// quoting rule, [`quote_word`]); refuses a word with a quote or a control character, which
+/// the local settings never need.
 fn config_word(word: &str) -> Result<String, String> {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=@,:".contains(c));
-    if plain {
-        Ok(word.to_string())
-    } else if word.contains('\'') || word.chars().any(char::is_control) {
+    if word.contains('\'') || word.chars().any(char::is_control) {
         Err(format!(
             "'{}' contains a quote or a control character, which cannot be written into haproxy.cfg",
             word.escape_debug()
         ))
     } else {
-        Ok(format!("'{word}'"))
+        Ok(quote_word(word))
     }
 }
 

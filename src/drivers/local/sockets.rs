@@ -1,8 +1,8 @@
 //! Talking to HAProxy over its Unix sockets: the master CLI (`reload`, `show proc`) and the
 //! runtime API (`set server`, maps). One command per connection: haptor sends it, closes its
 //! sending side, and reads the reply until HAProxy closes the connection. Also the parsers for the
-//! replies the local target acts on, measured on HAProxy 2.6 (the `Success=` reload reply of
-//! 2.7 and later is understood too).
+//! replies the local target acts on, as HAProxy 2.6 gives them (the `Success=` reload reply
+//! of 2.7 and later is understood too).
 
 use std::path::Path;
 use std::time::Duration;

@@ -12,8 +12,8 @@
 //! # Store data: one short-lived tree per object
 //!
 //! Stores hold objects as compact JSON text ([`CompactObject`]), and the context holds no
-//! store data: keeping every object as a `serde_json` tree in the context cost ~4 KB per
-//! object, 120 MB at 10 000 Ingresses with their Services and EndpointSlices. The store
+//! store data: a `serde_json` tree of every object in the context would cost kilobytes per
+//! object, which at ten thousand objects dominates the controller's memory. The store
 //! helpers make a tree only for the object a template is looking at:
 //! `{{#resources "ingresses" as |ing|}}...{{/resources}}` and
 //! `{{#fetch "endpointslices" ns name as |slice|}}...{{/fetch}}` iterate their matches and

@@ -6,7 +6,7 @@
 
 use super::Operation;
 use super::structural::{ServerFacts, server_changes, server_facts, server_shape};
-use crate::pure::haproxy::{SectionKind, parse_config};
+use crate::pure::haproxy::{SectionKind, parse_config, quote_word};
 
 /// The runtime operations between two texts that differ only in `server` lines of
 /// `backend`/`listen` sections, where each changed line keeps its server name and every
@@ -212,17 +212,4 @@ pub(super) fn single_server(line: &str) -> Option<(String, Vec<String>)> {
         return None;
     }
     Some((directive.words[1].clone(), directive.words.clone()))
-}
-
-/// A word as it can be written back on a config line.
-pub(super) fn quote_word(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| !c.is_whitespace() && !matches!(c, '"' | '\'' | '\\' | '#'))
-    {
-        word.to_string()
-    } else {
-        format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
-    }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
 use super::CONFIG_FILE_NAME;
+use crate::pure::haproxy::{SectionKind, quote_word};
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::validate::{ConfigProblem, ValidationError, ValidationPhase};
 
@@ -89,29 +90,6 @@ pub fn normalize_aux_path(raw: &str) -> Result<String, String> {
     Ok(parts.join("/"))
 }
 
-/// Section keywords: a line starting with one of them opens a new section.
-const SECTION_KEYWORDS: &[&str] = &[
-    "global",
-    "defaults",
-    "frontend",
-    "backend",
-    "listen",
-    "peers",
-    "resolvers",
-    "userlist",
-    "mailers",
-    "program",
-    "http-errors",
-    "ring",
-    "cache",
-    "fcgi-app",
-    "log-forward",
-    "dynamic-update",
-    "crt-store",
-    "traces",
-    "acme",
-];
-
 /// The configuration text as written to the scratch directory, and how to map HAProxy's
 /// line numbers back to the rendered text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,12 +114,9 @@ impl PreparedConfig {
         let lines: Vec<&str> = rendered.split_inclusive('\n').collect();
         for (index, line) in lines.iter().enumerate() {
             let first_word = line.split_whitespace().next().unwrap_or_default();
-            if let Some(keyword) = SECTION_KEYWORDS
-                .iter()
-                .find(|keyword| **keyword == first_word)
-            {
-                section = keyword;
-                if *keyword == "global" && first_global.is_none() {
+            if let Some(kind) = SectionKind::from_keyword(first_word) {
+                section = kind.keyword();
+                if kind == SectionKind::Global && first_global.is_none() {
                     first_global = Some(index);
                 }
             }
@@ -206,25 +181,8 @@ impl PreparedConfig {
     }
 }
 
-/// Writes a word so HAProxy's config tokenizer reads it back unchanged.
+/// Writes a word so HAProxy's config tokenizer reads it back unchanged: haptor's one
+/// quoting rule, [`quote_word`].
 pub fn quote_config_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=@,:".contains(c));
-    if plain {
-        word.to_string()
-    } else if !word.contains('\'') {
-        format!("'{word}'")
-    } else {
-        let mut quoted = String::from("\"");
-        for c in word.chars() {
-            if matches!(c, '"' | '\\' | '$') {
-                quoted.push('\\');
-            }
-            quoted.push(c);
-        }
-        quoted.push('"');
-        quoted
-    }
+    quote_word(word)
 }
