@@ -20,7 +20,7 @@ use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME
 use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
-use haptor::messages::{Instance, Leadership, ResourceEvent};
+use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent};
 use haptor::pure::config::{
     HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource, config_from_yaml,
 };
@@ -612,8 +612,8 @@ async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing()
     let _ = rustls::crypto::ring::default_provider().install_default();
     let source = MemorySource::new();
     source.apply(service("web", "initial"));
-    let paced = CONFIG.replace("minDeploymentInterval: 0s", "minDeploymentInterval: 1500ms");
-    let (_config_tx, config_rx) = watch::channel(Some(config(&paced)));
+    let paced = CONFIG.replace("minDeploymentInterval: 0s", "minDeploymentInterval: 1h");
+    let (config_tx, config_rx) = watch::channel(Some(config(&paced)));
     let (_leader_tx, leader_rx) = watch::channel(Leadership {
         is_leader: true,
         epoch: 1,
@@ -641,28 +641,63 @@ async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing()
     .await
     .expect("starts");
     eventually("the first deployment", || target.deployed().len() == 1).await;
+    let scheduler = || {
+        find_cell(&controller.root.get_cell(), "deploy-scheduler")
+            .map(ActorRef::<DeploySchedulerMsg>::from)
+            .expect("the scheduler runs")
+    };
+    let waiting =
+        || async { ractor::call!(scheduler(), DeploySchedulerMsg::Waiting).expect("answers") };
 
-    // A new backend needs a reload: it waits for the pacing interval.
-    let started = std::time::Instant::now();
+    // The first deployment reloaded pod-a; a new backend needs another reload: it waits for
+    // the interval (an hour), holding the latest render.
     source.apply(service("api", "x"));
-    eventually("the paced deployment", || target.deployed().len() == 2).await;
-    let paced_after = started.elapsed();
-    assert!(
-        paced_after >= Duration::from_millis(1000),
-        "deployed after {paced_after:?}, before the interval"
-    );
+    eventually("the render with the new backend", || {
+        pipeline.renders().iter().any(|r| r.contains("backend api"))
+    })
+    .await;
+    let mut waited = Vec::new();
+    for _ in 0..500 {
+        waited = waiting().await;
+        if !waited.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(waited, vec!["pod-a".to_string()]);
+    assert_eq!(target.deployed().len(), 1, "the reload waits");
 
-    // Only a comment changes: no reload, so no pacing although the last deployment was just now.
-    let started = std::time::Instant::now();
+    // The interval shortened in place: the waiting render goes out.
+    config_tx
+        .send(Some(config(&paced.replace(
+            "minDeploymentInterval: 1h",
+            "minDeploymentInterval: 0s",
+        ))))
+        .expect("send");
+    eventually("the paced deployment", || target.deployed().len() == 2).await;
+    // Back to an hour: pod-a has just reloaded.
+    config_tx.send(Some(config(&paced))).expect("send");
+    eventually("the hour back in force", || {
+        controller
+            .services
+            .introspection
+            .config()
+            .is_some_and(|c| c["dataplane"]["minDeploymentInterval"] == "1h")
+    })
+    .await;
+
+    // Only a comment changes: no reload, so no pacing although pod-a just reloaded.
     source.apply(service("web", "changed"));
     eventually("the runtime-only deployment", || {
         target.deployed().len() == 3
     })
     .await;
-    let runtime_after = started.elapsed();
+    assert!(waiting().await.is_empty(), "nothing waits");
     assert!(
-        runtime_after < Duration::from_millis(1000),
-        "a runtime-only change waited {runtime_after:?}"
+        target.deployed()[2]
+            .rendered
+            .haproxy_cfg
+            .contains("marker changed")
     );
     controller.stop().await;
 }
