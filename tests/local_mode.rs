@@ -47,14 +47,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
 
     // Editing an EndpointSlice moves traffic without a reload.
     let before = worker_and_reloads(&local.work());
-    let apps = std::fs::read_to_string(local.dir.join("apps.yaml")).expect("apps");
-    let moved = apps.replacen(
-        &format!("ports: [{{name: http, port: {a}}}]"),
-        &format!("ports: [{{name: http, port: {b}}}]"),
-        1,
-    );
-    assert_ne!(apps, moved, "the test edits the app-a EndpointSlice");
-    local.write("apps.yaml", &moved);
+    local.move_first_endpoint_port(a, b);
     eventually(
         "a.localhost moved to app-b",
         Duration::from_secs(10),
@@ -333,12 +326,7 @@ fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_con
     // A few reconciliations in the first iteration, so a reset state shows.
     let apps = local.read("apps.yaml");
     for (from, to, answer) in [(a, b, "hello from app-b\n"), (b, a, "hello from app-a\n")] {
-        let moved = local.read("apps.yaml").replacen(
-            &format!("ports: [{{name: http, port: {from}}}]"),
-            &format!("ports: [{{name: http, port: {to}}}]"),
-            1,
-        );
-        local.write("apps.yaml", &moved);
+        local.move_first_endpoint_port(from, to);
         eventually("a.localhost moved", Duration::from_secs(15), || {
             get(local.http, "a.localhost", "/").filter(|(_, body)| body == answer)
         });
@@ -432,15 +420,7 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let logged = local.log_text().len();
-    let apps = local.read("apps.yaml");
-    local.write(
-        "apps.yaml",
-        &apps.replacen(
-            &format!("ports: [{{name: http, port: {a}}}]"),
-            &format!("ports: [{{name: http, port: {b}}}]"),
-            1,
-        ),
-    );
+    local.move_first_endpoint_port(a, b);
     eventually(
         "a.localhost moved to app-b",
         Duration::from_secs(15),
@@ -489,15 +469,7 @@ fn a_deployment_that_hangs_past_the_deployment_timeout_fails_backs_off_and_is_re
     // never reply.
     signal(&master, "-STOP");
     signal(&worker, "-STOP");
-    let apps = local.read("apps.yaml");
-    local.write(
-        "apps.yaml",
-        &apps.replacen(
-            &format!("ports: [{{name: http, port: {a}}}]"),
-            &format!("ports: [{{name: http, port: {b}}}]"),
-            1,
-        ),
-    );
+    local.move_first_endpoint_port(a, b);
     let errors = eventually(
         "the timed-out deployment in /debug/vars/errors",
         Duration::from_secs(20),
@@ -524,15 +496,7 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     let metrics = local.metrics_text();
     let ingresses =
         sample(&metrics, "haptor_resources{resource=\"ingresses\"}").expect("ingresses counted");
-    let apps = local.read("apps.yaml");
-    local.write(
-        "apps.yaml",
-        &apps.replacen(
-            &format!("ports: [{{name: http, port: {a}}}]"),
-            &format!("ports: [{{name: http, port: {b}}}]"),
-            1,
-        ),
-    );
+    local.move_first_endpoint_port(a, b);
     local.write(
         "new-route.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",

@@ -100,20 +100,13 @@ impl Actor for Commentator {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
+    use crate::messages::events::test_events::at;
+    use std::time::Duration;
 
     use tokio::sync::mpsc;
 
     use super::*;
     use crate::messages::events::EventKind;
-
-    fn at(correlation: Option<u64>, millis: u64, kind: EventKind) -> ObservedEvent {
-        ObservedEvent {
-            correlation,
-            at: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
-            kind,
-        }
-    }
 
     #[tokio::test]
     async fn the_commentator_records_pumped_events_and_answers_recent() {

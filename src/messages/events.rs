@@ -267,6 +267,56 @@ impl EventFanout {
     }
 }
 
+/// Events at fixed instants, for the tests of everything that reads events.
+#[cfg(test)]
+pub(crate) mod test_events {
+    use std::time::{Duration, SystemTime};
+
+    use super::{EventKind, ObservedEvent};
+
+    /// An event `millis` after the Unix epoch.
+    pub(crate) fn at(correlation: Option<u64>, millis: u64, kind: EventKind) -> ObservedEvent {
+        ObservedEvent {
+            correlation,
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
+            kind,
+        }
+    }
+
+    /// A change of one object of `resource`.
+    pub(crate) fn changed(
+        correlation: u64,
+        millis: u64,
+        resource: &str,
+        object: &str,
+    ) -> ObservedEvent {
+        at(
+            Some(correlation),
+            millis,
+            EventKind::ResourceChanged {
+                resource: resource.into(),
+                object: object.into(),
+                deleted: false,
+                objects: 1,
+            },
+        )
+    }
+
+    /// A runtime-API deployment to `instance` that took 40 ms.
+    pub(crate) fn deployed(correlation: u64, millis: u64, instance: &str) -> ObservedEvent {
+        at(
+            Some(correlation),
+            millis,
+            EventKind::DeploymentSucceeded {
+                instance: instance.into(),
+                duration: Duration::from_millis(40),
+                reloaded: false,
+                since_change: None,
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -347,40 +347,8 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::events::test_events::{at, changed, deployed};
 
-    fn at(correlation: Option<u64>, millis: u64, kind: EventKind) -> ObservedEvent {
-        ObservedEvent {
-            correlation,
-            at: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
-            kind,
-        }
-    }
-
-    fn changed(correlation: u64, millis: u64, resource: &str, object: &str) -> ObservedEvent {
-        at(
-            Some(correlation),
-            millis,
-            EventKind::ResourceChanged {
-                resource: resource.into(),
-                object: object.into(),
-                deleted: false,
-                objects: 1,
-            },
-        )
-    }
-
-    fn deployed(correlation: u64, millis: u64, instance: &str) -> ObservedEvent {
-        at(
-            Some(correlation),
-            millis,
-            EventKind::DeploymentSucceeded {
-                instance: instance.into(),
-                duration: Duration::from_millis(40),
-                reloaded: false,
-                since_change: None,
-            },
-        )
-    }
     #[test]
     fn a_deployment_is_related_to_the_resource_change_of_its_correlation() {
         let history: VecDeque<_> = [

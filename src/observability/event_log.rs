@@ -88,44 +88,10 @@ fn push_bounded(events: &mut VecDeque<ObservedEvent>, event: ObservedEvent, capa
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
+    use crate::messages::events::test_events::{at, changed, deployed};
 
     use super::*;
     use crate::messages::events::EventKind;
-
-    fn at(correlation: Option<u64>, millis: u64, kind: EventKind) -> ObservedEvent {
-        ObservedEvent {
-            correlation,
-            at: SystemTime::UNIX_EPOCH + Duration::from_millis(millis),
-            kind,
-        }
-    }
-
-    fn changed(correlation: u64, millis: u64, resource: &str, object: &str) -> ObservedEvent {
-        at(
-            Some(correlation),
-            millis,
-            EventKind::ResourceChanged {
-                resource: resource.into(),
-                object: object.into(),
-                deleted: false,
-                objects: 1,
-            },
-        )
-    }
-
-    fn deployed(correlation: u64, millis: u64, instance: &str) -> ObservedEvent {
-        at(
-            Some(correlation),
-            millis,
-            EventKind::DeploymentSucceeded {
-                instance: instance.into(),
-                duration: Duration::from_millis(40),
-                reloaded: false,
-                since_change: None,
-            },
-        )
-    }
 
     #[test]
     fn the_event_log_keeps_only_the_newest_events_up_to_its_capacity() {

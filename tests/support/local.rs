@@ -200,6 +200,19 @@ impl Local {
         std::fs::read_to_string(self.dir.join(file)).expect("read manifest")
     }
 
+    /// Points the first EndpointSlice of `apps.yaml` that uses port `from` (app-a's, unless
+    /// it was moved before) at port `to`.
+    pub fn move_first_endpoint_port(&self, from: u16, to: u16) {
+        let apps = self.read("apps.yaml");
+        let moved = apps.replacen(
+            &format!("ports: [{{name: http, port: {from}}}]"),
+            &format!("ports: [{{name: http, port: {to}}}]"),
+            1,
+        );
+        assert_ne!(apps, moved, "apps.yaml has an EndpointSlice on port {from}");
+        self.write("apps.yaml", &moved);
+    }
+
     /// Where haptor's log goes (beside the manifest folder, not in it).
     pub fn log(&self) -> PathBuf {
         self.dir.with_file_name("haptor.log")
