@@ -536,6 +536,21 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     assert!(state["last_deployed_checksum"].is_string(), "{state}");
     assert_eq!(state["all_indexes_synced"], true, "{state}");
     let (_, rendered) = local.debug_json("/debug/vars/rendered").expect("rendered");
+    // The TLS Secret's private key is deployed but never shown.
+    let shown = rendered.to_string();
+    assert!(
+        !shown.contains("PRIVATE KEY-----\\nMI") && shown.contains("<redacted private key sha256:"),
+        "{shown}"
+    );
+    let deployed_pem = std::fs::read_dir(local.work().join("ssl"))
+        .expect("the certificates directory")
+        .flatten()
+        .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        deployed_pem.contains("PRIVATE KEY-----"),
+        "haproxy gets the key"
+    );
     assert!(
         rendered["haproxy.cfg"]
             .as_str()

@@ -214,6 +214,8 @@ async fn debug_var(State(state): State<DebugState>, Path(name): Path<String>) ->
         "config" => json!(introspection.config()),
         "rendered" => match introspection.rendered() {
             Some(rendered) => {
+                // Private keys and password hashes never leave the process.
+                let rendered = crate::pure::redact::redacted_render(&rendered);
                 let files: BTreeMap<&str, &str> = rendered
                     .aux_files
                     .iter()

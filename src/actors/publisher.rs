@@ -80,7 +80,8 @@ impl Actor for ConfigPublisher {
                 });
                 state.spec = Some(HAProxyCfgSpec {
                     path,
-                    content: render.rendered.haproxy_cfg.clone(),
+                    // Userlist password hashes are not published.
+                    content: crate::pure::redact::redact_secrets(&render.rendered.haproxy_cfg),
                     checksum: format!("sha256:{}", render.checksum),
                     auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
                 });

@@ -12,6 +12,7 @@ pub mod haproxy;
 pub mod manifests;
 pub mod pipeline;
 pub mod readiness;
+pub mod redact;
 pub mod rendered;
 pub mod selector;
 pub mod store;
