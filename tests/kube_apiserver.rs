@@ -3,7 +3,10 @@
 //! its own) and private ones where a test needs a server to itself. What is proven: the
 //! CRDs `haptor crd` generates are accepted (structural schemas, printer columns, status
 //! subresource) and haptor's shipped configs pass the server's validation, while a wrong
-//! field type is refused with a 422 naming the field; the restricted identity is refused
+//! field type is refused with a 422 naming the field; the kit's stand-ins for the missing
+//! kubelet and EndpointSlice controller work (a pod it makes Ready is listed Running and
+//! Ready with its podIP, a slice it makes is found by its service-name label) and the server
+//! refuses a loopback address in a slice; the restricted identity is refused
 //! until a ClusterRole is bound to it; a `kube::runtime::watcher` on a `DynamicObject` sees
 //! create, update and delete, and when its watch breaks and etcd is compacted meanwhile it
 //! gets 410 Gone, relists and converges; and the kit leaves no server behind, even when its
@@ -24,7 +27,8 @@ use haptor::pure::config::{
     HAProxyCfg, HAProxyTemplateConfig, HAProxyTemplateConfigStatus, ValidationStatus,
     config_from_value,
 };
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -380,6 +384,132 @@ async fn a_config_with_a_wrong_field_type_is_rejected_with_422_naming_the_field(
         .map(|c| c.field.as_str())
         .collect();
     assert_eq!(fields, ["spec.dataplane.port"], "{status:?}");
+}
+
+#[tokio::test]
+async fn a_pod_made_ready_by_the_kit_is_listed_running_and_ready_with_its_pod_ip() {
+    let kit = Kit::shared();
+    let ns = kit.temp_ns("pods").await;
+    let made = kit
+        .ready_pod(&ns, "haproxy-0", &[("app", "haproxy")], "10.244.0.5")
+        .await;
+    assert_eq!(
+        made.status.and_then(|s| s.pod_ip).as_deref(),
+        Some("10.244.0.5")
+    );
+    // A pod of another label is not selected.
+    kit.ready_pod(&ns, "backend-0", &[("app", "backend")], "10.244.0.6")
+        .await;
+
+    let pods = Api::<Pod>::namespaced(kit.admin().await, &ns)
+        .list(&ListParams::default().labels("app=haproxy"))
+        .await
+        .expect("list the pods");
+    let listed: Vec<Value> = pods
+        .items
+        .iter()
+        .map(|pod| {
+            let status = pod.status.clone().unwrap_or_default();
+            let ready = status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let ips: Vec<String> = status
+                .pod_ips
+                .unwrap_or_default()
+                .into_iter()
+                .map(|ip| ip.ip)
+                .collect();
+            json!({
+                "name": pod.name_any(),
+                "phase": status.phase,
+                "podIP": status.pod_ip,
+                "podIPs": ips,
+                "ready": ready,
+            })
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [json!({
+            "name": "haproxy-0",
+            "phase": "Running",
+            "podIP": "10.244.0.5",
+            "podIPs": ["10.244.0.5"],
+            "ready": true,
+        })]
+    );
+}
+
+#[tokio::test]
+async fn an_endpoint_slice_made_by_the_kit_is_found_by_its_service_name_label() {
+    let kit = Kit::shared();
+    let ns = kit.temp_ns("slices").await;
+    kit.endpoint_slice(&ns, "web", &["10.244.0.5", "10.244.0.7"], 8080)
+        .await
+        .expect("the server accepts the slice");
+    kit.endpoint_slice(&ns, "other", &["10.244.0.9"], 80)
+        .await
+        .expect("the server accepts the slice");
+
+    let slices = Api::<EndpointSlice>::namespaced(kit.admin().await, &ns)
+        .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+        .await
+        .expect("list the slices");
+    assert_eq!(slices.items.len(), 1, "{:?}", slices.items);
+    let slice = &slices.items[0];
+    assert_eq!(slice.address_type, "IPv4");
+    let endpoints: Vec<(Vec<String>, Option<bool>)> = slice
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.addresses.clone(),
+                e.conditions.as_ref().and_then(|c| c.ready),
+            )
+        })
+        .collect();
+    assert_eq!(
+        endpoints,
+        [
+            (vec!["10.244.0.5".to_string()], Some(true)),
+            (vec!["10.244.0.7".to_string()], Some(true)),
+        ]
+    );
+    let ports: Vec<(Option<i32>, Option<String>)> = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.port, p.protocol.clone()))
+        .collect();
+    assert_eq!(ports, [(Some(8080), Some("TCP".to_string()))]);
+}
+
+#[tokio::test]
+async fn an_endpoint_slice_with_a_loopback_address_is_refused_by_the_server_with_422() {
+    let kit = Kit::shared();
+    let ns = kit.temp_ns("loopback").await;
+    let error = kit
+        .endpoint_slice(&ns, "web", &["127.0.0.1"], 8080)
+        .await
+        .expect_err("a loopback endpoint is refused");
+    let kube::Error::Api(status) = &error else {
+        panic!("not an API error: {error}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert_eq!(status.reason, "Invalid", "{status:?}");
+    assert!(
+        status.message.contains("may not be in the loopback range"),
+        "{status:?}"
+    );
+    let fields: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.field.as_str())
+        .collect();
+    assert_eq!(fields, ["endpoints[0].addresses[0]"], "{status:?}");
 }
 
 #[tokio::test]

@@ -4,7 +4,10 @@
 //! publication of a rendered config as the HAProxyCfg writer will do it (server-side apply
 //! of the spec, then of the status through `/status`, both as field manager `haptor`,
 //! forced, with haptor's own types as the bodies); then that the verifier itself fails when
-//! the code under test sends less, more or something else than the scenario says.
+//! the code under test sends less, more or something else than the scenario says. Last the
+//! leader Lease (coordination.k8s.io/v1) as the future elector is to take and renew it: a
+//! GET finding none, a create with no transition counted, a renewal by replace at the stored
+//! resourceVersion, and the scenario failing when the create counts a transition.
 
 #[path = "support/verifier.rs"]
 mod verifier;
@@ -14,8 +17,11 @@ use haptor::pure::config::{
     InstanceStatus,
 };
 use http::StatusCode;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use verifier::{Expect, mock_client};
 
@@ -23,6 +29,7 @@ const NS: &str = "haptor";
 const NAME: &str = "haptor-config";
 const PATH: &str = "/apis/haptor.dev/v1alpha1/namespaces/haptor/haproxycfgs/haptor-config";
 const APPLY: &str = "application/apply-patch+yaml";
+const JSON: &str = "application/json";
 
 fn spec() -> HAProxyCfgSpec {
     HAProxyCfgSpec {
@@ -203,5 +210,173 @@ async fn a_scenario_fails_when_a_body_differs() {
     let mut other = status();
     other.instances[0].consecutive_errors = 1;
     let _ = publish(client, &spec(), &other).await;
+    scenario.finished().await;
+}
+
+// The leader Lease. haptor has no leader election yet: `acquire_lease` and `renew_lease`
+// stand in for the future elector, and the scenarios below pin the requests it must make.
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/haptor/leases";
+const LEASE: &str = "haptor-leader";
+const HOLDER: &str = "haptor-6d5f8-x2k9q";
+const LEASE_SECONDS: i32 = 15;
+const ACQUIRED: &str = "2026-12-01T10:00:00.000000Z";
+const RENEWED: &str = "2026-12-01T10:00:05.000000Z";
+
+fn micro_time(at: &str) -> MicroTime {
+    MicroTime(at.parse::<Timestamp>().expect("an RFC 3339 time"))
+}
+
+/// The Lease a candidate creates when there is none: held by `holder` for
+/// [`LEASE_SECONDS`], acquired and renewed `now`, with `transitions` holder changes.
+fn new_lease(holder: &str, now: &MicroTime, transitions: i32) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(LEASE_SECONDS),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now.clone()),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// Takes the leader Lease when it does not exist yet, the simplest way `kube::Api<Lease>`
+/// allows: a GET (404: there is none), then a create as field manager `haptor` holding it
+/// from `now`, with no transition counted (nobody held it before). A Lease that exists is
+/// returned as it is: taking it over once it expires is not pinned yet.
+async fn acquire_lease(client: Client, holder: &str, now: &MicroTime) -> kube::Result<Lease> {
+    let api = Api::<Lease>::namespaced(client, NS);
+    match api.get_opt(LEASE).await? {
+        Some(existing) => Ok(existing),
+        None => {
+            api.create(&lease_params(), &new_lease(holder, now, 0))
+                .await
+        }
+    }
+}
+
+/// Renews a held Lease: the object as last stored, its renewTime moved to `now`, written
+/// back whole by a replace (PUT) carrying its resourceVersion, so that a write by anyone
+/// else meanwhile makes the renewal fail with 409 instead of being overwritten.
+async fn renew_lease(client: Client, mut lease: Lease, now: &MicroTime) -> kube::Result<Lease> {
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.renew_time = Some(now.clone());
+    }
+    Api::<Lease>::namespaced(client, NS)
+        .replace(LEASE, &lease_params(), &lease)
+        .await
+}
+
+fn lease_params() -> PostParams {
+    PostParams {
+        field_manager: Some("haptor".into()),
+        ..PostParams::default()
+    }
+}
+
+/// The Lease as the apiserver stores it, at `resource_version`, renewed at `renewed`.
+fn stored_lease(resource_version: &str, renewed: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": LEASE,
+            "namespace": NS,
+            "uid": "0b6f3c2e-5a4d-4e8f-9c1b-2d3e4f5a6b7c",
+            "resourceVersion": resource_version,
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
+        "spec": {
+            "holderIdentity": HOLDER,
+            "leaseDurationSeconds": LEASE_SECONDS,
+            "acquireTime": ACQUIRED,
+            "renewTime": renewed,
+            "leaseTransitions": 0,
+        },
+    })
+}
+
+/// The three requests of acquiring the absent Lease and renewing it once.
+fn lease_acquisition_and_renewal() -> Vec<Expect> {
+    let not_found = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("leases.coordination.k8s.io \"{LEASE}\" not found"),
+        "reason": "NotFound",
+        "details": { "name": LEASE, "group": "coordination.k8s.io", "kind": "leases" },
+        "code": 404
+    });
+    vec![
+        Expect::get(&format!("{LEASES}/{LEASE}")).reply(StatusCode::NOT_FOUND, not_found),
+        Expect::post(&format!("{LEASES}?&fieldManager=haptor"))
+            .content_type(JSON)
+            .body(json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": { "name": LEASE },
+                "spec": {
+                    "holderIdentity": HOLDER,
+                    "leaseDurationSeconds": LEASE_SECONDS,
+                    "acquireTime": ACQUIRED,
+                    "renewTime": ACQUIRED,
+                    "leaseTransitions": 0,
+                },
+            }))
+            .reply(StatusCode::CREATED, stored_lease("101", ACQUIRED)),
+        Expect::put(&format!("{LEASES}/{LEASE}?&fieldManager=haptor"))
+            .content_type(JSON)
+            // The stored object sent back whole, resourceVersion included.
+            .body(stored_lease("101", RENEWED))
+            .reply(StatusCode::OK, stored_lease("102", RENEWED)),
+    ]
+}
+
+/// Pins the requests the future leader elector must make (it does not exist yet; the code
+/// under test is `acquire_lease` and `renew_lease` above): a GET that finds no Lease, a
+/// create holding it with `leaseTransitions` 0, then a renewal that replaces the stored
+/// object at its resourceVersion with only renewTime moved.
+#[tokio::test]
+async fn acquiring_an_absent_lease_creates_it_and_renewing_replaces_it_at_its_resource_version() {
+    let (client, verifier) = mock_client();
+    let scenario = verifier.run(lease_acquisition_and_renewal());
+    let acquired = acquire_lease(client.clone(), HOLDER, &micro_time(ACQUIRED))
+        .await
+        .expect("the create is answered 201");
+    assert_eq!(acquired.metadata.resource_version.as_deref(), Some("101"));
+    let renewed = renew_lease(client, acquired, &micro_time(RENEWED))
+        .await
+        .expect("the replace is answered 200");
+    scenario.finished().await;
+    assert_eq!(renewed.metadata.resource_version.as_deref(), Some("102"));
+    let spec = renewed.spec.expect("a spec");
+    assert_eq!(spec.holder_identity.as_deref(), Some(HOLDER));
+    assert_eq!(spec.renew_time, Some(micro_time(RENEWED)));
+    assert_eq!(spec.acquire_time, Some(micro_time(ACQUIRED)));
+}
+
+/// An elector that counted its first acquisition as a holder change sends
+/// `leaseTransitions: 1`: the scenario fails at that request.
+#[tokio::test]
+#[should_panic(
+    expected = "request 2 of 3, POST /apis/coordination.k8s.io/v1/namespaces/haptor/leases?&fieldManager=haptor: body differs"
+)]
+async fn a_lease_scenario_fails_when_the_create_counts_a_transition() {
+    let (client, verifier) = mock_client();
+    let scenario = verifier.run(lease_acquisition_and_renewal());
+    let api = Api::<Lease>::namespaced(client, NS);
+    let absent = api.get_opt(LEASE).await.expect("the GET is answered 404");
+    assert!(absent.is_none());
+    let _ = api
+        .create(
+            &lease_params(),
+            &new_lease(HOLDER, &micro_time(ACQUIRED), 1),
+        )
+        .await;
+    drop(api);
     scenario.finished().await;
 }

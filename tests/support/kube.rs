@@ -18,6 +18,7 @@
 //! `#[path = "support/kube.rs"] mod kube_kit;` next to `mod support;`.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -25,9 +26,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -421,6 +425,84 @@ impl Kit {
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         name
+    }
+
+    /// Creates pod `name` in `ns` with `labels` and makes it what a kubelet would report
+    /// for a started pod, as no kubelet runs here: through the status subresource (a merge
+    /// patch, as field manager `haptor-kit`) phase `Running`, condition `Ready=True`, and
+    /// `pod_ip` as its `podIP` and only `podIPs` entry. Returns the pod as the server then
+    /// stores it. The pod's single container names an image that is never pulled.
+    pub async fn ready_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        pod_ip: &str,
+    ) -> Pod {
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": labels },
+            "spec": { "containers": [{ "name": "main", "image": "haptor-kit.invalid/none" }] },
+        }))
+        .expect("a Pod");
+        let api = Api::<Pod>::namespaced(self.admin().await, ns);
+        api.create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"));
+        let status = serde_json::json!({
+            "status": {
+                "phase": "Running",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+                "podIP": pod_ip,
+                "podIPs": [{ "ip": pod_ip }],
+            }
+        });
+        api.patch_status(
+            name,
+            &PatchParams {
+                field_manager: Some("haptor-kit".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("making pod {ns}/{name} Running and Ready with {pod_ip}: {e}"))
+    }
+
+    /// Creates EndpointSlice `SERVICE-kit` in `ns` for Service `service` as the
+    /// EndpointSlice controller would (there is none here): labelled
+    /// `kubernetes.io/service-name=SERVICE`, address type IPv4, one ready endpoint per
+    /// address in `addresses`, and one TCP port `port` (unnamed, as for a Service with a
+    /// single port). The Service itself need not exist. The server validates the
+    /// addresses: a loopback (127.0.0.0/8) or link-local (169.254.0.0/16) one is refused
+    /// with 422 Unprocessable Entity, which is returned, not panicked on. So tests use
+    /// private-range addresses such as `10.244.0.5`: they are only written to the API.
+    pub async fn endpoint_slice(
+        &self,
+        ns: &str,
+        service: &str,
+        addresses: &[&str],
+        port: i32,
+    ) -> kube::Result<EndpointSlice> {
+        let endpoints: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|address| {
+                serde_json::json!({ "addresses": [address], "conditions": { "ready": true } })
+            })
+            .collect();
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": format!("{service}-kit"),
+                "labels": { "kubernetes.io/service-name": service },
+            },
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [{ "port": port, "protocol": "TCP" }],
+        }))
+        .expect("an EndpointSlice");
+        Api::<EndpointSlice>::namespaced(self.admin().await, ns)
+            .create(&PostParams::default(), &slice)
+            .await
     }
 
     /// etcd's current revision, from its v3 HTTP gateway (`/v3/kv/range`).
