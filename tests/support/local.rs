@@ -127,6 +127,26 @@ pub fn pid_alive(pid: &str) -> bool {
     !pid.is_empty() && Path::new("/proc").join(pid).exists()
 }
 
+/// The pids of live processes whose command line names `path`.
+fn processes_naming(path: &Path) -> Vec<String> {
+    let needle = path.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(&needle).then_some(pid)
+        })
+        .collect()
+}
+
 /// Sends a signal (`-INT`, `-TERM`, `-KILL`, `-STOP`, `-CONT`) to a process.
 pub fn signal(pid: &str, signal: &str) {
     Command::new("kill")
@@ -285,6 +305,12 @@ impl Drop for Local {
             let _ = Command::new("kill").args(["-CONT", &master]).status();
             let _ = Command::new("pkill").args(["-9", "-P", &master]).status();
             let _ = Command::new("kill").args(["-9", &master]).status();
+        }
+        // Any haproxy still started on this work dir (a master the pid file no longer
+        // names, a worker whose master is gone), found by its command line.
+        for pid in processes_naming(&self.work()) {
+            let _ = Command::new("kill").args(["-CONT", &pid]).status();
+            let _ = Command::new("kill").args(["-9", &pid]).status();
         }
         if std::thread::panicking() {
             // A failed test shows what haptor said, which is otherwise discarded.
