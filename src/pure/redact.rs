@@ -20,7 +20,11 @@ fn placeholder(what: &str, secret: &str) -> String {
 /// The text with every PEM private-key block and every userlist password replaced by a
 /// placeholder.
 pub fn redact_secrets(text: &str) -> String {
-    redact_passwords(&redact_private_keys(text))
+    // A render without keys (most `haproxy.cfg`s) is copied once, by `redact_passwords`.
+    match find_private_key_begin(text) {
+        Some(_) => redact_passwords(&redact_private_keys(text)),
+        None => redact_passwords(text),
+    }
 }
 
 /// `-----BEGIN ... PRIVATE KEY-----` through its `-----END ... PRIVATE KEY-----` line (an
