@@ -559,6 +559,11 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
     let waiting = ractor::call!(scheduler(), DeploySchedulerMsg::Waiting).expect("answers");
     assert_eq!(waiting, vec!["pod-a".to_string()]);
     assert_eq!(first.deployed().len(), 1, "pod-a waits");
+    assert_eq!(
+        h.controller.services.introspection.state().paced,
+        vec!["pod-a".to_string()],
+        "/debug/vars/state names the paced instance"
+    );
 
     // minDeploymentInterval shortened in place: pod-a gets the latest render now.
     h.config
@@ -574,6 +579,7 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
             .is_some_and(|r| r.rendered.haproxy_cfg.contains("backend more"))
     })
     .await;
+    assert!(h.controller.services.introspection.state().paced.is_empty());
     h.controller.stop().await;
 }
 

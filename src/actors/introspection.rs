@@ -65,6 +65,9 @@ pub struct ControllerState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_deployed_checksum: Option<String>,
     pub reconciliations: u64,
+    /// Instances whose next (reloading) deployment waits for `minDeploymentInterval`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paced: Vec<String>,
 }
 
 #[derive(Debug, Default)]

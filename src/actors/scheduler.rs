@@ -107,6 +107,7 @@ impl DeployScheduler {
                 epoch,
             });
         }
+        self.show_paced(state);
         if let Some(wait) = shortest_wait
             && !state.timer_armed
         {
@@ -117,6 +118,15 @@ impl DeployScheduler {
                 let _ = target.cast(DeploySchedulerMsg::PacingElapsed);
             });
         }
+    }
+
+    /// `/debug/vars/state` names the instances that wait for their pacing interval.
+    fn show_paced(&self, state: &SchedulerState) {
+        let paced: Vec<String> = state.waiting.iter().cloned().collect();
+        self.iteration
+            .services
+            .introspection
+            .update_state(|s| s.paced = paced);
     }
 
     async fn sync_deployers(
@@ -202,6 +212,7 @@ impl DeployScheduler {
             .services
             .introspection
             .update_state(|s| s.instances = names);
+        self.show_paced(state);
     }
 }
 
