@@ -5,7 +5,13 @@
 //! `failed` for a configuration holding `# fail-reload`, which also restores the previous
 //! configuration), multipart `file_upload` storage creation, storage replace with
 //! `skip_reload`, a delete refused while the configuration still names the file, and
-//! `Configuration-Version` on every answer. The stub records every request.
+//! `Configuration-Version` on every answer. Like the real API (v3.4.0 measured in
+//! `dataplane_api.rs`) it prints the configuration it stores again — two-space indents, a
+//! name for an anonymous `defaults`, a `# _md5hash=` line above the version — with that
+//! checksum in `Configuration-Checksum`, so a target comparing texts sees a change that is
+//! not there; and it lists the loaded maps (`include_unmanaged=true` to see maps outside
+//! its maps directory) with the `storage_name` the runtime entry endpoints address them by.
+//! The stub records every request.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,6 +25,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget, EPOCH_FILE};
 use haptor::pure::deploy::plan::plan;
@@ -83,6 +90,9 @@ struct StubState {
     outdated_to_inject: u32,
     /// Runtime server changes answer 404.
     refuse_runtime_servers: bool,
+    /// The configuration names its maps outside the API's maps directory: the map list
+    /// gives them no `storage_name` (and shows them only with `include_unmanaged=true`).
+    unmanaged_maps: bool,
     runtime_maps: BTreeMap<String, Vec<(String, String)>>,
     requests: Vec<Recorded>,
 }
@@ -108,6 +118,7 @@ impl Stub {
             conflicts_to_inject: 0,
             outdated_to_inject: 0,
             refuse_runtime_servers: false,
+            unmanaged_maps: false,
             runtime_maps: BTreeMap::new(),
             requests: Vec::new(),
         }));
@@ -298,10 +309,32 @@ impl StubState {
                 self.config_version.to_string(),
             )
                 .into_response(),
-            (Method::GET, ["services", "haproxy", "configuration", "raw"]) => text(
-                StatusCode::OK,
-                format!("# _version={}\n{}", self.config_version, self.config),
-            ),
+            (Method::GET, ["services", "haproxy", "configuration", "raw"]) => {
+                let (checksum, stored) = self.stored_config();
+                let mut response = text(StatusCode::OK, stored);
+                if let Ok(value) = HeaderValue::from_str(&checksum) {
+                    response
+                        .headers_mut()
+                        .insert("Configuration-Checksum", value);
+                }
+                response
+            }
+            (Method::GET, ["services", "haproxy", "runtime", "maps"]) => {
+                let all = request.query_is("include_unmanaged", "true");
+                let listed: Vec<Value> = self
+                    .runtime_maps
+                    .keys()
+                    .filter(|_| all || !self.unmanaged_maps)
+                    .map(|name| {
+                        let mut map = json!({ "file": format!("maps/{name}.map"), "id": "0" });
+                        if !self.unmanaged_maps {
+                            map["storage_name"] = json!(format!("{name}.map"));
+                        }
+                        map
+                    })
+                    .collect();
+                (StatusCode::OK, axum::Json(Value::Array(listed))).into_response()
+            }
             (Method::POST, ["services", "haproxy", "configuration", "raw"]) => {
                 self.push(request, &content_type)
             }
@@ -483,13 +516,44 @@ impl StubState {
             .collect();
         self.last_good = std::mem::replace(&mut self.config, body);
         self.config_version += 1;
-        let stored = format!("# _version={}\n{}", self.config_version, self.config);
-        if request.query_is("skip_reload", "true") {
-            return text(StatusCode::CREATED, stored);
+        let (checksum, stored) = self.stored_config();
+        let mut response = if request.query_is("skip_reload", "true") {
+            text(StatusCode::CREATED, stored)
+        } else {
+            let fails = self.config.contains(FAIL_RELOAD_MARKER);
+            let id = self.queue_reload(fails);
+            accepted_with_reload(&id, stored)
+        };
+        if let Ok(value) = HeaderValue::from_str(&checksum) {
+            response
+                .headers_mut()
+                .insert("Configuration-Checksum", value);
         }
-        let fails = self.config.contains(FAIL_RELOAD_MARKER);
-        let id = self.queue_reload(fails);
-        accepted_with_reload(&id, stored)
+        response
+    }
+
+    /// The configuration file as the API keeps it: its checksum, then the text with the
+    /// checksum and version lines on top, printed again as the API's parser prints it.
+    fn stored_config(&self) -> (String, String) {
+        let mut unnamed = 0;
+        let reprinted: String = self
+            .config
+            .lines()
+            .map(|line| {
+                if line.trim() == "defaults" {
+                    unnamed += 1;
+                    format!("defaults unnamed_defaults_{unnamed}\n")
+                } else if line.starts_with(char::is_whitespace) && !line.trim().is_empty() {
+                    format!("  {}\n", line.trim_start())
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        let body = format!("# _version={}\n{reprinted}", self.config_version);
+        let checksum =
+            haptor::pure::rendered::hex(&sha2::Sha256::digest(body.as_bytes()))[..32].to_string();
+        (checksum.clone(), format!("# _md5hash={checksum}\n{body}"))
     }
 
     /// Queues a reload, or joins the one still pending (requests made while a reload is
@@ -1408,4 +1472,55 @@ async fn a_runtime_change_the_api_refuses_becomes_a_reload() {
     .expect("reloading push");
     assert!(reload_push > refused);
     assert_eq!(stub.state().config, after.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn map_entries_are_changed_by_the_storage_name_the_api_lists_for_the_loaded_map() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let before = render(config("", ""), vec![hosts_map("a.example be\n")]);
+    let after = render(config("", ""), vec![hosts_map("b.example be\n")]);
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(!outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    let listed = position(&requests, |r| {
+        r.is(Method::GET, &format!("{API}/runtime/maps")) && r.query_is("include_unmanaged", "true")
+    })
+    .expect("the loaded maps listed, unmanaged ones included");
+    let added = position(&requests, |r| {
+        r.is(Method::POST, &format!("{API}/runtime/maps/hosts/entries"))
+    })
+    .expect("the entry added by storage name");
+    assert!(listed < added);
+}
+
+#[tokio::test]
+async fn a_map_the_configuration_names_outside_the_apis_maps_directory_is_changed_with_a_reload() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let before = render(config("", ""), vec![hosts_map("a.example be\n")]);
+    let after = render(config("", ""), vec![hosts_map("b.example be\n")]);
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.state().unmanaged_maps = true;
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path.contains("/runtime/maps/hosts")),
+        "no entry call the API would refuse: {requests:#?}"
+    );
+    assert_eq!(
+        stub.state().runtime_maps.get("hosts"),
+        Some(&vec![("b.example".to_string(), "be".to_string())]),
+        "the reload loaded the new map"
+    );
 }

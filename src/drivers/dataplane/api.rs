@@ -17,7 +17,7 @@ use reqwest::{Client, Method, StatusCode, Url};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::pure::deploy::dataplane::{StorageKind, version_line};
+use crate::pure::deploy::dataplane::{LoadedMap, StorageKind, checksum_line, version_line};
 use crate::pure::rendered::hex;
 
 /// The response header that carries a queued reload's id (HTTP header names are
@@ -25,6 +25,11 @@ use crate::pure::rendered::hex;
 pub const RELOAD_ID_HEADER: &str = "Reload-ID";
 /// The response header with the configuration version the answer refers to.
 pub const CONFIGURATION_VERSION_HEADER: &str = "Configuration-Version";
+/// The response header with the API's checksum of the stored `haproxy.cfg`. The API
+/// rewrites the text it is given (its own parser prints it again: indentation, keyword
+/// order, names for anonymous `defaults`), so this, not the text, tells whether the file is
+/// still the one a push stored.
+pub const CONFIGURATION_CHECKSUM_HEADER: &str = "Configuration-Checksum";
 /// The multipart field name the storage endpoints read an upload from.
 const UPLOAD_FIELD: &str = "file_upload";
 
@@ -60,20 +65,32 @@ pub struct Answer {
 impl Answer {
     /// The `Reload-ID` header of a 202 that queued a reload.
     pub fn reload_id(&self) -> Option<String> {
-        self.headers
-            .get(RELOAD_ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
+        header_text(&self.headers, RELOAD_ID_HEADER)
+    }
+
+    /// The `Configuration-Checksum` header: the API's checksum of the `haproxy.cfg` it
+    /// stored.
+    pub fn configuration_checksum(&self) -> Option<String> {
+        header_text(&self.headers, CONFIGURATION_CHECKSUM_HEADER)
     }
 }
 
-/// `GET /services/haproxy/configuration/raw`: the text and its version.
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
+/// `GET /services/haproxy/configuration/raw`: the text, its version and the API's checksum.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawConfiguration {
     /// From the `Configuration-Version` header, else from a `# _version=N` first line.
     pub version: Option<u64>,
+    /// From the `Configuration-Checksum` header, else from a `# _md5hash=` first line.
+    pub checksum: Option<String>,
     pub text: String,
 }
 
@@ -280,8 +297,12 @@ impl Api {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok())
             .or_else(|| version_line(&answer.body));
+        let checksum = answer
+            .configuration_checksum()
+            .or_else(|| checksum_line(&answer.body).map(str::to_string));
         Ok(RawConfiguration {
             version,
+            checksum,
             text: answer.body,
         })
     }
@@ -441,6 +462,21 @@ impl Api {
         self.call(Method::PUT, url, Body::Json(fields))
             .await
             .map(drop)
+    }
+
+    /// `GET /services/haproxy/runtime/maps?include_unmanaged=true`: every map the running
+    /// worker loaded (without the flag the API lists only maps whose path, as the
+    /// configuration wrote it, lies in its maps directory: none, for relative paths).
+    pub async fn loaded_maps(&self) -> Result<Vec<LoadedMap>, ApiError> {
+        let url = self.url(
+            &["services", "haproxy", "runtime", "maps"],
+            &[("include_unmanaged", "true")],
+        );
+        let answer = self.call(Method::GET, url, Body::Empty).await?;
+        serde_json::from_str(&answer.body).map_err(|e| ApiError::Status {
+            status: answer.status.as_u16(),
+            message: format!("the list of loaded maps is not the API's JSON: {e}"),
+        })
     }
 
     fn map_entries_url(&self, map: &str, key: Option<&str>) -> Url {

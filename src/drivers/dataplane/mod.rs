@@ -36,6 +36,14 @@
 //! [`DeployError::Unreachable`]; other 4xx answers and failed reloads are
 //! [`DeployError::Rejected`] with the API's own message.
 //!
+//! What the real API (v3.4.0, `tests/dataplane_api.rs`) does that a naive client trips on:
+//! it prints the configuration it stores again through its own parser, so the text read
+//! back never equals the render and the pod's file is recognised by the API's
+//! `Configuration-Checksum` as the push answered it; and its runtime map endpoints find a
+//! map by `<maps_dir>/<name>.map` while HAProxy knows it by the path the configuration wrote,
+//! so entries go to the `storage_name` `GET /runtime/maps?include_unmanaged=true` lists for
+//! the loaded map, and a map it lists without one is changed by a reload.
+//!
 //! Limitations: [`DeployTarget::deployed_checksum`] reads the pod's `haproxy.cfg` and
 //! combines it with the auxiliary files this target last deployed, so a map or certificate
 //! changed on the pod behind haptor's back goes unnoticed. Map entries added live go to the
@@ -57,8 +65,8 @@ use serde_json::Value;
 
 use self::api::{Answer, Api, ApiError};
 use crate::pure::deploy::dataplane::{
-    ApiVersion, LiveChanges, Placement, StorageKind, live_changes, placement, placements,
-    strip_version_lines,
+    ApiVersion, LiveChanges, Placement, StorageKind, live_changes, loaded_map_reference, placement,
+    placements, runs_pushed, strip_version_lines,
 };
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
@@ -163,6 +171,9 @@ struct TargetState {
     deployed_generation: u64,
     /// The render the pod runs, when this target knows it.
     last_deployed: Option<Arc<RenderedConfig>>,
+    /// The API's checksum of the `haproxy.cfg` haptor last pushed, as the push answered it:
+    /// the API rewrites the text, so this is how the pod's file is recognised as ours.
+    pushed_checksum: Option<String>,
     /// A deployment stopped half way: the next one reloads whatever its plan says.
     reload_required: bool,
     /// Files of earlier renders whose deletion failed, by auxiliary path.
@@ -599,7 +610,10 @@ impl DataplaneTarget {
                 .push_configuration(text, version, skip_reload, runtime_actions)
                 .await
             {
-                Ok(answer) => return Ok(Pushed::Done(answer)),
+                Ok(answer) => {
+                    self.lock().pushed_checksum = answer.configuration_checksum();
+                    return Ok(Pushed::Done(answer));
+                }
                 Err(ApiError::Status {
                     status: status @ (406 | 409),
                     message,
@@ -613,7 +627,13 @@ impl DataplaneTarget {
                                 .raw_configuration()
                                 .await
                                 .map_err(|e| self.failure("re-reading haproxy.cfg", e))?;
-                            if strip_version_lines(&live.text).trim_end() != expected.trim_end() {
+                            let pushed = self.lock().pushed_checksum.clone();
+                            if !runs_pushed(
+                                &live.text,
+                                live.checksum.as_deref(),
+                                expected,
+                                pushed.as_deref(),
+                            ) {
                                 return Ok(Pushed::ChangedUnderneath);
                             }
                             match live.version {
@@ -757,21 +777,37 @@ impl DataplaneTarget {
                 return Ok(Live::NeedsReload(reason));
             }
         }
+        let loaded = if changes.maps.is_empty() {
+            Vec::new()
+        } else {
+            match self.api.loaded_maps().await {
+                Ok(loaded) => loaded,
+                Err(e) => match self.refusal("the loaded maps", Err(e))? {
+                    Some(reason) => return Ok(Live::NeedsReload(reason)),
+                    None => Vec::new(),
+                },
+            }
+        };
         for change in &changes.maps {
+            let map = match loaded_map_reference(&loaded, &change.path) {
+                Ok(map) => map,
+                Err(reason) => return Ok(Live::NeedsReload(reason)),
+            };
+            let map = map.as_str();
             for (key, value) in &change.adds {
-                let result = self.api.map_entry_add(&change.map, key, value).await;
+                let result = self.api.map_entry_add(map, key, value).await;
                 if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
                     return Ok(Live::NeedsReload(reason));
                 }
             }
             for (key, value) in &change.sets {
-                let result = self.api.map_entry_set(&change.map, key, value).await;
+                let result = self.api.map_entry_set(map, key, value).await;
                 if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
                     return Ok(Live::NeedsReload(reason));
                 }
             }
             for key in &change.deletes {
-                let result = self.api.map_entry_delete(&change.map, key).await;
+                let result = self.api.map_entry_delete(map, key).await;
                 if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
                     return Ok(Live::NeedsReload(reason));
                 }
@@ -824,9 +860,12 @@ impl DeployTarget for DataplaneTarget {
         })
     }
 
-    /// The checksum of the pod's `haproxy.cfg` combined with the auxiliary files this target
-    /// last deployed (none after a restart or a failed deployment): files changed on the pod
-    /// behind haptor's back are not seen.
+    /// The checksum of the render this target last deployed while the pod's `haproxy.cfg`
+    /// is still the file that deployment pushed (the API's checksum of it says so: the text
+    /// read back is the API's reprint, never the render's text). Otherwise the checksum of
+    /// the pod's file combined with the auxiliary files this target last deployed (none
+    /// after a restart or a failed deployment), which differs from every render: drift.
+    /// Files changed on the pod behind haptor's back are not seen.
     fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
         Box::pin(async move {
             let raw = self
@@ -838,8 +877,18 @@ impl DeployTarget for DataplaneTarget {
             if text.trim().is_empty() {
                 return Ok(None);
             }
-            let aux_files = self
-                .lock()
+            let state = self.lock();
+            if let Some(last) = &state.last_deployed
+                && runs_pushed(
+                    &raw.text,
+                    raw.checksum.as_deref(),
+                    &last.haproxy_cfg,
+                    state.pushed_checksum.as_deref(),
+                )
+            {
+                return Ok(Some(last.checksum()));
+            }
+            let aux_files = state
                 .last_deployed
                 .as_ref()
                 .map(|r| r.aux_files.clone())

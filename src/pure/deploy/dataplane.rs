@@ -109,6 +109,36 @@ pub fn version_line(text: &str) -> Option<u64> {
         .ok()
 }
 
+/// The `H` of a leading `# _md5hash=H` line, the checksum the API writes above its version
+/// line.
+pub fn checksum_line(text: &str) -> Option<&str> {
+    text.lines()
+        .next()?
+        .trim()
+        .strip_prefix("# _md5hash=")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+}
+
+/// Whether the pod's `haproxy.cfg` is still the one haptor pushed. The API prints the text
+/// it is given again through its own parser, so the text read back differs from the pushed
+/// one even when nothing changed: the API's checksum of the file, as it answered the push,
+/// decides. Without checksums on both sides (an API that keeps the text as given), the
+/// texts below their version lines are compared.
+pub fn runs_pushed(
+    live_text: &str,
+    live_checksum: Option<&str>,
+    pushed_text: &str,
+    pushed_checksum: Option<&str>,
+) -> bool {
+    match (live_checksum, pushed_checksum) {
+        (Some(live), Some(pushed)) => live == pushed,
+        _ => {
+            strip_version_lines(live_text).trim_end() == strip_version_lines(pushed_text).trim_end()
+        }
+    }
+}
+
 /// The configuration text without the `# _version=N` (and `# _md5hash=`) lines the API puts
 /// at its top.
 pub fn strip_version_lines(text: &str) -> &str {
@@ -192,13 +222,55 @@ pub struct LiveChanges {
 /// Entry changes that turn a loaded map's old content into the new one.
 #[derive(Debug, PartialEq, Eq)]
 pub struct MapChange {
-    /// The auxiliary path, for messages.
+    /// The auxiliary path: the map is found among the loaded ones by it
+    /// ([`loaded_map_reference`]).
     pub path: String,
-    /// The runtime map name: the storage name without `.map`.
-    pub map: String,
     pub adds: Vec<(String, String)>,
     pub sets: Vec<(String, String)>,
     pub deletes: Vec<String>,
+}
+
+/// A map HAProxy has loaded, as `GET /runtime/maps?include_unmanaged=true` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct LoadedMap {
+    /// The path as the configuration wrote it.
+    #[serde(default)]
+    pub file: String,
+    /// Set by the API when that path lies in its maps directory.
+    #[serde(default)]
+    pub storage_name: Option<String>,
+}
+
+/// How the runtime endpoints must name the map loaded from the auxiliary `path`, or why
+/// they cannot reach it. The API turns the name `N` into `<maps_dir>/N.map` and refuses
+/// HAProxy's `#<id>` references, and HAProxy knows a map by the path the configuration
+/// wrote: so only a map the configuration names by its absolute path in the API's maps
+/// directory can be changed at runtime; any other needs a reload.
+pub fn loaded_map_reference(loaded: &[LoadedMap], path: &str) -> Result<String, String> {
+    let wanted = path.trim_start_matches("./");
+    let same = |file: &str| {
+        let file = file.trim_start_matches("./");
+        file == wanted || file.ends_with(&format!("/{wanted}"))
+    };
+    let Some(map) = loaded.iter().find(|m| same(&m.file)) else {
+        let files: Vec<&str> = loaded.iter().map(|m| m.file.as_str()).collect();
+        return Err(format!(
+            "HAProxy has loaded no map from {path} (its maps: {})",
+            if files.is_empty() {
+                "none".to_string()
+            } else {
+                files.join(", ")
+            }
+        ));
+    };
+    match map.storage_name.as_deref().filter(|n| !n.is_empty()) {
+        Some(name) => Ok(name.strip_suffix(".map").unwrap_or(name).to_string()),
+        _ => Err(format!(
+            "the configuration names map {path} as '{}', which the Data Plane API's runtime endpoints cannot reach: they address a map by its absolute path in the API's maps directory (write e.g. map(/etc/haproxy/maps/{}) in the template to change it without a reload)",
+            map.file,
+            path.rsplit('/').next().unwrap_or(path)
+        )),
+    }
 }
 
 /// The runtime calls for a plan without reload, or why it needs a reload after all.
@@ -286,15 +358,10 @@ pub fn live_changes(
                     .get(path)
                     .map(|f| map_entries(&f.content))
                     .unwrap_or_default();
-                let Some(placement) = placements.get(path) else {
+                if !placements.contains_key(path) {
                     return Err(format!("map {path} has no storage place"));
-                };
-                let map = placement
-                    .name
-                    .strip_suffix(".map")
-                    .unwrap_or(&placement.name)
-                    .to_string();
-                changes.maps.push(map_change(path, map, &old, entries)?);
+                }
+                changes.maps.push(map_change(path, &old, entries)?);
             }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
             }
@@ -319,7 +386,6 @@ pub fn action_word(word: &str) -> Result<&str, String> {
 /// command line would split or cut.
 pub fn map_change(
     path: &str,
-    map: String,
     old: &[(String, String)],
     new: &[(String, String)],
 ) -> Result<MapChange, String> {
@@ -342,7 +408,6 @@ pub fn map_change(
     };
     let mut change = MapChange {
         path: path.to_string(),
-        map,
         adds: Vec::new(),
         sets: Vec::new(),
         deletes: Vec::new(),
@@ -465,7 +530,7 @@ mod tests {
             ("b.example", "be_x"),
             ("d.example", "be_d"),
         ]);
-        let change = map_change("maps/hosts.map", "hosts".into(), &old, &new).expect("expressible");
+        let change = map_change("maps/hosts.map", &old, &new).expect("expressible");
         assert_eq!(change.adds, entries(&[("d.example", "be_d")]));
         assert_eq!(change.sets, entries(&[("b.example", "be_x")]));
         assert_eq!(change.deletes, vec!["c.example".to_string()]);
@@ -475,9 +540,9 @@ mod tests {
     fn duplicate_keys_and_values_with_spaces_need_a_reload() {
         let old = entries(&[("a", "x")]);
         let twice = entries(&[("a", "x"), ("a", "y")]);
-        assert!(map_change("m.map", "m".into(), &old, &twice).is_err());
+        assert!(map_change("m.map", &old, &twice).is_err());
         let spaced = entries(&[("a", "x y")]);
-        assert!(map_change("m.map", "m".into(), &old, &spaced).is_err());
+        assert!(map_change("m.map", &old, &spaced).is_err());
     }
 
     #[test]
@@ -548,5 +613,49 @@ mod tests {
         )
         .expect_err("not an IP");
         assert!(reason.contains("db.internal"), "{reason}");
+    }
+
+    #[test]
+    fn only_a_map_named_by_its_absolute_path_in_the_maps_directory_is_reachable_at_runtime() {
+        let loaded = vec![
+            LoadedMap {
+                file: "maps/hosts.map".into(),
+                storage_name: None,
+            },
+            LoadedMap {
+                file: "/etc/haproxy/maps/paths.map".into(),
+                storage_name: Some("paths.map".into()),
+            },
+        ];
+        assert_eq!(
+            loaded_map_reference(&loaded, "maps/paths.map"),
+            Ok("paths".to_string())
+        );
+        let relative = loaded_map_reference(&loaded, "./maps/hosts.map").expect_err("relative");
+        assert!(
+            relative.contains("'maps/hosts.map'")
+                && relative.contains("/etc/haproxy/maps/hosts.map"),
+            "{relative}"
+        );
+        let missing = loaded_map_reference(&loaded, "maps/other.map").expect_err("not loaded");
+        assert!(missing.contains("no map from maps/other.map"), "{missing}");
+    }
+
+    #[test]
+    fn the_pod_runs_what_was_pushed_when_the_apis_checksums_agree_whatever_the_text() {
+        let pushed = "global\n    maxconn 10\n";
+        let reprinted = "# _md5hash=abc\n# _version=4\nglobal\n  maxconn 10\n";
+        assert!(runs_pushed(reprinted, Some("abc"), pushed, Some("abc")));
+        assert!(!runs_pushed(reprinted, Some("abd"), pushed, Some("abc")));
+        // Without checksums the texts decide.
+        assert!(!runs_pushed(reprinted, None, pushed, None));
+        assert!(runs_pushed(
+            "# _version=4\nglobal\n    maxconn 10\n",
+            None,
+            pushed,
+            None
+        ));
+        assert_eq!(checksum_line(reprinted), Some("abc"));
+        assert_eq!(checksum_line("# _version=4\n"), None);
     }
 }

@@ -1,0 +1,508 @@
+//! The Data Plane API v3 deploy target against the real HAProxy Data Plane API driving a
+//! real haproxy 2.6 (see `support/dataplaneapi.rs`), with real HTTP traffic through the
+//! frontend it deploys: a first deployment, an endpoint and map change applied without a
+//! reload, a structural change with exactly one reload, and the fencing epoch kept on the
+//! instance. The stub tests in `dataplane_target.rs` pin exact request sequences; these
+//! show the same target works against the API itself.
+//!
+//! The binary comes from `TEST_ASSET_DATAPLANEAPI`. The Go module proxy refuses every
+//! version of `github.com/haproxytech/dataplaneapi` and of its `client-native`, so
+//! `scripts/test-peers` cannot build it; this crate is built only with the
+//! `real-dataplaneapi` feature, which `./scripts/test` turns on when that variable names a
+//! binary, and says so when it does not.
+
+#[path = "support/dataplaneapi.rs"]
+mod dataplane_peer;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget, EPOCH_FILE};
+use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
+use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+
+use dataplane_peer::{DataplanePeer, MapsDir};
+use support::free_port;
+
+/// A backend: a loopback HTTP server that answers every request with its name.
+struct Backend {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start(name: &'static str) -> Backend {
+        let port = free_port();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("a backend port");
+        let app = axum::Router::new().fallback(move || async move { name });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Backend { port, task }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The configuration haproxy starts with, before haptor deploys anything.
+fn initial(frontend: u16) -> String {
+    format!(
+        "global\n    default-path origin ROOT\n    stats socket ROOT/runtime.sock level admin\n    stats timeout 10s\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\nfrontend fe\n    bind 127.0.0.1:{frontend}\n    http-request return status 503 content-type text/plain string nothing-deployed-yet\n"
+    )
+}
+
+/// A rendered haproxy.cfg: the frontend routes by the Host header through `maps/hosts.map`
+/// to `be` (its servers given) or `other`.
+fn config(root: &str, frontend: u16, servers: &str, extra: &str) -> String {
+    format!(
+        "global\n    default-path origin {root}\n    stats socket {root}/runtime.sock level admin\n    stats timeout 10s\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\nfrontend fe\n    bind 127.0.0.1:{frontend}\n    http-request set-var(txn.backend) req.hdr(host),lower,map(maps/hosts.map,be)\n    use_backend %[var(txn.backend)]\n    default_backend be\n{extra}\nbackend be\n    balance roundrobin\n{servers}\nbackend other\n    http-request return status 200 content-type text/plain string other-backend\n"
+    )
+}
+
+fn aux(kind: AuxKind, path: &str, content: &str) -> (String, AuxFile) {
+    (
+        path.to_string(),
+        AuxFile {
+            kind,
+            name: path.rsplit('/').next().unwrap_or(path).to_string(),
+            path: path.to_string(),
+            content: content.to_string(),
+        },
+    )
+}
+
+fn render(haproxy_cfg: String, files: Vec<(String, AuxFile)>) -> RenderedConfig {
+    RenderedConfig {
+        haproxy_cfg,
+        aux_files: files.into_iter().collect(),
+    }
+}
+
+fn request(rendered: &RenderedConfig, epoch: u64, generation: u64) -> DeployRequest {
+    DeployRequest {
+        rendered: Arc::new(rendered.clone()),
+        checksum: rendered.checksum(),
+        epoch,
+        generation,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn target(peer: &DataplanePeer) -> DataplaneTarget {
+    let mut settings = DataplaneSettings::new(&peer.url, &peer.user, &peer.password);
+    settings.reload_poll_interval = Duration::from_millis(100);
+    settings.reload_timeout = Duration::from_secs(30);
+    DataplaneTarget::new("haproxy-0", settings).expect("target")
+}
+
+/// What the frontend answers for a Host.
+async fn get(frontend: u16, host: &str) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    match client
+        .get(format!("http://127.0.0.1:{frontend}/"))
+        .header("host", host)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+    {
+        Ok(response) => format!(
+            "{} {}",
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default()
+        ),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+async fn wait_for_answer(frontend: u16, host: &str, expected: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = get(frontend, host).await;
+        if got == expected || tokio::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_deployment_stores_the_files_pushes_the_config_and_serves_after_one_reload() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let rendered = render(
+        config(
+            &root,
+            frontend,
+            &format!("    server s1 127.0.0.1:{}\n", a.port),
+            "",
+        ),
+        vec![
+            aux(AuxKind::Map, "maps/hosts.map", "other.example other\n"),
+            aux(
+                AuxKind::File,
+                "general/busy.http",
+                "HTTP/1.0 503 Service Unavailable\r\n\r\nbusy\n",
+            ),
+        ],
+    );
+    assert_eq!(get(frontend, "a.example").await, "503 nothing-deployed-yet");
+
+    let outcome = target(&peer)
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("deployed: {e}\n{}", peer.logs()));
+
+    assert!(outcome.reloaded && !outcome.unchanged, "{outcome:?}");
+    assert_eq!(peer.wait_reloads(1), 1, "exactly one reload");
+    assert_eq!(
+        wait_for_answer(frontend, "a.example", "200 backend-a").await,
+        "200 backend-a"
+    );
+    assert_eq!(get(frontend, "other.example").await, "200 other-backend");
+    assert_eq!(
+        peer.file("maps/hosts.map").as_deref(),
+        Some("other.example other\n")
+    );
+    assert_eq!(
+        peer.file("general/busy.http").as_deref(),
+        Some("HTTP/1.0 503 Service Unavailable\r\n\r\nbusy\n")
+    );
+    assert_eq!(
+        peer.file(&format!("general/{EPOCH_FILE}"))
+            .map(|e| e.trim().to_string())
+            .as_deref(),
+        Some("1")
+    );
+    let on_disk = peer.config_on_disk();
+    assert!(
+        on_disk.contains(&format!("server s1 127.0.0.1:{}", a.port)),
+        "{on_disk}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_and_map_change_is_applied_live_without_a_reload() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let (a, b) = (
+        Backend::start("backend-a").await,
+        Backend::start("backend-b").await,
+    );
+    let before = render(
+        config(
+            &root,
+            frontend,
+            &format!(
+                "    server s1 127.0.0.1:{} weight 10\n    server s2 127.0.0.1:1 disabled\n",
+                a.port
+            ),
+            "",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "old.example other\n")],
+    );
+    let after = render(
+        config(
+            &root,
+            frontend,
+            &format!(
+                "    server s1 127.0.0.1:{} weight 10 disabled\n    server s2 127.0.0.1:{}\n",
+                a.port, b.port
+            ),
+            "",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "new.example other\n")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&before, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let reloads = peer.wait_reloads(1);
+    assert_eq!(
+        wait_for_answer(frontend, "a.example", "200 backend-a").await,
+        "200 backend-a"
+    );
+    assert_eq!(get(frontend, "old.example").await, "200 other-backend");
+
+    let outcome = target
+        .deploy(&request(&after, 1, 2))
+        .await
+        .unwrap_or_else(|e| panic!("second deployment: {e}\n{}", peer.logs()));
+
+    assert!(
+        !outcome.reloaded && outcome.runtime_changes > 0,
+        "{outcome:?}\n{}\nshow map: {:?}",
+        peer.logs(),
+        peer.runtime("show map")
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(peer.reloads(), Some(reloads), "no reload:\n{}", peer.logs());
+    for _ in 0..4 {
+        assert_eq!(get(frontend, "a.example").await, "200 backend-b");
+    }
+    assert_eq!(get(frontend, "new.example").await, "200 other-backend");
+    assert_eq!(get(frontend, "old.example").await, "200 backend-b");
+    // The file holds the change too: a reload keeps serving it.
+    peer.reload();
+    peer.wait_reloads(reloads + 1);
+    assert_eq!(
+        wait_for_answer(frontend, "a.example", "200 backend-b").await,
+        "200 backend-b",
+        "{}",
+        peer.config_on_disk()
+    );
+    assert_eq!(get(frontend, "new.example").await, "200 other-backend");
+    assert_eq!(
+        peer.file("maps/hosts.map").as_deref(),
+        Some("new.example other\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_structural_change_is_deployed_with_exactly_one_reload() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let before = render(
+        config(&root, frontend, &servers, ""),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let after = render(
+        config(
+            &root,
+            frontend,
+            &servers,
+            "    http-response set-header x-served-by haptor\n",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&before, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let reloads = peer.wait_reloads(1);
+
+    let outcome = target
+        .deploy(&request(&after, 1, 2))
+        .await
+        .unwrap_or_else(|e| panic!("second deployment: {e}\n{}", peer.logs()));
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(peer.wait_reloads(reloads + 1), reloads + 1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(peer.reloads(), Some(reloads + 1), "exactly one reload");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let response = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{frontend}/"))
+        .header("host", "a.example")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(
+        response
+            .headers()
+            .get("x-served-by")
+            .and_then(|v| v.to_str().ok()),
+        Some("haptor")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_haproxy_rejects_is_refused_and_the_running_one_keeps_serving() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let good = render(
+        config(&root, frontend, &servers, ""),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let bad = render(
+        config(&root, frontend, &servers, "    bogus-keyword on\n"),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&good, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let reloads = peer.wait_reloads(1);
+    let serving = peer.config_on_disk();
+
+    let error = target
+        .deploy(&request(&bad, 1, 2))
+        .await
+        .expect_err("haproxy refuses the keyword");
+
+    let text = error.to_string();
+    assert!(
+        matches!(error, DeployError::Rejected(_)) && text.contains("bogus-keyword"),
+        "{error:?}"
+    );
+    assert_eq!(peer.reloads(), Some(reloads));
+    assert_eq!(peer.config_on_disk(), serving);
+    assert_eq!(get(frontend, "a.example").await, "200 backend-a");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_epoch_kept_on_the_instance_fences_a_deposed_controller() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let first = render(
+        config(&root, frontend, &servers, ""),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let late = render(
+        config(
+            &root,
+            frontend,
+            &servers,
+            "    http-response set-header x-late yes\n",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    target(&peer)
+        .deploy(&request(&first, 5, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let serving = peer.config_on_disk();
+
+    // A controller that never saw this instance (a deposed leader's fresh target).
+    let error = target(&peer)
+        .deploy(&request(&late, 4, 9))
+        .await
+        .expect_err("fenced");
+
+    assert_eq!(
+        error,
+        DeployError::Fenced {
+            offered: 4,
+            accepted: 5
+        }
+    );
+    assert_eq!(peer.config_on_disk(), serving);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deployed_checksum_is_the_renders_although_the_api_rewrites_the_text() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    // An anonymous defaults section and a rule after default_backend: the API prints both
+    // differently from how they were pushed.
+    let rendered = render(
+        config(
+            &root,
+            frontend,
+            &format!("    server s1 127.0.0.1:{}\n", a.port),
+            "    http-response set-header x-after-default yes\n",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("deployed: {e}\n{}", peer.logs()));
+    let on_disk = peer.config_on_disk();
+    assert!(
+        !on_disk.contains(&rendered.haproxy_cfg),
+        "the test needs an API that rewrites the text:\n{on_disk}"
+    );
+
+    assert_eq!(
+        target.deployed_checksum().await.expect("reachable"),
+        Some(rendered.checksum()),
+        "no drift right after a deployment"
+    );
+
+    // Someone edits the pod's configuration behind haptor's back, through the API.
+    let edited = on_disk.replace("x-after-default yes", "x-after-default edited");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let version = client
+        .get(format!(
+            "{}/services/haproxy/configuration/version",
+            peer.url
+        ))
+        .basic_auth(&peer.user, Some(&peer.password))
+        .send()
+        .await
+        .expect("version")
+        .text()
+        .await
+        .expect("version text");
+    let pushed = client
+        .post(format!(
+            "{}/services/haproxy/configuration/raw?skip_reload=true&version={}",
+            peer.url,
+            version.trim()
+        ))
+        .basic_auth(&peer.user, Some(&peer.password))
+        .header("content-type", "text/plain")
+        .body(edited)
+        .send()
+        .await
+        .expect("an edit");
+    assert!(pushed.status().is_success(), "{:?}", pushed.text().await);
+    assert_ne!(
+        target.deployed_checksum().await.expect("reachable"),
+        Some(rendered.checksum()),
+        "the edit is drift"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_an_absolute_maps_dir_a_map_change_is_deployed_with_a_reload_instead() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start_with(&initial(frontend), MapsDir::Absolute);
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let before = render(
+        config(&root, frontend, &servers, ""),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "old.example other\n")],
+    );
+    let after = render(
+        config(&root, frontend, &servers, ""),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "new.example other\n")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&before, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let reloads = peer.wait_reloads(1);
+
+    let outcome = target
+        .deploy(&request(&after, 1, 2))
+        .await
+        .unwrap_or_else(|e| panic!("second deployment: {e}\n{}", peer.logs()));
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    peer.wait_reloads(reloads + 1);
+    assert_eq!(
+        wait_for_answer(frontend, "new.example", "200 other-backend").await,
+        "200 other-backend"
+    );
+    assert_eq!(get(frontend, "old.example").await, "200 backend-a");
+}

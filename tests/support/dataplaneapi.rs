@@ -1,0 +1,349 @@
+//! A real HAProxy Data Plane API in front of a real haproxy, for the tests of the
+//! `DataplaneTarget` against the API itself rather than against our stub of it. The
+//! dataplaneapi binary is found through `TEST_ASSET_DATAPLANEAPI`; haproxy runs in
+//! master-worker mode (`-W -S`) under the API, which reloads it with SIGUSR2 to the master
+//! (HAProxy 2.6's master CLI `reload` answers nothing, so the API's `reload_cmd` route is
+//! the one that works there). The API reaches the runtime API through the configuration's
+//! own `stats socket`, not the master socket: on 2.6 the master CLI refuses the
+//! `set severity-output number` that client-native prefixes to every command routed
+//! through it, and every runtime call then answers 404 "no data for be/s1". The master
+//! socket serves only the tests (reload counts). Each peer has a directory of its own that plays the pod's `/etc/haproxy`: the
+//! configuration, `maps/`, `ssl/` and `general/` storage, and a userlist file with the
+//! peer's credentials.
+//!
+//! Both processes run under a `sh` launcher whose standard input is a pipe this process
+//! holds; when the peer is dropped or the test process dies, the pipe closes and the
+//! launcher kills them and removes the directory, so nothing is left behind.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::support::{free_port, haproxy_binary};
+
+/// The environment variable naming the dataplaneapi binary.
+pub const DATAPLANEAPI_VAR: &str = "TEST_ASSET_DATAPLANEAPI";
+
+/// The launcher: `DIR`, then the names of the scripts to run from `DIR/NAME.sh`, each with
+/// its output in `DIR/NAME.log`; kills them and removes `DIR` when its standard input
+/// closes.
+const LAUNCHER: &str = r#"dir=$1; shift
+pids=
+for name in "$@"; do
+  sh "$dir/$name.sh" </dev/null >"$dir/$name.log" 2>&1 &
+  pids="$pids $!"
+done
+cat >/dev/null
+kill -KILL $pids 2>/dev/null
+test -f "$dir/haproxy.pid" && kill -KILL $(cat "$dir/haproxy.pid") 2>/dev/null
+pkill -KILL -f "$dir/haproxy.cfg" 2>/dev/null
+wait
+rm -rf "$dir"
+"#;
+
+/// The dataplaneapi binary, if this run has one.
+pub fn binary() -> Option<PathBuf> {
+    std::env::var_os(DATAPLANEAPI_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// How the API is told where maps live. HAProxy names a loaded map by the path the
+/// configuration wrote (`maps/hosts.map` under a `default-path`), and the API's runtime
+/// map endpoints find a map by `<maps_dir>/<name>.map`: only `maps` relative to the
+/// configuration's directory (the API's working directory) makes the two agree for the
+/// relative paths haptor's templates write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapsDir {
+    /// `maps_dir: maps`, the API started in the configuration's directory.
+    Relative,
+    /// `maps_dir: <root>/maps`, as the API's own examples have it.
+    Absolute,
+}
+
+/// A running haproxy + dataplaneapi pair.
+pub struct DataplanePeer {
+    dir: PathBuf,
+    launcher: Option<(Child, ChildStdin)>,
+    /// `http://127.0.0.1:PORT/v3`.
+    pub url: String,
+    pub user: String,
+    pub password: String,
+}
+
+impl DataplanePeer {
+    /// Starts haproxy on `initial` (which must bind only loopback addresses and may name
+    /// `ROOT` for the peer's directory) and the API in front of it, and waits until both
+    /// answer.
+    pub fn start(initial: &str) -> DataplanePeer {
+        DataplanePeer::start_with(initial, MapsDir::Relative)
+    }
+
+    /// [`DataplanePeer::start`] with the API's maps directory given as `maps_dir`.
+    pub fn start_with(initial: &str, maps_dir: MapsDir) -> DataplanePeer {
+        let api = binary().unwrap_or_else(|| {
+            panic!(
+                "{DATAPLANEAPI_VAR} names no dataplaneapi binary: these tests need the real Data Plane API"
+            )
+        });
+        let dir = tempfile::Builder::new()
+            .prefix("haptor-dpa-")
+            .tempdir()
+            .expect("a temp dir for the Data Plane API peer")
+            .keep();
+        for sub in [
+            "maps",
+            "ssl",
+            "general",
+            "dataplane",
+            "spoe",
+            "transactions",
+            "backups",
+        ] {
+            std::fs::create_dir_all(dir.join(sub)).expect("a storage dir");
+        }
+        let port = free_port();
+        let d = |p: &str| dir.join(p).display().to_string();
+        let password = format!("pw-{port}");
+        std::fs::write(
+            dir.join("haproxy.cfg"),
+            initial.replace("ROOT", &dir.display().to_string()),
+        )
+        .expect("haproxy.cfg");
+        std::fs::write(
+            dir.join("userlist.cfg"),
+            format!("userlist controller\n    user admin insecure-password {password}\n"),
+        )
+        .expect("userlist.cfg");
+        // The API splits its reload command on spaces, without a shell's quoting.
+        std::fs::write(
+            dir.join("reload.sh"),
+            format!("kill -USR2 $(cat {})\n", d("haproxy.pid")),
+        )
+        .expect("reload.sh");
+        let reload = format!("sh {}", d("reload.sh"));
+        std::fs::write(
+            dir.join("dataplaneapi.yaml"),
+            format!(
+                "name: haptor-test-{port}\n\
+                 dataplaneapi:\n  host: 127.0.0.1\n  port: {port}\n\
+                 \x20 transaction:\n    transaction_dir: {tx}\n    backups_dir: {backups}\n\
+                 \x20 userlist:\n    userlist_file: {userlist}\n\
+                 \x20 resources:\n    maps_dir: {maps}\n    ssl_certs_dir: {ssl}\n    general_storage_dir: {general}\n    dataplane_storage_dir: {dataplane}\n    spoe_dir: {spoe}\n\
+                 haproxy:\n  config_file: {cfg}\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
+                 \x20 reload:\n    reload_delay: 1\n    reload_cmd: {reload}\n    restart_cmd: {reload}\n\
+                 log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
+                tx = d("transactions"),
+                backups = d("backups"),
+                userlist = d("userlist.cfg"),
+                maps = match maps_dir {
+                    MapsDir::Relative => "maps".to_string(),
+                    MapsDir::Absolute => d("maps"),
+                },
+                ssl = d("ssl"),
+                general = d("general"),
+                dataplane = d("dataplane"),
+                spoe = d("spoe"),
+                cfg = d("haproxy.cfg"),
+                bin = haproxy_binary().display(),
+            ),
+        )
+        .expect("dataplaneapi.yaml");
+        std::fs::write(
+            dir.join("haproxy.sh"),
+            format!(
+                "cd {root} && exec {bin} -W -S {master} -p {pid} -f {cfg}\n",
+                root = dir.display(),
+                bin = haproxy_binary().display(),
+                master = d("master.sock"),
+                pid = d("haproxy.pid"),
+                cfg = d("haproxy.cfg"),
+            ),
+        )
+        .expect("haproxy.sh");
+
+        let peer = |names: &[&str]| {
+            let mut child = Command::new("sh")
+                .arg("-c")
+                .arg(LAUNCHER)
+                .arg("haptor-dpa-launcher")
+                .arg(&dir)
+                .args(names)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("sh runs the peer's launcher");
+            let stdin = child.stdin.take().expect("the launcher's stdin");
+            (child, stdin)
+        };
+        // haproxy first: the API reads the configuration's version and the master socket.
+        std::fs::write(
+            dir.join("dataplaneapi.sh"),
+            format!(
+                "while ! test -S {master}; do sleep 0.05; done\ncd {root} && exec {api} -f {yaml}\n",
+                root = dir.display(),
+                master = d("master.sock"),
+                api = api.display(),
+                yaml = d("dataplaneapi.yaml"),
+            ),
+        )
+        .expect("dataplaneapi.sh");
+        let launcher = peer(&["haproxy", "dataplaneapi"]);
+        let mut peer = DataplanePeer {
+            url: format!("http://127.0.0.1:{port}/v3"),
+            dir,
+            launcher: Some(launcher),
+            user: "admin".to_string(),
+            password,
+        };
+        peer.wait_ready();
+        peer
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port: u16 = self
+            .url
+            .trim_start_matches("http://127.0.0.1:")
+            .trim_end_matches("/v3")
+            .parse()
+            .expect("the peer's port");
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && self.reloads().is_some()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Data Plane API peer did not start in 30 s:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The peer's directory: the pod's `/etc/haproxy`.
+    pub fn root(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The configuration file as it is on disk now.
+    pub fn config_on_disk(&self) -> String {
+        std::fs::read_to_string(self.dir.join("haproxy.cfg")).unwrap_or_default()
+    }
+
+    /// A file under the peer's directory, if it exists.
+    pub fn file(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(path)).ok()
+    }
+
+    /// One master CLI command's answer.
+    pub fn master(&self, command: &str) -> Option<String> {
+        cli(&self.dir.join("master.sock"), command)
+    }
+
+    /// One runtime API command, on the `stats socket ROOT/runtime.sock` the configurations
+    /// of these tests declare.
+    pub fn runtime(&self, command: &str) -> Option<String> {
+        cli(&self.dir.join("runtime.sock"), command)
+    }
+
+    /// Reloads haproxy the way the API does (SIGUSR2 to the master).
+    pub fn reload(&self) {
+        let status = Command::new("sh")
+            .arg(self.dir.join("reload.sh"))
+            .status()
+            .expect("sh runs reload.sh");
+        assert!(status.success(), "reload.sh failed");
+    }
+
+    /// How many times the master has reloaded (`show proc`), once it answers.
+    pub fn reloads(&self) -> Option<u64> {
+        let proc = self.master("show proc")?;
+        proc.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("master"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+    }
+
+    /// Waits until the master has reloaded at least `count` times and a worker of the new
+    /// generation answers on the runtime API.
+    pub fn wait_reloads(&self, count: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self.reloads().unwrap_or(0);
+            if now >= count
+                && self
+                    .master("@1 show info")
+                    .is_some_and(|i| i.contains("Pid:"))
+            {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "haproxy reloaded {now} times, expected {count}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The tails of both logs, for assertion messages.
+    pub fn logs(&self) -> String {
+        ["haproxy", "dataplaneapi"]
+            .iter()
+            .map(|name| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                format!("--- {name}.log\n{tail}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The API's access log lines (method and path of each request it served).
+    pub fn access_log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("dataplaneapi.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("HTTP/1.1\\\""))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for DataplanePeer {
+    fn drop(&mut self) {
+        if let Some((mut child, stdin)) = self.launcher.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends one command to a HAProxy CLI socket and reads the answer to its end.
+fn cli(socket: &Path, command: &str) -> Option<String> {
+    let mut stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(format!("{command}\n").as_bytes()).ok()?;
+    // The end of the input ends the session: the socket answers and closes.
+    stream.shutdown(std::net::Shutdown::Write).ok()?;
+    let mut answer = String::new();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => answer.push_str(&line),
+            Err(_) => break,
+        }
+    }
+    let _ = reader.read_to_string(&mut answer);
+    Some(answer)
+}
