@@ -328,7 +328,7 @@ impl Drop for DataplanePeer {
 }
 
 /// Sends one command to a HAProxy CLI socket and reads the answer to its end.
-fn cli(socket: &Path, command: &str) -> Option<String> {
+pub fn cli(socket: &Path, command: &str) -> Option<String> {
     let mut stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     stream.write_all(format!("{command}\n").as_bytes()).ok()?;

@@ -1,0 +1,177 @@
+//! "HAProxy pods" for the in-cluster tests: a real haproxy and a real HAProxy Data Plane
+//! API (`TEST_ASSET_DATAPLANEAPI`) in a network namespace of the pod network
+//! (`pod_network.rs`), each pod with its own address, its own `/etc/haproxy` (the pod's
+//! `/etc/netns/<ns>/haproxy`, which `ip netns exec` mounts there) and its own credentials,
+//! and, when a test asks, its Pod object in the kit's API server (podIP = that address).
+//!
+//! Every pod runs the same rendered configuration: binds name `"${POD_IP}"`, which HAProxy
+//! expands from the environment the pod's haproxy is started with. The pod's layout is the
+//! one the pods of a real deployment need (README, "Development"): the API started in
+//! `/etc/haproxy` with `maps_dir: maps`, reloads by SIGUSR2 to the master (HAProxy 2.6), the
+//! runtime API through the configuration's `stats socket /etc/haproxy/runtime.sock`.
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::dataplane_peer;
+use super::pod_network::{NetPod, PodNetwork, PodProcess};
+use super::support::haproxy_binary;
+
+/// The Data Plane API's port in every pod.
+pub const DATAPLANE_PORT: u16 = 5555;
+
+/// A running HAProxy pod.
+pub struct HaproxyPod {
+    // Dropped in this order: the processes, then the pod (its namespace and /etc).
+    dataplaneapi: PodProcess,
+    haproxy: PodProcess,
+    pod: NetPod,
+    pub user: String,
+    pub password: String,
+}
+
+/// The configuration a pod's haproxy starts with: its runtime socket and a frontend that
+/// answers 503 until haptor deploys.
+pub fn initial_config() -> String {
+    "global\n    default-path origin /etc/haproxy\n    stats socket /etc/haproxy/runtime.sock level admin\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\nfrontend fe\n    bind \"${POD_IP}:8080\"\n    http-request return status 503 content-type text/plain string nothing-deployed-yet\n".to_string()
+}
+
+impl HaproxyPod {
+    /// Starts a pod named `name` on `network` and waits until its API answers.
+    pub fn start(network: &PodNetwork, name: &str) -> HaproxyPod {
+        let api = dataplane_peer::binary().unwrap_or_else(|| {
+            panic!(
+                "{} names no dataplaneapi binary: HAProxy pods need the real Data Plane API",
+                dataplane_peer::DATAPLANEAPI_VAR
+            )
+        });
+        let pod = network.pod(name);
+        let etc = pod.etc_dir().join("haproxy");
+        for sub in [
+            "maps",
+            "ssl",
+            "general",
+            "dataplane",
+            "spoe",
+            "transactions",
+            "backups",
+        ] {
+            std::fs::create_dir_all(etc.join(sub)).expect("the pod's storage dirs");
+        }
+        let password = format!("pw-{name}");
+        let write = |file: &str, text: String| {
+            std::fs::write(etc.join(file), text)
+                .unwrap_or_else(|e| panic!("{name}: writing /etc/haproxy/{file}: {e}"));
+        };
+        write("haproxy.cfg", initial_config());
+        write(
+            "userlist.cfg",
+            format!("userlist controller\n    user admin insecure-password {password}\n"),
+        );
+        write(
+            "reload.sh",
+            "kill -USR2 $(cat /etc/haproxy/haproxy.pid)\n".to_string(),
+        );
+        write(
+            "dataplaneapi.yaml",
+            format!(
+                "name: {name}\n\
+                 dataplaneapi:\n  host: {ip}\n  port: {DATAPLANE_PORT}\n\
+                 \x20 transaction:\n    transaction_dir: /etc/haproxy/transactions\n    backups_dir: /etc/haproxy/backups\n\
+                 \x20 userlist:\n    userlist_file: /etc/haproxy/userlist.cfg\n\
+                 \x20 resources:\n    maps_dir: maps\n    ssl_certs_dir: /etc/haproxy/ssl\n    general_storage_dir: /etc/haproxy/general\n    dataplane_storage_dir: /etc/haproxy/dataplane\n    spoe_dir: /etc/haproxy/spoe\n\
+                 haproxy:\n  config_file: /etc/haproxy/haproxy.cfg\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
+                 \x20 reload:\n    reload_delay: 1\n    reload_cmd: sh /etc/haproxy/reload.sh\n    restart_cmd: sh /etc/haproxy/reload.sh\n\
+                 log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
+                ip = pod.ip(),
+                bin = haproxy_binary().display(),
+            ),
+        );
+        let ip = pod.ip().to_string();
+        let env = [("POD_IP", ip.as_str())];
+        let haproxy = pod.spawn(
+            "sh",
+            [
+                "-c",
+                &format!(
+                    "cd /etc/haproxy && exec {} -W -S /etc/haproxy/master.sock -p /etc/haproxy/haproxy.pid -f /etc/haproxy/haproxy.cfg",
+                    haproxy_binary().display()
+                ),
+            ],
+            &env,
+        );
+        let dataplaneapi = pod.spawn(
+            "sh",
+            [
+                "-c",
+                &format!(
+                    "while ! test -S /etc/haproxy/runtime.sock; do sleep 0.05; done; cd /etc/haproxy && exec {} -f /etc/haproxy/dataplaneapi.yaml",
+                    api.display()
+                ),
+            ],
+            &env,
+        );
+        let mut pod = HaproxyPod {
+            dataplaneapi,
+            haproxy,
+            pod,
+            user: "admin".to_string(),
+            password,
+        };
+        pod.wait_ready();
+        pod
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = self.pod.addr(DATAPLANE_PORT);
+        while std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "HAProxy pod {}: the Data Plane API did not answer on {addr} in 30 s:\n{}",
+                self.pod.name(),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn ip(&self) -> Ipv4Addr {
+        self.pod.ip()
+    }
+
+    pub fn name(&self) -> &str {
+        self.pod.name()
+    }
+
+    /// `http://<pod-ip>:5555`, the URL a Deployer's target is given.
+    pub fn dataplane_url(&self) -> String {
+        format!("http://{}:{DATAPLANE_PORT}", self.pod.ip())
+    }
+
+    /// The pod's `/etc/haproxy` as the host sees it.
+    pub fn etc_haproxy(&self) -> PathBuf {
+        self.pod.etc_dir().join("haproxy")
+    }
+
+    /// How many times the pod's haproxy reloaded (the master's `show proc`).
+    pub fn reloads(&self) -> Option<u64> {
+        let proc = dataplane_peer::cli(&self.etc_haproxy().join("master.sock"), "show proc")?;
+        proc.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("master"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+    }
+
+    pub fn logs(&self) -> String {
+        format!(
+            "--- haproxy\n{}\n--- dataplaneapi\n{}",
+            self.haproxy.log_tail(),
+            self.dataplaneapi.log_tail()
+        )
+    }
+}
