@@ -3,9 +3,10 @@
 //! without I/O. `local` drives a haproxy haptor owns (its files, master CLI and runtime
 //! API, the process itself); `dataplane` a pod's HAProxy Data Plane API; `haproxy_check`
 //! runs `haproxy -c` for the validation pipeline; `manifest_dir` reads folders of
-//! manifests.
+//! manifests; `kube` is the Kubernetes side of `haptor run`.
 
 pub mod dataplane;
 pub mod haproxy_check;
+pub mod kube;
 pub mod local;
 pub mod manifest_dir;

@@ -6,6 +6,8 @@
 pub mod assertions;
 pub mod config;
 pub mod deploy;
+pub mod discovery;
+pub mod election;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod haproxy;

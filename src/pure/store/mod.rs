@@ -7,6 +7,7 @@
 //! filtering, relist detection and the batching of changes.
 
 mod compact;
+pub mod field_selector;
 mod path;
 mod resource;
 mod watch;

@@ -1,0 +1,176 @@
+//! Discovery of the HAProxy pods on kube-rs: one watch on the Pods of the config's
+//! namespace with the `podSelector` sent to the server as a label selector, a map of what
+//! it saw, and after every change the pods to deploy to ([`pod_endpoints`]) published as
+//! [`Instance`]s, each a [`DataplaneTarget`] at `podIP:port`. An instance whose pod keeps
+//! its name, address and the credentials keeps its target (and so its Deployer and what it
+//! knows of the pod); a pod that goes away leaves the list, which stops its Deployer; a new
+//! pod joins, and the DeployScheduler gives it the current configuration at once.
+//!
+//! The watch recovers on its own (kube's default backoff); an error is logged with what to
+//! check, and the last published list stands meanwhile.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use crate::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
+use crate::messages::Instance;
+use crate::pure::deploy::DeployTarget;
+use crate::pure::discovery::{ObservedPod, PodEndpoint, pod_endpoints};
+
+/// The Data Plane API credentials every pod is reached with.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct DataplaneCredentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for DataplaneCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataplaneCredentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where and how to look for HAProxy pods.
+#[derive(Debug, Clone)]
+pub struct PodDiscoverySettings {
+    pub namespace: String,
+    /// `podSelector.matchLabels`.
+    pub match_labels: BTreeMap<String, String>,
+    /// The Data Plane API port on each pod.
+    pub port: u16,
+}
+
+impl PodDiscoverySettings {
+    /// The label selector sent to the server.
+    pub fn label_selector(&self) -> String {
+        self.match_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// What discovery publishes: the endpoints (for status and tests) and the instances.
+#[derive(Clone, Default)]
+pub struct Discovered {
+    pub endpoints: Vec<PodEndpoint>,
+    pub instances: Vec<Instance>,
+}
+
+/// Builds the instances for `endpoints`, reusing the target of an unchanged one.
+fn instances(
+    endpoints: &[PodEndpoint],
+    previous: &BTreeMap<PodEndpoint, Arc<dyn DeployTarget>>,
+    credentials: &DataplaneCredentials,
+) -> BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> {
+    let mut next = BTreeMap::new();
+    for endpoint in endpoints {
+        if let Some(target) = previous.get(endpoint) {
+            next.insert(endpoint.clone(), Arc::clone(target));
+            continue;
+        }
+        let settings =
+            DataplaneSettings::new(&endpoint.url, &credentials.username, &credentials.password);
+        match DataplaneTarget::new(&endpoint.name, settings) {
+            Ok(target) => {
+                next.insert(endpoint.clone(), Arc::new(target) as Arc<dyn DeployTarget>);
+            }
+            Err(e) => {
+                tracing::warn!(pod = %endpoint.name, url = %endpoint.url, error = %e, "HAProxy pod left out: no Data Plane API target for it");
+            }
+        }
+    }
+    next
+}
+
+/// Runs discovery until the returned task is aborted, publishing on `out`. A credentials
+/// change rebuilds every target.
+pub fn spawn(
+    client: Client,
+    settings: PodDiscoverySettings,
+    mut credentials: watch::Receiver<DataplaneCredentials>,
+    out: watch::Sender<Discovered>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(client, &settings.namespace);
+        let config = watcher::Config::default().labels(&settings.label_selector());
+        let mut events = watcher(api, config).default_backoff().boxed();
+        let mut pods: BTreeMap<String, ObservedPod> = BTreeMap::new();
+        let mut listing: Option<BTreeMap<String, ObservedPod>> = None;
+        let mut targets: BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> = BTreeMap::new();
+        let mut creds = credentials.borrow_and_update().clone();
+        let mut published: Option<Vec<PodEndpoint>> = None;
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else { return };
+                    match event {
+                        Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+                        Ok(watcher::Event::InitApply(pod)) => {
+                            if let (Some(list), Some(seen)) = (listing.as_mut(), ObservedPod::of(&pod)) {
+                                list.insert(seen.name.clone(), seen);
+                            }
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            pods = listing.take().unwrap_or_default();
+                        }
+                        Ok(watcher::Event::Apply(pod)) => {
+                            if let Some(seen) = ObservedPod::of(&pod) {
+                                pods.insert(seen.name.clone(), seen);
+                            }
+                        }
+                        Ok(watcher::Event::Delete(pod)) => {
+                            if let Some(name) = pod.metadata.name.as_deref() {
+                                pods.remove(name);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(namespace = %settings.namespace, selector = %settings.label_selector(), error = %e, "watching HAProxy pods failed (check that haptor may list and watch pods in this namespace); retrying");
+                            continue;
+                        }
+                    }
+                    if listing.is_some() {
+                        continue;
+                    }
+                }
+                changed = credentials.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    creds = credentials.borrow_and_update().clone();
+                    targets.clear();
+                    published = None;
+                }
+            }
+            let endpoints = pod_endpoints(&pods, settings.port);
+            if published.as_ref() == Some(&endpoints) {
+                continue;
+            }
+            targets = instances(&endpoints, &targets, &creds);
+            let instances: Vec<Instance> = targets
+                .iter()
+                .map(|(endpoint, target)| Instance {
+                    name: endpoint.name.clone(),
+                    target: Arc::clone(target),
+                })
+                .collect();
+            tracing::info!(namespace = %settings.namespace, pods = ?endpoints.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), "HAProxy pods discovered");
+            published = Some(endpoints.clone());
+            let _ = out.send(Discovered {
+                endpoints,
+                instances,
+            });
+        }
+    })
+}
