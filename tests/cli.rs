@@ -113,3 +113,28 @@ fn a_reader_that_stops_early_does_not_make_haptor_panic() {
         output.status
     );
 }
+
+#[test]
+fn without_haproxy_on_path_the_debian_package_binary_is_run() {
+    // As a normal user's shell has it: no /usr/sbin on PATH, no HAPROXY_BIN.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &config,
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nfrontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n",
+    )
+    .expect("a config");
+    let output = Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .args(["lint", "--haproxy"])
+        .arg(&config)
+        .env_remove("HAPROXY_BIN")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("haptor runs");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stdout(&output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

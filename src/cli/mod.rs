@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::drivers::haproxy_check::installed_haproxy;
 use crate::output::outln;
 use crate::telemetry::{LogFormat, LogLevelHandle};
 
@@ -81,7 +82,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub debug_addr: String,
     /// The haproxy binary used for `haproxy -c`.
-    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
 }
 
@@ -100,7 +101,7 @@ pub struct LocalArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub debug_addr: String,
     /// The haproxy binary to run.
-    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
 }
 
@@ -116,7 +117,7 @@ pub struct ValidateArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
     pub output: OutputFormat,
     /// The haproxy binary used by `haproxy_valid` assertions.
-    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
     /// Print the rendered files of failing tests.
     #[arg(long)]
@@ -138,7 +139,7 @@ pub struct RenderArgs {
     #[arg(long)]
     pub validate: bool,
     /// The haproxy binary used with --validate.
-    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
 }
 
@@ -151,7 +152,7 @@ pub struct LintArgs {
     #[arg(long)]
     pub haproxy: bool,
     /// The haproxy binary used with --haproxy.
-    #[arg(long, default_value = "haproxy", env = "HAPROXY_BIN")]
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
     /// Print the structured view of each file.
     #[arg(long, value_enum)]

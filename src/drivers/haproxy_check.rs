@@ -38,19 +38,28 @@ pub const DEFAULT_BINARY: &str = "haproxy";
 /// The environment variable naming the haproxy the test suite and the benches run.
 pub const TEST_BINARY_ENV: &str = "HAPTOR_HAPROXY_BIN";
 
-/// The haproxy the test suite and the benches run, found one way for all of them: the path
-/// in `HAPTOR_HAPROXY_BIN`, else the Debian package's `/usr/sbin/haproxy` (a normal user's
-/// `PATH` does not name `/usr/sbin`), else [`DEFAULT_BINARY`] looked up in `PATH`. The
-/// controller itself runs the binary it is configured with (`--haproxy-bin`).
-pub fn haproxy_binary() -> PathBuf {
-    if let Some(configured) = std::env::var_os(TEST_BINARY_ENV) {
-        return PathBuf::from(configured);
-    }
-    let installed = Path::new("/usr/sbin/haproxy");
-    if installed.exists() {
-        installed.to_path_buf()
+/// The haproxy haptor runs when `--haproxy-bin` and `HAPROXY_BIN` name none: `haproxy` when
+/// `PATH` has it, else the Debian package's `/usr/sbin/haproxy` when it exists (a normal
+/// user's `PATH` does not name `/usr/sbin`), else `haproxy`, which then fails with a message
+/// saying how to install it.
+pub fn installed_haproxy() -> String {
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join(DEFAULT_BINARY).is_file())
+    });
+    let packaged = Path::new("/usr/sbin/haproxy");
+    if !on_path && packaged.is_file() {
+        packaged.display().to_string()
     } else {
-        PathBuf::from(DEFAULT_BINARY)
+        DEFAULT_BINARY.to_string()
+    }
+}
+
+/// The haproxy the test suite and the benches run: the path in `HAPTOR_HAPROXY_BIN`, else
+/// the one haptor itself would run ([`installed_haproxy`]).
+pub fn haproxy_binary() -> PathBuf {
+    match std::env::var_os(TEST_BINARY_ENV) {
+        Some(configured) => PathBuf::from(configured),
+        None => PathBuf::from(installed_haproxy()),
     }
 }
 
@@ -309,10 +318,6 @@ impl HaproxyChecker {
 
 /// Reads the HAProxy version from `<binary> -v` (first line, e.g. `HAProxy version
 /// 2.6.12-1+deb12u4 2026/10/17 - https://haproxy.org/` gives `2.6.12-1+deb12u4`).
-pub fn haproxy_version(binary: impl AsRef<Path>) -> Result<String, SemanticCheckError> {
-    haproxy_version_with_timeout(binary.as_ref(), DEFAULT_TIMEOUT)
-}
-
 fn haproxy_version_with_timeout(
     binary: &Path,
     timeout: Duration,

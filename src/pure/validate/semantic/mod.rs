@@ -87,13 +87,6 @@ pub enum SemanticCheckError {
     Task(String),
 }
 
-impl SemanticCheckError {
-    /// True when the configuration itself was rejected, false when the check could not run.
-    pub fn is_rejection(&self) -> bool {
-        matches!(self, SemanticCheckError::Rejected(_))
-    }
-}
-
 impl From<SemanticCheckError> for ValidationError {
     /// A rejection keeps its problems; a failure to run becomes one problem on
     /// `haproxy.cfg` without a line, whose message is the failure.
