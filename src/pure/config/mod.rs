@@ -220,12 +220,7 @@ pub struct WatchedResource {
     /// `app.kubernetes.io/name=web,tier notin (cache)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
-    /// Filter `path=value` (comma-separated, all must hold) applied before storing, e.g.
-    /// `spec.ingressClassName=haptor`. haptor always applies it itself; in-cluster it also
-    /// sends the fields the API server selects on for the kind, so fewer objects cross the
-    /// wire: `metadata.name` and `metadata.namespace` for every kind (CRDs included),
-    /// `type` for Secrets, `spec.nodeName`, `status.phase`, `status.podIP` and a few more
-    /// for Pods. Other fields (such as `spec.ingressClassName`) are filtered by haptor only.
+    /// Client-side filter `path=value` applied before storing (e.g. `spec.ingressClassName=haptor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_selector: Option<String>,
     /// Kubernetes label selector (same syntax as `labelSelector`) over the labels of each
