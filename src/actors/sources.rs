@@ -25,8 +25,9 @@ use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
 use crate::pure::selector::namespaces::is_namespace_kind;
-use crate::pure::selector::{LabelSelector, Membership, NamespaceChange, NamespaceLabels};
+use crate::pure::selector::{LabelSelector, NamespaceChange, NamespaceLabels};
 use crate::pure::store::CompactObject;
+use crate::pure::store::namespace_join::moving_objects;
 
 /// One open stream.
 struct Subscriber {
@@ -65,26 +66,14 @@ impl Channel {
     /// Lets the objects of a namespace whose labels changed enter or leave every
     /// subscriber's stream, as its namespace selector decides.
     fn namespace_changed(&mut self, change: &NamespaceChange) {
-        let namespace = &change.namespace;
-        let in_namespace: Vec<&CompactObject> = self
-            .objects
-            .range((namespace.clone(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
-            .map(|(_, object)| object)
-            .collect();
-        if in_namespace.is_empty() {
-            return;
-        }
+        let objects = &self.objects;
         self.subscribers.retain(|s| {
             let Some(selector) = &s.namespace_selector else {
                 return true;
             };
-            let event: fn(CompactObject) -> ResourceEvent = match change.membership(selector) {
-                Membership::Enter => ResourceEvent::Apply,
-                Membership::Leave => ResourceEvent::Delete,
-                Membership::Unchanged => return true,
-            };
-            in_namespace.iter().all(|o| s.send(event((*o).clone())))
+            moving_objects(objects, change, selector)
+                .into_iter()
+                .all(|event| s.send(event))
         });
     }
 }

@@ -37,7 +37,7 @@
 //! with its backoff and relists when it recovers. A resource that cannot be resolved when
 //! its stream opens (a CRD not installed yet) is logged and resolved again with a backoff.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,9 +55,10 @@ use serde_json::{Value, json};
 use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
-use crate::pure::selector::{LabelSelector, Membership, NamespaceChange, NamespaceLabels};
+use crate::pure::selector::LabelSelector;
 use crate::pure::store::CompactObject;
 use crate::pure::store::field_selector::server_field_selector;
+use crate::pure::store::namespace_join::{Keyed, ListEvent, NamespaceJoin};
 
 /// The first wait before resolving a resource again that could not be resolved when its
 /// stream opened; it doubles up to [`RESOLVE_RETRY_MAX`].
@@ -295,7 +296,7 @@ impl KubeResources {
             .filter_map(move |item| future::ready(keep(&watched, item)))
             .filter_map(move |event| future::ready(keyed_event(event, &api_resource)));
         let Some(selector) = plan.namespace_selector else {
-            return objects.map(resource_event).boxed();
+            return objects.map(ResourceEvent::from).boxed();
         };
         let namespaces_watched = Watched {
             resource: "namespaces".into(),
@@ -310,7 +311,7 @@ impl KubeResources {
         )
         .default_backoff()
         .filter_map(move |item| future::ready(keep(&namespaces_watched, item)))
-        .map(|event| event.map_objects(namespace_metadata));
+        .map(|event| list_event(event, namespace_metadata));
         let mut join = NamespaceJoin::new(selector);
         stream::select(
             objects.map(Side::Objects).boxed(),
@@ -442,24 +443,18 @@ fn report(watched: &Watched, error: &watcher::Error) {
     }
 }
 
-/// One object of the watched resource with its namespace and name.
-#[derive(Debug, Clone)]
-struct Keyed {
-    namespace: String,
-    name: String,
-    object: CompactObject,
-}
-
 /// The watcher's event with its object in compact form, or `None` for an object that
 /// cannot be written as JSON (logged; not expected from objects the server sent).
-fn keyed_event(event: Event<DynamicObject>, api_resource: &ApiResource) -> Option<Event<Keyed>> {
-    let keyed = |object| keyed(object, api_resource);
+fn keyed_event(
+    event: Event<DynamicObject>,
+    api_resource: &ApiResource,
+) -> Option<ListEvent<Keyed>> {
     Some(match event {
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
-        Event::InitApply(object) => Event::InitApply(keyed(object)?),
-        Event::Apply(object) => Event::Apply(keyed(object)?),
-        Event::Delete(object) => Event::Delete(keyed(object)?),
+        Event::Init => ListEvent::Init,
+        Event::InitDone => ListEvent::InitDone,
+        Event::InitApply(object) => ListEvent::InitApply(keyed(object, api_resource)?),
+        Event::Apply(object) => ListEvent::Apply(keyed(object, api_resource)?),
+        Event::Delete(object) => ListEvent::Delete(keyed(object, api_resource)?),
     })
 }
 
@@ -486,377 +481,25 @@ fn keyed(mut object: DynamicObject, api_resource: &ApiResource) -> Option<Keyed>
     }
 }
 
-fn resource_event(event: Event<Keyed>) -> ResourceEvent {
-    match event {
-        Event::Init => ResourceEvent::InitStart,
-        Event::InitApply(keyed) => ResourceEvent::InitApply(keyed.object),
-        Event::InitDone => ResourceEvent::InitDone,
-        Event::Apply(keyed) => ResourceEvent::Apply(keyed.object),
-        Event::Delete(keyed) => ResourceEvent::Delete(keyed.object),
-    }
-}
-
 /// What `NamespaceLabels` reads of a Namespace: its name and labels.
 fn namespace_metadata(namespace: PartialObjectMeta<Namespace>) -> Value {
     json!({ "metadata": { "name": namespace.name_any(), "labels": namespace.labels() } })
 }
 
-trait MapObjects<T> {
-    fn map_objects<U>(self, f: impl FnOnce(T) -> U) -> Event<U>;
-}
-
-impl<T> MapObjects<T> for Event<T> {
-    fn map_objects<U>(self, f: impl FnOnce(T) -> U) -> Event<U> {
-        match self {
-            Event::Init => Event::Init,
-            Event::InitDone => Event::InitDone,
-            Event::InitApply(object) => Event::InitApply(f(object)),
-            Event::Apply(object) => Event::Apply(f(object)),
-            Event::Delete(object) => Event::Delete(f(object)),
-        }
+/// A watcher's event as the pure code takes it.
+fn list_event<T, U>(event: Event<T>, f: impl FnOnce(T) -> U) -> ListEvent<U> {
+    match event {
+        Event::Init => ListEvent::Init,
+        Event::InitDone => ListEvent::InitDone,
+        Event::InitApply(object) => ListEvent::InitApply(f(object)),
+        Event::Apply(object) => ListEvent::Apply(f(object)),
+        Event::Delete(object) => ListEvent::Delete(f(object)),
     }
 }
 
 /// An event of either watch behind a namespace-selected stream.
 enum Side {
-    Objects(Event<Keyed>),
+    Objects(ListEvent<Keyed>),
     /// A Namespace's metadata (`namespace_metadata`).
-    Namespaces(Event<Value>),
-}
-
-/// The namespace selection of one watched resource: the resource's cluster-wide watch and
-/// the Namespaces watch in, the objects of namespaces whose labels match the selector out
-/// (cluster-scoped objects always pass). Its own events mirror the watcher's: a list
-/// (`InitStart`, `InitApply`…, `InitDone`), sent as one once the resource's list is complete
-/// and the Namespaces have been listed, then changes. A namespace whose labels start or stop
-/// matching lets its objects enter (`Apply` each) or leave (`Delete` each).
-#[derive(Debug)]
-struct NamespaceJoin {
-    selector: LabelSelector,
-    labels: NamespaceLabels,
-    /// The Namespaces `labels` holds objects of.
-    known: BTreeSet<String>,
-    /// The Namespaces listed so far by a Namespaces (re)list in progress.
-    namespaces_listing: Option<BTreeSet<String>>,
-    namespaces_listed: bool,
-    /// Every object of the resource as the server has it, matching or not, by namespace
-    /// and name: an object enters when its namespace starts to match.
-    objects: BTreeMap<(String, String), CompactObject>,
-    /// The objects of a list of the resource in progress.
-    listing: Option<BTreeMap<(String, String), CompactObject>>,
-    /// A complete list of the resource waits for the Namespaces' first list.
-    list_waiting: bool,
-    /// A list has been sent: changes are sent from now on.
-    live: bool,
-}
-
-impl NamespaceJoin {
-    fn new(selector: LabelSelector) -> NamespaceJoin {
-        NamespaceJoin {
-            selector,
-            labels: NamespaceLabels::new(),
-            known: BTreeSet::new(),
-            namespaces_listing: None,
-            namespaces_listed: false,
-            objects: BTreeMap::new(),
-            listing: None,
-            list_waiting: false,
-            live: false,
-        }
-    }
-
-    fn admits(&self, namespace: &str) -> bool {
-        self.labels.admits(&self.selector, namespace)
-    }
-
-    /// An event of the resource's watch.
-    fn on_objects(&mut self, event: Event<Keyed>) -> Vec<ResourceEvent> {
-        match event {
-            Event::Init => {
-                self.listing = Some(BTreeMap::new());
-                self.list_waiting = false;
-                vec![]
-            }
-            Event::InitApply(keyed) => {
-                self.listing
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert((keyed.namespace, keyed.name), keyed.object);
-                vec![]
-            }
-            Event::InitDone => {
-                self.objects = self.listing.take().unwrap_or_default();
-                if self.namespaces_listed {
-                    self.list()
-                } else {
-                    self.list_waiting = true;
-                    vec![]
-                }
-            }
-            Event::Apply(keyed) => {
-                let admitted = self.admits(&keyed.namespace);
-                self.objects
-                    .insert((keyed.namespace, keyed.name), keyed.object.clone());
-                if self.live && admitted {
-                    vec![ResourceEvent::Apply(keyed.object)]
-                } else {
-                    vec![]
-                }
-            }
-            Event::Delete(keyed) => {
-                let admitted = self.admits(&keyed.namespace);
-                self.objects.remove(&(keyed.namespace, keyed.name));
-                if self.live && admitted {
-                    vec![ResourceEvent::Delete(keyed.object)]
-                } else {
-                    vec![]
-                }
-            }
-        }
-    }
-
-    /// An event of the Namespaces watch (each object a Namespace's metadata).
-    fn on_namespaces(&mut self, event: Event<Value>) -> Vec<ResourceEvent> {
-        match event {
-            Event::Init => {
-                self.namespaces_listing = Some(BTreeSet::new());
-                vec![]
-            }
-            Event::InitApply(namespace) => {
-                if let Some(name) = name_of(&namespace) {
-                    self.namespaces_listing
-                        .get_or_insert_with(BTreeSet::new)
-                        .insert(name.to_string());
-                }
-                self.namespace_applied(&namespace)
-            }
-            Event::InitDone => {
-                // Namespaces not listed again are gone.
-                let listed = self.namespaces_listing.take().unwrap_or_default();
-                let gone: Vec<String> = self.known.difference(&listed).cloned().collect();
-                let mut events = Vec::new();
-                for name in gone {
-                    events.extend(self.namespace_removed(&name));
-                }
-                self.known = listed;
-                self.namespaces_listed = true;
-                if self.list_waiting {
-                    events.extend(self.list());
-                }
-                events
-            }
-            Event::Apply(namespace) => self.namespace_applied(&namespace),
-            Event::Delete(namespace) => match name_of(&namespace) {
-                Some(name) => {
-                    let name = name.to_string();
-                    self.namespace_removed(&name)
-                }
-                None => vec![],
-            },
-        }
-    }
-
-    fn namespace_applied(&mut self, namespace: &Value) -> Vec<ResourceEvent> {
-        if let Some(name) = name_of(namespace) {
-            self.known.insert(name.to_string());
-        }
-        let change = self.labels.apply(namespace);
-        self.membership(change)
-    }
-
-    fn namespace_removed(&mut self, name: &str) -> Vec<ResourceEvent> {
-        self.known.remove(name);
-        let change = self.labels.remove(name);
-        self.membership(change)
-    }
-
-    /// The objects of a namespace whose labels changed, entering or leaving.
-    fn membership(&self, change: Option<NamespaceChange>) -> Vec<ResourceEvent> {
-        let Some(change) = change.filter(|_| self.live) else {
-            return vec![];
-        };
-        let event: fn(CompactObject) -> ResourceEvent = match change.membership(&self.selector) {
-            Membership::Enter => ResourceEvent::Apply,
-            Membership::Leave => ResourceEvent::Delete,
-            Membership::Unchanged => return vec![],
-        };
-        let namespace = &change.namespace;
-        self.objects
-            .range((namespace.clone(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
-            .map(|(_, object)| event(object.clone()))
-            .collect()
-    }
-
-    /// The whole list of admitted objects, as one list.
-    fn list(&mut self) -> Vec<ResourceEvent> {
-        self.list_waiting = false;
-        self.live = true;
-        let mut events = vec![ResourceEvent::InitStart];
-        events.extend(
-            self.objects
-                .iter()
-                .filter(|((namespace, _), _)| self.admits(namespace))
-                .map(|(_, object)| ResourceEvent::InitApply(object.clone())),
-        );
-        events.push(ResourceEvent::InitDone);
-        events
-    }
-}
-
-fn name_of(namespace: &Value) -> Option<&str> {
-    namespace
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .filter(|name| !name.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ingress(namespace: &str, name: &str) -> Keyed {
-        let value = json!({
-            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-            "metadata": { "name": name, "namespace": namespace },
-        });
-        Keyed {
-            namespace: namespace.into(),
-            name: name.into(),
-            object: CompactObject::from_value(&value),
-        }
-    }
-
-    fn namespace(name: &str, team: &str) -> Value {
-        json!({ "metadata": { "name": name, "labels": { "team": team } } })
-    }
-
-    fn join() -> NamespaceJoin {
-        NamespaceJoin::new(LabelSelector::parse("team=web").expect("parses"))
-    }
-
-    fn list(join: &mut NamespaceJoin, objects: &[Keyed]) -> Vec<ResourceEvent> {
-        let mut events = join.on_objects(Event::Init);
-        for object in objects {
-            events.extend(join.on_objects(Event::InitApply(object.clone())));
-        }
-        events.extend(join.on_objects(Event::InitDone));
-        events
-    }
-
-    fn list_namespaces(join: &mut NamespaceJoin, namespaces: &[Value]) -> Vec<ResourceEvent> {
-        let mut events = join.on_namespaces(Event::Init);
-        for namespace in namespaces {
-            events.extend(join.on_namespaces(Event::InitApply(namespace.clone())));
-        }
-        events.extend(join.on_namespaces(Event::InitDone));
-        events
-    }
-
-    #[test]
-    fn the_list_waits_for_the_namespaces_and_carries_only_matching_namespaces_objects() {
-        let mut join = join();
-        let objects = [ingress("shop", "a"), ingress("blog", "b")];
-        assert_eq!(
-            list(&mut join, &objects),
-            vec![],
-            "the namespaces are not known yet"
-        );
-        assert_eq!(
-            join.on_objects(Event::Apply(ingress("shop", "c"))),
-            vec![],
-            "nothing is sent before the list"
-        );
-        assert_eq!(
-            list_namespaces(
-                &mut join,
-                &[namespace("shop", "web"), namespace("blog", "docs")]
-            ),
-            vec![
-                ResourceEvent::InitStart,
-                ResourceEvent::InitApply(ingress("shop", "a").object),
-                ResourceEvent::InitApply(ingress("shop", "c").object),
-                ResourceEvent::InitDone,
-            ]
-        );
-        assert_eq!(join.on_objects(Event::Apply(ingress("blog", "d"))), vec![]);
-        assert_eq!(
-            join.on_objects(Event::Delete(ingress("shop", "a"))),
-            vec![ResourceEvent::Delete(ingress("shop", "a").object)]
-        );
-    }
-
-    #[test]
-    fn relabelling_a_namespace_moves_its_objects_in_and_out() {
-        let mut join = join();
-        list_namespaces(&mut join, &[namespace("shop", "docs")]);
-        assert_eq!(
-            list(&mut join, &[ingress("shop", "a"), ingress("shop", "b")]),
-            vec![ResourceEvent::InitStart, ResourceEvent::InitDone]
-        );
-        let entered = join.on_namespaces(Event::Apply(namespace("shop", "web")));
-        assert_eq!(
-            entered,
-            vec![
-                ResourceEvent::Apply(ingress("shop", "a").object),
-                ResourceEvent::Apply(ingress("shop", "b").object),
-            ]
-        );
-        assert_eq!(
-            join.on_namespaces(Event::Apply(namespace("shop", "web"))),
-            vec![],
-            "the same labels again change nothing"
-        );
-        assert_eq!(
-            join.on_namespaces(Event::Delete(namespace("shop", "web"))),
-            vec![
-                ResourceEvent::Delete(ingress("shop", "a").object),
-                ResourceEvent::Delete(ingress("shop", "b").object),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_namespaces_relist_drops_namespaces_no_longer_listed() {
-        let mut join = join();
-        list_namespaces(&mut join, &[namespace("shop", "web")]);
-        assert_eq!(list(&mut join, &[ingress("shop", "a")]).len(), 3);
-        assert_eq!(
-            list_namespaces(&mut join, &[]),
-            vec![ResourceEvent::Delete(ingress("shop", "a").object)],
-            "its labels went with it"
-        );
-    }
-
-    #[test]
-    fn a_relist_of_the_resource_is_judged_by_the_labels_at_its_end() {
-        let mut join = join();
-        list_namespaces(&mut join, &[namespace("shop", "web")]);
-        list(&mut join, &[ingress("shop", "a")]);
-        assert_eq!(join.on_objects(Event::Init), vec![]);
-        join.on_objects(Event::InitApply(ingress("shop", "b")));
-        assert_eq!(
-            join.on_namespaces(Event::Apply(namespace("shop", "docs"))),
-            vec![ResourceEvent::Delete(ingress("shop", "a").object)],
-            "what was sent leaves at once"
-        );
-        assert_eq!(
-            join.on_objects(Event::InitDone),
-            vec![ResourceEvent::InitStart, ResourceEvent::InitDone]
-        );
-    }
-
-    #[test]
-    fn cluster_scoped_objects_pass() {
-        let mut join = join();
-        list_namespaces(&mut join, &[]);
-        let class = ingress("", "haptor");
-        assert_eq!(
-            list(&mut join, std::slice::from_ref(&class)),
-            vec![
-                ResourceEvent::InitStart,
-                ResourceEvent::InitApply(class.object),
-                ResourceEvent::InitDone,
-            ]
-        );
-    }
+    Namespaces(ListEvent<Value>),
 }

@@ -8,6 +8,7 @@
 
 mod compact;
 pub mod field_selector;
+pub mod namespace_join;
 mod path;
 mod resource;
 mod watch;
