@@ -94,64 +94,25 @@ impl DataplanePeer {
             .tempdir()
             .expect("a temp dir for the Data Plane API peer")
             .keep();
-        for sub in [
-            "maps",
-            "ssl",
-            "general",
-            "dataplane",
-            "spoe",
-            "transactions",
-            "backups",
-        ] {
-            std::fs::create_dir_all(dir.join(sub)).expect("a storage dir");
-        }
         let port = free_port();
-        let d = |p: &str| dir.join(p).display().to_string();
         let password = format!("pw-{port}");
         std::fs::write(
             dir.join("haproxy.cfg"),
             initial.replace("ROOT", &dir.display().to_string()),
         )
         .expect("haproxy.cfg");
-        std::fs::write(
-            dir.join("userlist.cfg"),
-            format!("userlist controller\n    user admin insecure-password {password}\n"),
-        )
-        .expect("userlist.cfg");
-        // The API splits its reload command on spaces, without a shell's quoting.
-        std::fs::write(
-            dir.join("reload.sh"),
-            format!("kill -USR2 $(cat {})\n", d("haproxy.pid")),
-        )
-        .expect("reload.sh");
-        let reload = format!("sh {}", d("reload.sh"));
-        std::fs::write(
-            dir.join("dataplaneapi.yaml"),
-            format!(
-                "name: haptor-test-{port}\n\
-                 dataplaneapi:\n  host: 127.0.0.1\n  port: {port}\n\
-                 \x20 transaction:\n    transaction_dir: {tx}\n    backups_dir: {backups}\n\
-                 \x20 userlist:\n    userlist_file: {userlist}\n\
-                 \x20 resources:\n    maps_dir: {maps}\n    ssl_certs_dir: {ssl}\n    general_storage_dir: {general}\n    dataplane_storage_dir: {dataplane}\n    spoe_dir: {spoe}\n\
-                 haproxy:\n  config_file: {cfg}\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
-                 \x20 reload:\n    reload_delay: 1\n    reload_cmd: {reload}\n    restart_cmd: {reload}\n\
-                 log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
-                tx = d("transactions"),
-                backups = d("backups"),
-                userlist = d("userlist.cfg"),
-                maps = match maps_dir {
-                    MapsDir::Relative => "maps".to_string(),
-                    MapsDir::Absolute => d("maps"),
-                },
-                ssl = d("ssl"),
-                general = d("general"),
-                dataplane = d("dataplane"),
-                spoe = d("spoe"),
-                cfg = d("haproxy.cfg"),
-                bin = haproxy_binary().display(),
-            ),
-        )
-        .expect("dataplaneapi.yaml");
+        write_api_files(
+            &dir,
+            &dir.display().to_string(),
+            &ApiListener {
+                name: format!("haptor-test-{port}"),
+                host: "127.0.0.1".to_string(),
+                port,
+            },
+            &password,
+            maps_dir,
+        );
+        let d = |p: &str| dir.join(p).display().to_string();
         std::fs::write(
             dir.join("haproxy.sh"),
             format!(
@@ -263,11 +224,7 @@ impl DataplanePeer {
 
     /// How many times the master has reloaded (`show proc`), once it answers.
     pub fn reloads(&self) -> Option<u64> {
-        let proc = self.master("show proc")?;
-        proc.lines()
-            .find(|l| l.split_whitespace().nth(1) == Some("master"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .and_then(|n| n.parse().ok())
+        master_reloads(&self.dir.join("master.sock"))
     }
 
     /// Waits until the master has reloaded at least `count` times and a worker of the new
@@ -316,6 +273,80 @@ impl DataplanePeer {
             .map(str::to_string)
             .collect()
     }
+}
+
+/// Where the API listens, and the name it reports.
+pub struct ApiListener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Writes what the API needs into `dir`, the directory holding `haproxy.cfg`, which the
+/// API and haproxy see as `seen_as` (`/etc/haproxy` in a pod): the storage directories,
+/// the userlist with the `admin` user, `reload.sh` (the API splits its reload command on
+/// spaces, without a shell's quoting, so the command is a script) and
+/// `dataplaneapi.yaml`. The API must be started in `seen_as` for a relative `maps_dir`.
+pub fn write_api_files(
+    dir: &Path,
+    seen_as: &str,
+    listener: &ApiListener,
+    password: &str,
+    maps_dir: MapsDir,
+) {
+    for sub in [
+        "maps",
+        "ssl",
+        "general",
+        "dataplane",
+        "spoe",
+        "transactions",
+        "backups",
+    ] {
+        std::fs::create_dir_all(dir.join(sub)).expect("a storage dir");
+    }
+    let write = |file: &str, text: String| {
+        std::fs::write(dir.join(file), text)
+            .unwrap_or_else(|e| panic!("writing {}/{file}: {e}", dir.display()));
+    };
+    write(
+        "userlist.cfg",
+        format!("userlist controller\n    user admin insecure-password {password}\n"),
+    );
+    write(
+        "reload.sh",
+        format!("kill -USR2 $(cat {seen_as}/haproxy.pid)\n"),
+    );
+    let maps = match maps_dir {
+        MapsDir::Relative => "maps".to_string(),
+        MapsDir::Absolute => format!("{seen_as}/maps"),
+    };
+    write(
+        "dataplaneapi.yaml",
+        format!(
+            "name: {name}\n\
+             dataplaneapi:\n  host: {host}\n  port: {port}\n\
+             \x20 transaction:\n    transaction_dir: {seen_as}/transactions\n    backups_dir: {seen_as}/backups\n\
+             \x20 userlist:\n    userlist_file: {seen_as}/userlist.cfg\n\
+             \x20 resources:\n    maps_dir: {maps}\n    ssl_certs_dir: {seen_as}/ssl\n    general_storage_dir: {seen_as}/general\n    dataplane_storage_dir: {seen_as}/dataplane\n    spoe_dir: {seen_as}/spoe\n\
+             haproxy:\n  config_file: {seen_as}/haproxy.cfg\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
+             \x20 reload:\n    reload_delay: 1\n    reload_cmd: sh {seen_as}/reload.sh\n    restart_cmd: sh {seen_as}/reload.sh\n\
+             log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
+            name = listener.name,
+            host = listener.host,
+            port = listener.port,
+            bin = haproxy_binary().display(),
+        ),
+    );
+}
+
+/// How many times the haproxy behind master socket `socket` reloaded (`show proc`).
+pub fn master_reloads(socket: &Path) -> Option<u64> {
+    let proc = cli(socket, "show proc")?;
+    proc.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("master"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
 }
 
 impl Drop for DataplanePeer {

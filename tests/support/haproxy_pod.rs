@@ -49,45 +49,20 @@ impl HaproxyPod {
         });
         let pod = network.pod(name);
         let etc = pod.etc_dir().join("haproxy");
-        for sub in [
-            "maps",
-            "ssl",
-            "general",
-            "dataplane",
-            "spoe",
-            "transactions",
-            "backups",
-        ] {
-            std::fs::create_dir_all(etc.join(sub)).expect("the pod's storage dirs");
-        }
+        std::fs::create_dir_all(&etc).expect("the pod's /etc/haproxy");
         let password = format!("pw-{name}");
-        let write = |file: &str, text: String| {
-            std::fs::write(etc.join(file), text)
-                .unwrap_or_else(|e| panic!("{name}: writing /etc/haproxy/{file}: {e}"));
-        };
-        write("haproxy.cfg", initial_config());
-        write(
-            "userlist.cfg",
-            format!("userlist controller\n    user admin insecure-password {password}\n"),
-        );
-        write(
-            "reload.sh",
-            "kill -USR2 $(cat /etc/haproxy/haproxy.pid)\n".to_string(),
-        );
-        write(
-            "dataplaneapi.yaml",
-            format!(
-                "name: {name}\n\
-                 dataplaneapi:\n  host: {ip}\n  port: {DATAPLANE_PORT}\n\
-                 \x20 transaction:\n    transaction_dir: /etc/haproxy/transactions\n    backups_dir: /etc/haproxy/backups\n\
-                 \x20 userlist:\n    userlist_file: /etc/haproxy/userlist.cfg\n\
-                 \x20 resources:\n    maps_dir: maps\n    ssl_certs_dir: /etc/haproxy/ssl\n    general_storage_dir: /etc/haproxy/general\n    dataplane_storage_dir: /etc/haproxy/dataplane\n    spoe_dir: /etc/haproxy/spoe\n\
-                 haproxy:\n  config_file: /etc/haproxy/haproxy.cfg\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
-                 \x20 reload:\n    reload_delay: 1\n    reload_cmd: sh /etc/haproxy/reload.sh\n    restart_cmd: sh /etc/haproxy/reload.sh\n\
-                 log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
-                ip = pod.ip(),
-                bin = haproxy_binary().display(),
-            ),
+        std::fs::write(etc.join("haproxy.cfg"), initial_config())
+            .unwrap_or_else(|e| panic!("{name}: writing /etc/haproxy/haproxy.cfg: {e}"));
+        dataplane_peer::write_api_files(
+            &etc,
+            "/etc/haproxy",
+            &dataplane_peer::ApiListener {
+                name: name.to_string(),
+                host: pod.ip().to_string(),
+                port: DATAPLANE_PORT,
+            },
+            &password,
+            dataplane_peer::MapsDir::Relative,
         );
         let ip = pod.ip().to_string();
         let env = [("POD_IP", ip.as_str())];
@@ -160,11 +135,7 @@ impl HaproxyPod {
 
     /// How many times the pod's haproxy reloaded (the master's `show proc`).
     pub fn reloads(&self) -> Option<u64> {
-        let proc = dataplane_peer::cli(&self.etc_haproxy().join("master.sock"), "show proc")?;
-        proc.lines()
-            .find(|l| l.split_whitespace().nth(1) == Some("master"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .and_then(|n| n.parse().ok())
+        dataplane_peer::master_reloads(&self.etc_haproxy().join("master.sock"))
     }
 
     pub fn logs(&self) -> String {
