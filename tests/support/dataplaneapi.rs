@@ -19,30 +19,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::support::{free_port, haproxy_binary};
+use super::support::{Launcher, free_port, haproxy_binary};
 
 /// The environment variable naming the dataplaneapi binary.
 pub const DATAPLANEAPI_VAR: &str = "TEST_ASSET_DATAPLANEAPI";
-
-/// The launcher: `DIR`, then the names of the scripts to run from `DIR/NAME.sh`, each with
-/// its output in `DIR/NAME.log`; kills them and removes `DIR` when its standard input
-/// closes.
-const LAUNCHER: &str = r#"dir=$1; shift
-pids=
-for name in "$@"; do
-  sh "$dir/$name.sh" </dev/null >"$dir/$name.log" 2>&1 &
-  pids="$pids $!"
-done
-cat >/dev/null
-kill -KILL $pids 2>/dev/null
-test -f "$dir/haproxy.pid" && kill -KILL $(cat "$dir/haproxy.pid") 2>/dev/null
-pkill -KILL -f "$dir/haproxy.cfg" 2>/dev/null
-wait
-rm -rf "$dir"
-"#;
 
 /// The dataplaneapi binary, if this run has one.
 pub fn binary() -> Option<PathBuf> {
@@ -67,7 +50,7 @@ pub enum MapsDir {
 /// A running haproxy + dataplaneapi pair.
 pub struct DataplanePeer {
     dir: PathBuf,
-    launcher: Option<(Child, ChildStdin)>,
+    launcher: Option<Launcher>,
     /// `http://127.0.0.1:PORT/v3`.
     pub url: String,
     pub user: String,
@@ -126,21 +109,16 @@ impl DataplanePeer {
         )
         .expect("haproxy.sh");
 
-        let peer = |names: &[&str]| {
-            let mut child = Command::new("sh")
-                .arg("-c")
-                .arg(LAUNCHER)
-                .arg("haptor-dpa-launcher")
-                .arg(&dir)
-                .args(names)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("sh runs the peer's launcher");
-            let stdin = child.stdin.take().expect("the launcher's stdin");
-            (child, stdin)
-        };
+        // haproxy forks its workers itself: they are killed by command line.
+        std::fs::write(
+            dir.join("cleanup.sh"),
+            format!(
+                "kill -KILL $(cat {pid}) 2>/dev/null\npkill -KILL -f {cfg}\n",
+                pid = d("haproxy.pid"),
+                cfg = d("haproxy.cfg"),
+            ),
+        )
+        .expect("cleanup.sh");
         // haproxy first: the API reads the configuration's version and the master socket.
         std::fs::write(
             dir.join("dataplaneapi.sh"),
@@ -153,7 +131,7 @@ impl DataplanePeer {
             ),
         )
         .expect("dataplaneapi.sh");
-        let launcher = peer(&["haproxy", "dataplaneapi"]);
+        let launcher = Launcher::start(&dir, &["haproxy", "dataplaneapi"]);
         let mut peer = DataplanePeer {
             url: format!("http://127.0.0.1:{port}/v3"),
             dir,
@@ -351,10 +329,7 @@ pub fn master_reloads(socket: &Path) -> Option<u64> {
 
 impl Drop for DataplanePeer {
     fn drop(&mut self) {
-        if let Some((mut child, stdin)) = self.launcher.take() {
-            drop(stdin);
-            let _ = child.wait();
-        }
+        drop(self.launcher.take());
     }
 }
 

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use super::support::free_port;
+use super::support::{Launcher, free_port};
 
 /// How long the servers may take to answer `/readyz` (about 4 s on an idle 2-core machine;
 /// a loaded one running several test binaries' servers at once is much slower).
@@ -50,24 +50,6 @@ const RESTRICTED_TOKEN: &str = "haptor-kit-restricted-token";
 /// The user name of the restricted identity: no rights beyond what the API server grants
 /// every authenticated user (discovery, self reviews) until a test binds a role to it.
 pub const RESTRICTED_USER: &str = "haptor-restricted";
-
-/// The launcher. Arguments: the kit's directory, then the names of the servers; each runs
-/// `DIR/NAME.sh` (which `exec`s the server, so the pid written to `DIR/NAME.pid` is the
-/// server's) with its output in `DIR/NAME.log`. When standard input closes — this process
-/// dropped the kit, exited or was killed — it kills the servers, reaps them and removes
-/// the directory.
-const LAUNCHER: &str = r#"dir=$1; shift
-pids=
-for name in "$@"; do
-  sh "$dir/$name.sh" </dev/null >"$dir/$name.log" 2>&1 &
-  pids="$pids $!"
-  echo $! >"$dir/$name.pid.new" && mv "$dir/$name.pid.new" "$dir/$name.pid"
-done
-cat >/dev/null
-kill -KILL $pids 2>/dev/null
-wait
-rm -rf "$dir"
-"#;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -202,20 +184,6 @@ impl KitPids {
     }
 }
 
-/// The launcher and the write end of its standard input. Dropping it stops the servers and
-/// waits until they are gone and the kit's directory is removed.
-struct Launcher {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
-impl Drop for Launcher {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
 /// A running etcd + kube-apiserver pair. See the module documentation.
 pub struct Kit {
     dir: PathBuf,
@@ -323,24 +291,11 @@ impl Kit {
             &apiserver_args,
         );
 
-        let launcher_log = std::fs::File::create(dir.join("launcher.log")).expect("launcher.log");
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(LAUNCHER)
-            .arg("haptor-kit-launcher")
-            .arg(&dir)
-            .args(["etcd", "kube-apiserver"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(launcher_log)
-            .spawn()
-            .expect("sh runs the kit's launcher");
-        let stdin = child.stdin.take();
-        let launcher = Launcher { child, stdin };
+        let launcher = Launcher::start(&dir, &["etcd", "kube-apiserver"]);
         // From here on the launcher owns the directory.
         let _ = guard.keep();
         let pids = KitPids {
-            launcher: launcher.child.id(),
+            launcher: launcher.pid(),
             etcd: read_pid(&dir, "etcd"),
             kube_apiserver: read_pid(&dir, "kube-apiserver"),
         };

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 
 /// The ports handed out lie below the kernel's ephemeral range (32768–60999 by default).
@@ -51,4 +52,64 @@ pub fn text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// The launcher of the servers a test starts (etcd and kube-apiserver, haproxy and
+/// dataplaneapi). Arguments: a directory of the test's own, then the names of the servers;
+/// each runs `DIR/NAME.sh` (which `exec`s the server, so the pid written to `DIR/NAME.pid` is
+/// the server's) with its output in `DIR/NAME.log`. When its standard input closes (the
+/// test dropped the [`Launcher`], exited or was killed) it kills the servers, runs
+/// `DIR/cleanup.sh` if there is one (for processes a server started itself), reaps them and
+/// removes the directory.
+const LAUNCHER: &str = r#"dir=$1; shift
+pids=
+for name in "$@"; do
+  sh "$dir/$name.sh" </dev/null >"$dir/$name.log" 2>&1 &
+  pids="$pids $!"
+  echo $! >"$dir/$name.pid.new" && mv "$dir/$name.pid.new" "$dir/$name.pid"
+done
+cat >/dev/null
+kill -KILL $pids 2>/dev/null
+test -f "$dir/cleanup.sh" && sh "$dir/cleanup.sh" 2>/dev/null
+wait
+rm -rf "$dir"
+"#;
+
+/// A running [`LAUNCHER`] and the write end of its standard input. Dropping it stops the
+/// servers and waits until they are gone and the directory is removed.
+pub struct Launcher {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Launcher {
+    /// Starts the servers `names` of `dir` (see [`LAUNCHER`]); from here on the launcher
+    /// owns `dir`. Its own messages go to `DIR/launcher.log`.
+    pub fn start(dir: &Path, names: &[&str]) -> Launcher {
+        let log = std::fs::File::create(dir.join("launcher.log")).expect("launcher.log");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(LAUNCHER)
+            .arg("haptor-test-launcher")
+            .arg(dir)
+            .args(names)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("sh runs the test's launcher");
+        let stdin = child.stdin.take();
+        Launcher { child, stdin }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
 }
