@@ -2,7 +2,7 @@
 //! actors around a pure render-and-validate core (`pure`). `messages` holds the typed
 //! messages actors exchange, `actors` the thin actor adapters, `supervision` the supervisors,
 //! `observability` the metrics, event log and commentary made of observability events, `cli`
-//! the command line, `telemetry` the logging set-up and `output` the command line's writing
+//! the command line, `local` and `run` the two ways of running the controller, `telemetry` the logging set-up and `output` the command line's writing
 //! to standard output.
 
 pub mod actors;
@@ -13,5 +13,6 @@ pub mod messages;
 pub mod observability;
 pub mod output;
 pub mod pure;
+pub mod run;
 pub mod supervision;
 pub mod telemetry;

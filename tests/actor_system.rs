@@ -103,7 +103,7 @@ struct Harness {
     source: MemorySource,
     config: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
     leadership: watch::Sender<Leadership>,
-    _instances: watch::Sender<Vec<Instance>>,
+    instances: watch::Sender<Vec<Instance>>,
     /// The first instance's target.
     target: Arc<RecordingTarget>,
     pipeline: Arc<RecordingPipeline>,
@@ -207,6 +207,7 @@ async fn start_with(setup: Setup) -> Harness {
         ServerAddresses {
             metrics: Some("127.0.0.1:0".into()),
             debug: Some("127.0.0.1:0".into()),
+            health: None,
         }
     } else {
         ServerAddresses::default()
@@ -226,7 +227,7 @@ async fn start_with(setup: Setup) -> Harness {
         source: setup.source,
         config: config_tx,
         leadership: leader_tx,
-        _instances: instances_tx,
+        instances: instances_tx,
         target: setup.targets[0].clone(),
         pipeline,
         sink,
@@ -706,6 +707,31 @@ async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing()
 /// backoff.
 fn gaps(attempts: &[haptor::pure::deploy::DeployAttempt]) -> Vec<Duration> {
     attempts.windows(2).map(|w| w[1].at - w[0].at).collect()
+}
+
+#[tokio::test]
+async fn an_instance_that_comes_back_with_a_new_target_is_deployed_through_the_new_one() {
+    let first = Arc::new(RecordingTarget::new("pod-a"));
+    let h = start_with(Setup {
+        leader: true,
+        epoch: 1,
+        targets: vec![first.clone()],
+        ..Setup::default()
+    })
+    .await;
+    eventually("pod-a deployed", || first.deployed().len() == 1).await;
+    // Discovery rebuilt pod-a's target (new credentials, say): same name, new target.
+    let second = Arc::new(RecordingTarget::new("pod-a"));
+    let _ = h.instances.send(vec![Instance {
+        name: "pod-a".into(),
+        target: second.clone(),
+    }]);
+    eventually("the new target gets the desired config", || {
+        second.deployed().len() == 1
+    })
+    .await;
+    assert_eq!(second.deployed()[0].checksum, first.deployed()[0].checksum);
+    h.controller.stop().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -62,10 +62,16 @@ fn the_checked_in_crds_match_the_generated_ones() {
 }
 
 #[test]
-fn a_subcommand_that_is_not_built_fails_and_says_so() {
-    let output = haptor(&["run"]);
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not implemented yet"));
+fn run_with_an_unreadable_kubeconfig_fails_naming_the_file() {
+    let output = haptor(&["run", "--kubeconfig", "/nonexistent/haptor-kubeconfig"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "haptor run: cannot reach the Kubernetes API: /nonexistent/haptor-kubeconfig"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

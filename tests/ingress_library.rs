@@ -302,6 +302,8 @@ struct RunningHaproxy {
     child: Child,
     http: u16,
     https: u16,
+    /// The status frontend (`status_bind`), where `monitor-uri /healthz` answers.
+    status: u16,
 }
 
 impl Drop for RunningHaproxy {
@@ -468,6 +470,7 @@ fn start_haproxy(dir: &Path, objects: &[Value]) -> RunningHaproxy {
         child,
         http: ports[0],
         https: ports[1],
+        status: ports[2],
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", running.http)).is_err() {
@@ -493,18 +496,30 @@ fn real_requests_are_routed_like_the_ingress_specification_says() {
         "open",
         "redirected",
         "secure",
+        "unlabelled",
     ];
     let mut objects: Vec<Value> = Vec::new();
     for name in names {
         objects.extend(service_with_endpoint(name, echo_server(name)));
     }
-    objects.push(
-        serde_yaml_ng::from_str(
-            &std::fs::read_to_string(repo("deploy/library/testdata/auth-secret.yaml"))
-                .expect("the test auth Secret exists"),
-        )
-        .expect("the auth Secret is YAML"),
+    let auth_secret: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo("deploy/library/testdata/auth-secret.yaml"))
+            .expect("the test auth Secret exists"),
+    )
+    .expect("the auth Secret is YAML");
+    assert_eq!(
+        auth_secret["metadata"]["labels"]["haptor.dev/basic-auth"], "true",
+        "the library watches only auth Secrets with this label"
     );
+    // The same users in a Secret without the label: not watched, so nobody gets in.
+    let mut unlabelled_secret = auth_secret.clone();
+    unlabelled_secret["metadata"] = json!({"name": "unlabelled-users", "namespace": "default"});
+    objects.push(auth_secret);
+    objects.push(unlabelled_secret);
+    // A valid certificate in an Opaque Secret: not watched, so no TLS from it.
+    let mut opaque_tls = tls_secret("default", "opaque-tls");
+    opaque_tls["type"] = json!("Opaque");
+    objects.push(opaque_tls);
     objects.push(ingress(
         "main",
         json!({}),
@@ -537,6 +552,10 @@ fn real_requests_are_routed_like_the_ingress_specification_says() {
             json!({"haproxy.org/allow-list": "10.0.0.0/8,127.0.0.1"}),
         ),
         ("redirected", json!({"haproxy.org/ssl-redirect": "true"})),
+        (
+            "unlabelled",
+            json!({"haproxy.org/auth-type": "basic-auth", "haproxy.org/auth-secret": "unlabelled-users"}),
+        ),
     ];
     for (name, annotations) in annotated {
         objects.push(ingress(
@@ -551,7 +570,8 @@ fn real_requests_are_routed_like_the_ingress_specification_says() {
         "secure",
         json!({"haproxy.org/ssl-redirect": "true", "haproxy.org/auth-type": "basic-auth",
                "haproxy.org/auth-secret": "web-users"}),
-        json!({"tls": [{"hosts": ["secure.example"], "secretName": "secure-tls"}],
+        json!({"tls": [{"hosts": ["secure.example"], "secretName": "secure-tls"},
+                       {"hosts": ["opaque.example"], "secretName": "opaque-tls"}],
                "rules": [{"host": "secure.example",
                           "http": {"paths": [route("/", "Prefix", "secure")]}}]}),
     ));
@@ -610,6 +630,17 @@ fn real_requests_are_routed_like_the_ingress_specification_says() {
     if status != 401 {
         wrong.push(format!("a wrong password: got {status}"));
     }
+    let (status, _, _) = get(
+        port,
+        "unlabelled.example",
+        "/",
+        &["authorization: Basic YWxpY2U6czNjcmV0"],
+    );
+    if status != 401 {
+        wrong.push(format!(
+            "alice's credentials in an unlabelled auth Secret: got {status}"
+        ));
+    }
     let (_, location, _) = get(port, "redirected.example", "/here", &[]);
     if location != "https://redirected.example/here" {
         wrong.push(format!("redirect location: '{location}'"));
@@ -635,7 +666,22 @@ fn real_requests_are_routed_like_the_ingress_specification_says() {
             "HTTPS with bob's credentials: got {status} '{body}'"
         ));
     }
+    // The readiness probe's path, answered by monitor-uri; nothing else on the status port.
+    let (status, _, _) = get(haproxy.status, "status", "/healthz", &[]);
+    if status != 200 {
+        wrong.push(format!("GET /healthz on the status port: got {status}"));
+    }
+    let (status, _, _) = get(haproxy.status, "status", "/", &[]);
+    if status != 404 {
+        wrong.push(format!("GET / on the status port: got {status}"));
+    }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let cfg = std::fs::read_to_string(dir.path().join("out/haproxy.cfg")).expect("rendered cfg");
+    assert!(
+        cfg.contains("crt-list general/default_secure_0.crtlist")
+            && !cfg.contains("default_secure_1.crtlist"),
+        "the kubernetes.io/tls Secret gives a crt-list, the Opaque one none:\n{cfg}"
+    );
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! The exact requests haptor sends to the Kubernetes API, checked against the verifier mock
 //! tier (`tests/support/verifier.rs`): a `kube::Client` whose requests a scenario asserts —
 //! method, path and query, body — and answers, failing on a missing or extra one. First the
-//! publication of a rendered config as the HAProxyCfg writer will do it (server-side apply
-//! of the spec, then of the status through `/status`, both as field manager `haptor`,
-//! forced, with haptor's own types as the bodies); then that the verifier itself fails when
-//! the code under test sends less, more or something else than the scenario says. Last the
+//! publication of a rendered config by the HAProxyCfg writer (`KubePublishSink`): a
+//! server-side apply of the spec (with its owner reference and size), then of the status
+//! through `/status` (with the `ContentPublished` condition), both as field manager
+//! `haptor`, forced; a new status for the same spec applies only the status; a refused
+//! apply is retried with the latest value. Then that the verifier itself fails when the
+//! code under test sends less, more or something else than the scenario says. Last the
 //! leader Lease (coordination.k8s.io/v1) as the future elector is to take and renew it: a
 //! GET finding none, a create with no transition counted, a renewal by replace at the stored
 //! resourceVersion, and the scenario failing when the create counts a transition.
@@ -12,16 +14,21 @@
 #[path = "support/verifier.rs"]
 mod verifier;
 
+use std::time::Duration;
+
+use haptor::actors::publisher::PublishSink;
+use haptor::drivers::kube::publish::KubePublishSink;
 use haptor::pure::config::{
     AuxiliaryFileEntry, AuxiliaryFileSummary, HAProxyCfg, HAProxyCfgSpec, HAProxyCfgStatus,
     InstanceStatus,
 };
 use http::StatusCode;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use prometheus::{Registry, TextEncoder};
 use serde_json::{Value, json};
 use verifier::{Expect, mock_client};
 
@@ -30,6 +37,10 @@ const NAME: &str = "haptor-config";
 const PATH: &str = "/apis/haptor.dev/v1alpha1/namespaces/haptor/haproxycfgs/haptor-config";
 const APPLY: &str = "application/apply-patch+yaml";
 const JSON: &str = "application/json";
+/// The wall clock of the sinks under test: the `ContentPublished` condition's time.
+const NOW: &str = "2026-12-01T10:00:00Z";
+/// How long a test waits for the sink's task to have written something.
+const WRITE_WAIT: Duration = Duration::from_secs(5);
 
 fn spec() -> HAProxyCfgSpec {
     HAProxyCfgSpec {
@@ -45,6 +56,7 @@ fn spec() -> HAProxyCfgSpec {
             }],
             ..AuxiliaryFileSummary::default()
         },
+        ..HAProxyCfgSpec::default()
     }
 }
 
@@ -61,6 +73,34 @@ fn status() -> HAProxyCfgStatus {
     }
 }
 
+/// [`status`] after one more instance reported.
+fn second_status() -> HAProxyCfgStatus {
+    let mut status = status();
+    status.instances.push(InstanceStatus {
+        name: "haproxy-1".into(),
+        deployed_at: Some("2026-12-01T10:00:01Z".into()),
+        checksum: Some("sha256:0123".into()),
+        ..InstanceStatus::default()
+    });
+    status
+}
+
+/// The HAProxyTemplateConfig owning the HAProxyCfg.
+fn owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "haptor.dev/v1alpha1".into(),
+        kind: "HAProxyTemplateConfig".into(),
+        name: NAME.into(),
+        uid: "3f9a6c1e-2b4d-4c8a-9e7f-1a2b3c4d5e6f".into(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+fn clock() -> Timestamp {
+    NOW.parse().expect("an RFC 3339 time")
+}
+
 /// An apply patch of one part (`spec` or `status`) of the HAProxyCfg.
 fn apply_body(part: &str, value: Value) -> Value {
     json!({
@@ -69,6 +109,52 @@ fn apply_body(part: &str, value: Value) -> Value {
         "metadata": { "name": NAME },
         part: value,
     })
+}
+
+/// The spec apply of [`spec`]: its owner in the metadata, its size beside the content
+/// (16 bytes: stored as text, no `contentEncoding`).
+fn spec_apply() -> Value {
+    json!({
+        "apiVersion": "haptor.dev/v1alpha1",
+        "kind": "HAProxyCfg",
+        "metadata": {
+            "name": NAME,
+            "ownerReferences": [{
+                "apiVersion": "haptor.dev/v1alpha1",
+                "kind": "HAProxyTemplateConfig",
+                "name": NAME,
+                "uid": "3f9a6c1e-2b4d-4c8a-9e7f-1a2b3c4d5e6f",
+                "controller": true,
+            }],
+        },
+        "spec": {
+            "path": "/etc/haproxy/haproxy.cfg",
+            "content": "global\n  daemon\n",
+            "size": 16,
+            "checksum": "sha256:0123",
+            "auxiliaryFiles": {
+                "maps": [{
+                    "name": "routes.map",
+                    "path": "/etc/haproxy/maps/routes.map",
+                    "checksum": "sha256:4567",
+                    "size": 42,
+                }],
+            },
+        },
+    })
+}
+
+/// `status` as the sink writes it: with the `ContentPublished` condition of a 16-byte text.
+fn written_status(status: &HAProxyCfgStatus) -> Value {
+    let mut value = json!(status);
+    value["conditions"] = json!([{
+        "type": "ContentPublished",
+        "status": "True",
+        "reason": "Published",
+        "message": "the configuration (16 bytes) is stored as text",
+        "lastTransitionTime": NOW,
+    }]);
+    value
 }
 
 /// What the apiserver answers an apply with: the object as it now stands.
@@ -80,61 +166,105 @@ fn stored(spec: &HAProxyCfgSpec, status: Option<&HAProxyCfgStatus>) -> Value {
         "spec": spec,
     });
     if let Some(status) = status {
-        object["status"] = json!(status);
+        object["status"] = written_status(status);
     }
     object
 }
 
-/// Publishes a rendered config the way the HAProxyCfg writer is to: the spec by
-/// server-side apply, then the per-instance status through the status subresource, both as
-/// field manager `haptor` and forced (the leader owns these fields, whoever wrote them
-/// last).
-async fn publish(
-    client: Client,
-    spec: &HAProxyCfgSpec,
-    status: &HAProxyCfgStatus,
-) -> kube::Result<HAProxyCfg> {
-    let api = Api::<HAProxyCfg>::namespaced(client, NS);
-    let params = PatchParams::apply("haptor").force();
-    api.patch(
-        NAME,
-        &params,
-        &Patch::Apply(apply_body("spec", json!(spec))),
-    )
-    .await?;
-    api.patch_status(
-        NAME,
-        &params,
-        &Patch::Apply(apply_body("status", json!(status))),
-    )
-    .await
+/// The spec apply [`spec_apply`], answered `reply`.
+fn expect_spec_apply() -> Expect {
+    Expect::patch(&format!("{PATH}?&force=true&fieldManager=haptor"))
+        .content_type(APPLY)
+        .body(spec_apply())
 }
 
-/// The two requests [`publish`] must send.
+/// The status apply of `status` (as [`written_status`]), answered with the stored object.
+fn expect_status_apply(status: &HAProxyCfgStatus) -> Expect {
+    Expect::patch(&format!("{PATH}/status?&force=true&fieldManager=haptor"))
+        .content_type(APPLY)
+        .body(apply_body("status", written_status(status)))
+        .reply(StatusCode::OK, stored(&spec(), Some(status)))
+}
+
+/// The two requests of a first publication of [`spec`] and [`status`].
 fn publication() -> Vec<Expect> {
-    let (spec, status) = (spec(), status());
     vec![
-        Expect::patch(&format!("{PATH}?&force=true&fieldManager=haptor"))
-            .content_type(APPLY)
-            .body(apply_body("spec", json!(spec)))
-            .reply(StatusCode::OK, stored(&spec, None)),
-        Expect::patch(&format!("{PATH}/status?&force=true&fieldManager=haptor"))
-            .content_type(APPLY)
-            .body(apply_body("status", json!(status)))
-            .reply(StatusCode::OK, stored(&spec, Some(&status))),
+        expect_spec_apply().reply(StatusCode::OK, stored(&spec(), None)),
+        expect_status_apply(&status()),
     ]
 }
 
+/// A [`KubePublishSink`] on a mock client, owned by [`owner`], its clock at [`NOW`], its
+/// write counters in a registry of its own.
+struct Publishing {
+    sink: KubePublishSink,
+    task: tokio::task::JoinHandle<()>,
+    registry: Registry,
+}
+
+impl Publishing {
+    fn start(client: Client) -> Publishing {
+        let (sink, task) = KubePublishSink::start_with_clock(client, NS.into(), NAME.into(), clock);
+        sink.set_owner(owner());
+        let registry = Registry::new();
+        sink.register_metrics(&registry)
+            .expect("the write counters register");
+        Publishing {
+            sink,
+            task,
+            registry,
+        }
+    }
+
+    /// `haptor_kube_writes_total{object="haproxycfg",part,result}`.
+    fn writes(&self, part: &str, result: &str) -> u64 {
+        let text = TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .expect("the metrics encode");
+        let series = format!(
+            r#"haptor_kube_writes_total{{object="haproxycfg",part="{part}",result="{result}"}} "#
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+    }
+
+    /// Waits (bounded by [`WRITE_WAIT`]) until `n` writes of `part` ended with `result`.
+    async fn wait_for_writes(&self, part: &str, result: &str, n: u64) {
+        let deadline = tokio::time::Instant::now() + WRITE_WAIT;
+        while self.writes(part, result) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} {part} write(s) with result {result} within {WRITE_WAIT:?}; saw {}",
+                self.writes(part, result)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Drops the sink and waits until its task, and with it its client, is gone.
+    async fn stop(self) {
+        drop(self.sink);
+        tokio::time::timeout(WRITE_WAIT, self.task)
+            .await
+            .expect("the task ends once the sink is dropped")
+            .expect("the task did not panic");
+    }
+}
+
 #[tokio::test]
-async fn publishing_a_config_applies_its_spec_then_its_status_as_field_manager_haptor() {
+async fn publishing_a_config_applies_its_spec_with_its_owner_then_its_status_as_field_manager_haptor()
+ {
     let (client, verifier) = mock_client();
     let scenario = verifier.run(publication());
-    let published = publish(client, &spec(), &status())
-        .await
-        .expect("both applies answered 200");
+    let publishing = Publishing::start(client);
+    publishing.sink.publish(&spec(), &status());
+    publishing.wait_for_writes("status", "success", 1).await;
+    assert_eq!(publishing.writes("spec", "success"), 1);
+    assert_eq!(publishing.writes("spec", "failure"), 0);
+    publishing.stop().await;
     scenario.finished().await;
-    assert_eq!(published.spec, spec());
-    assert_eq!(published.status, Some(status()));
     // The body is haptor's wire format: camelCase, empty lists left out.
     let body = json!(status());
     assert_eq!(body["instances"][0]["deployedAt"], "2026-12-01T10:00:00Z");
@@ -143,28 +273,51 @@ async fn publishing_a_config_applies_its_spec_then_its_status_as_field_manager_h
 }
 
 #[tokio::test]
-async fn an_apply_the_apiserver_refuses_fails_the_publication() {
+async fn publishing_the_same_spec_again_with_a_new_status_applies_only_the_status() {
     let (client, verifier) = mock_client();
-    let mut scenario = publication();
-    scenario.truncate(1);
+    let mut expected = publication();
+    expected.push(expect_status_apply(&second_status()));
+    let scenario = verifier.run(expected);
+    let publishing = Publishing::start(client);
+    publishing.sink.publish(&spec(), &status());
+    publishing.wait_for_writes("status", "success", 1).await;
+    publishing.sink.publish(&spec(), &second_status());
+    publishing.wait_for_writes("status", "success", 2).await;
+    // The same spec and status once more: nothing to write.
+    publishing.sink.publish(&spec(), &second_status());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(publishing.writes("spec", "success"), 1);
+    assert_eq!(publishing.writes("status", "success"), 2);
+    publishing.stop().await;
+    scenario.finished().await;
+}
+
+#[tokio::test]
+async fn an_apply_the_apiserver_refuses_is_counted_and_retried_after_a_backoff_with_the_latest_status()
+ {
+    let (client, verifier) = mock_client();
     let refused = json!({
         "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
         "reason": "Conflict", "message": "Apply failed with 1 conflict"
     });
-    let scenario = verifier.run(
-        scenario
-            .into_iter()
-            .map(|e| e.reply(StatusCode::CONFLICT, refused.clone()))
-            .collect(),
-    );
-    let error = publish(client, &spec(), &status())
-        .await
-        .expect_err("a 409 stops the publication before the status is written");
+    let scenario = verifier.run(vec![
+        expect_spec_apply().reply(StatusCode::CONFLICT, refused),
+        // The retry, a second later, writes what was published meanwhile.
+        expect_spec_apply().reply(StatusCode::OK, stored(&spec(), None)),
+        expect_status_apply(&second_status()),
+    ]);
+    let publishing = Publishing::start(client);
+    publishing.sink.publish(&spec(), &status());
+    publishing.wait_for_writes("spec", "failure", 1).await;
+    let refused_at = tokio::time::Instant::now();
+    assert_eq!(publishing.writes("status", "success"), 0);
+    publishing.sink.publish(&spec(), &second_status());
+    publishing.wait_for_writes("status", "success", 1).await;
+    assert!(refused_at.elapsed() >= Duration::from_millis(900));
+    assert_eq!(publishing.writes("spec", "success"), 1);
+    assert_eq!(publishing.writes("status", "failure"), 0);
+    publishing.stop().await;
     scenario.finished().await;
-    assert!(
-        matches!(&error, kube::Error::Api(s) if s.code == 409),
-        "{error}"
-    );
 }
 
 #[tokio::test]
@@ -177,7 +330,7 @@ async fn a_scenario_fails_when_an_expected_request_is_never_sent() {
     api.patch(
         NAME,
         &PatchParams::apply("haptor").force(),
-        &Patch::Apply(apply_body("spec", json!(spec()))),
+        &Patch::Apply(spec_apply()),
     )
     .await
     .expect("the spec apply is answered");
@@ -190,9 +343,10 @@ async fn a_scenario_fails_when_an_expected_request_is_never_sent() {
 async fn a_scenario_fails_on_a_request_after_the_last_expected_one() {
     let (client, verifier) = mock_client();
     let scenario = verifier.run(publication());
-    publish(client.clone(), &spec(), &status())
-        .await
-        .expect("both applies answered 200");
+    let publishing = Publishing::start(client.clone());
+    publishing.sink.publish(&spec(), &status());
+    publishing.wait_for_writes("status", "success", 1).await;
+    publishing.stop().await;
     // Reading the object back is one request more than the scenario allows; its answer
     // never comes, so it runs beside the scenario.
     let reader = tokio::spawn(async move {
@@ -209,7 +363,9 @@ async fn a_scenario_fails_when_a_body_differs() {
     let scenario = verifier.run(publication());
     let mut other = status();
     other.instances[0].consecutive_errors = 1;
-    let _ = publish(client, &spec(), &other).await;
+    let publishing = Publishing::start(client);
+    publishing.sink.publish(&spec(), &other);
+    // The scenario fails at the status apply; the sink's retry has no apiserver left.
     scenario.finished().await;
 }
 

@@ -138,6 +138,9 @@ pub struct ControllerSettings {
     /// An actor busy with one message (or a render) for longer than this makes `/healthz`
     /// fail naming it.
     pub stall_threshold: Duration,
+    /// Whether the event fan-out gets a third queue for a consumer outside the tree
+    /// (`Controller::external_events`).
+    pub external_events: bool,
 }
 
 impl Default for ControllerSettings {
@@ -148,6 +151,7 @@ impl Default for ControllerSettings {
             deploy_backoff_max: Duration::from_secs(30),
             ready_requires_deployment: false,
             stall_threshold: crate::actors::http::DEFAULT_STALL_THRESHOLD,
+            external_events: false,
         }
     }
 }

@@ -30,6 +30,8 @@ pub const EVENT_QUEUE_CAPACITY: usize = 1024;
 pub struct ServerAddresses {
     pub metrics: Option<String>,
     pub debug: Option<String>,
+    /// A probe-only server (`/healthz`, `/readyz`), apart from the debug endpoints.
+    pub health: Option<String>,
 }
 
 /// A running controller.
@@ -38,6 +40,11 @@ pub struct Controller {
     pub services: Services,
     pub metrics: Arc<Metrics>,
     pub events: EventLog,
+    /// The observability events for a consumer outside the tree (`haptor run`'s Kubernetes
+    /// Events and epoch floor), when [`ControllerSettings::external_events`] asked for one;
+    /// taken once.
+    pub external_events:
+        std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::messages::ObservedEvent>>>,
 }
 
 impl Controller {
@@ -63,8 +70,17 @@ pub async fn start_controller(
     addresses: ServerAddresses,
     log_level: Option<LogLevelHandle>,
 ) -> Result<Controller, String> {
-    let (fanout, mut receivers) =
-        EventFanout::new(&["commentator", "metrics"], EVENT_QUEUE_CAPACITY);
+    let names: &[&'static str] = if settings.external_events {
+        &["commentator", "metrics", "external"]
+    } else {
+        &["commentator", "metrics"]
+    };
+    let (fanout, mut receivers) = EventFanout::new(names, EVENT_QUEUE_CAPACITY);
+    let external = if settings.external_events {
+        receivers.pop()
+    } else {
+        None
+    };
     let metrics_events = SharedEventReceiver::new(receivers.pop().ok_or("no metrics queue")?);
     let commentator_events =
         SharedEventReceiver::new(receivers.pop().ok_or("no commentator queue")?);
@@ -111,16 +127,22 @@ pub async fn start_controller(
     if let Some(addr) = &addresses.metrics {
         children.push(metrics_server_spec(addr.clone(), Arc::clone(&metrics)));
     }
+    let debug_state = DebugState {
+        stall_threshold: settings.stall_threshold,
+        ..DebugState::new(
+            services.introspection.clone(),
+            events.clone(),
+            services.readiness.clone(),
+        )
+    };
+    if let Some(addr) = &addresses.health {
+        children.push(crate::actors::http::health_server_spec(
+            addr.clone(),
+            debug_state.clone(),
+        ));
+    }
     if let Some(addr) = &addresses.debug {
-        let state = DebugState {
-            stall_threshold: settings.stall_threshold,
-            ..DebugState::new(
-                services.introspection.clone(),
-                events.clone(),
-                services.readiness.clone(),
-            )
-        };
-        children.push(debug_server_spec(addr.clone(), state));
+        children.push(debug_server_spec(addr.clone(), debug_state));
     }
     let root = start_root(&services, sink, children).await?;
     Ok(Controller {
@@ -128,5 +150,6 @@ pub async fn start_controller(
         services,
         metrics,
         events,
+        external_events: std::sync::Mutex::new(external),
     })
 }

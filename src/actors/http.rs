@@ -1,5 +1,6 @@
-//! haptor's HTTP servers: the metrics server (`/metrics`) and the debug and health server
-//! (`/debug/actors`, `/debug/events`, `/debug/vars`, `/healthz`, `/readyz`). Each is an
+//! haptor's HTTP servers: the metrics server (`/metrics`), the debug and health server
+//! (`/debug/actors`, `/debug/events`, `/debug/vars`, `/healthz`, `/readyz`) and, in
+//! `haptor run`, a probe server with only `/healthz` and `/readyz`. Each is an
 //! [`HttpServer`] actor, supervised like any other (role `Server`): it binds its address in
 //! `pre_start` (a bind failure is a start failure naming the address), serves an axum
 //! [`Router`] on a background task, and shuts the server down gracefully in `post_stop`. If
@@ -45,6 +46,9 @@ pub const DEBUG_VARS: [&str; 5] = ["config", "rendered", "resources", "state", "
 pub const METRICS_SERVER_NAME: &str = "metrics-server";
 /// The supervisor child name of the debug server.
 pub const DEBUG_SERVER_NAME: &str = "debug-server";
+/// The supervisor child name of the probe server (`haptor run`: `/healthz` and `/readyz`
+/// on their own port, so the debug endpoints can stay on localhost).
+pub const HEALTH_SERVER_NAME: &str = "health-server";
 
 /// How long `post_stop` waits for open connections to finish before dropping them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -170,6 +174,22 @@ pub fn debug_router(state: DebugState) -> Router {
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .with_state(state)
+}
+
+/// The probe server's routes: `GET /healthz` and `GET /readyz`, nothing else.
+pub fn health_router(state: DebugState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(probe_not_found)
+        .with_state(state)
+}
+
+async fn probe_not_found() -> Response {
+    json_error(
+        StatusCode::NOT_FOUND,
+        "this port serves only /healthz and /readyz; the debug endpoints are on the debug address",
+    )
 }
 
 async fn not_found() -> Response {
@@ -416,6 +436,17 @@ pub fn debug_server_spec(addr: impl Into<String>, state: DebugState) -> ChildSpe
         router: debug_router(state),
     };
     ChildSpec::new(DEBUG_SERVER_NAME, ActorRole::Server, HttpServer, args)
+}
+
+/// The supervisor child that serves only the probes on `addr` (named
+/// [`HEALTH_SERVER_NAME`]).
+pub fn health_server_spec(addr: impl Into<String>, state: DebugState) -> ChildSpec {
+    let args = HttpServerArgs {
+        server: "health".into(),
+        addr: addr.into(),
+        router: health_router(state),
+    };
+    ChildSpec::new(HEALTH_SERVER_NAME, ActorRole::Server, HttpServer, args)
 }
 
 #[cfg(test)]

@@ -101,6 +101,7 @@ impl LeaderElector {
         next: Leadership,
     ) -> Result<(), ActorProcessingErr> {
         let was_leader = state.current.is_leader;
+        let previous_epoch = state.current.epoch;
         state.current = next;
         self.iteration.with_latest(|l| l.leadership = next);
         let services = &self.iteration.services;
@@ -142,6 +143,38 @@ impl LeaderElector {
                     SupervisorMsg::StopChild,
                     LEADER_ONLY.to_string()
                 );
+            }
+            (true, true) if next.epoch != previous_epoch => {
+                // A new term without a gap (a fenced always-leader moving above the
+                // targets' epoch): the subtree restarts, so no deployer stays fenced and
+                // every deployment carries the new epoch.
+                tracing::info!(
+                    from = previous_epoch,
+                    to = next.epoch,
+                    "leadership epoch changed; restarting the leader-only subtree"
+                );
+                let _ = ractor::call!(
+                    supervisor,
+                    SupervisorMsg::StopChild,
+                    LEADER_ONLY.to_string()
+                );
+                services
+                    .fanout
+                    .publish(None, EventKind::LeadershipGained { epoch: next.epoch });
+                let spec = leader_only_spec(&self.iteration, Arc::clone(&self.sink));
+                match ractor::call!(supervisor, SupervisorMsg::StartChild, spec) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err(
+                            format!("could not restart the leader-only subtree: {e}").into()
+                        );
+                    }
+                    Err(e) => {
+                        return Err(
+                            format!("the config-iteration supervisor did not answer: {e}").into(),
+                        );
+                    }
+                }
             }
             _ => {}
         }

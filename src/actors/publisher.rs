@@ -82,6 +82,10 @@ impl Actor for ConfigPublisher {
                     path,
                     // Userlist password hashes are not published.
                     content: crate::pure::redact::redact_secrets(&render.rendered.haproxy_cfg),
+                    // How the content is stored is the Kubernetes sink's business
+                    // (`pure::config::published`).
+                    content_encoding: None,
+                    size: None,
                     checksum: format!("sha256:{}", render.checksum),
                     auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
                 });

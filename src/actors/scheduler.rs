@@ -35,6 +35,9 @@ pub struct SchedulerState {
     timer_armed: bool,
     pacer: Pacer,
     deployers: BTreeMap<String, ActorRef<DeployerMsg>>,
+    /// The target each Deployer was started with: an instance that keeps its name but
+    /// comes with another target (new credentials, a new address) gets a new Deployer.
+    targets: BTreeMap<String, Arc<dyn crate::pure::deploy::DeployTarget>>,
     /// Re-offers the latest render when the config changes in place (a new
     /// `minDeploymentInterval` applies to instances already waiting).
     config_updates: tokio::task::JoinHandle<()>,
@@ -146,11 +149,19 @@ impl DeployScheduler {
         let gone: Vec<String> = state
             .deployers
             .keys()
-            .filter(|n| !wanted.contains_key(*n))
+            .filter(|n| {
+                wanted.get(*n).is_none_or(|instance| {
+                    state
+                        .targets
+                        .get(*n)
+                        .is_none_or(|target| !Arc::ptr_eq(target, &instance.target))
+                })
+            })
             .cloned()
             .collect();
         for name in gone {
             state.deployers.remove(&name);
+            state.targets.remove(&name);
             state.dispatched.remove(&name);
             state.waiting.remove(&name);
             state.pacer.forget(&name);
@@ -204,6 +215,9 @@ impl DeployScheduler {
                         epoch,
                     });
                 }
+                state
+                    .targets
+                    .insert(name.clone(), Arc::clone(&instance.target));
                 state.deployers.insert(name, deployer);
             }
         }
@@ -243,6 +257,7 @@ impl Actor for DeployScheduler {
             timer_armed: false,
             pacer: Pacer::new(min_deployment_interval(&self.iteration)),
             deployers: BTreeMap::new(),
+            targets: BTreeMap::new(),
             config_updates,
         })
     }

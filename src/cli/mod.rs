@@ -69,17 +69,29 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Name of the HAProxyTemplateConfig to read.
+    /// Name of the HAProxyTemplateConfig to read (in haptor's namespace).
     #[arg(long, env = "CRD_NAME", default_value = "haptor-config")]
     pub config_name: String,
-    /// Namespace of the config (defaults to the pod's namespace).
+    /// haptor's namespace: where its config, Lease, HAProxyCfg and HAProxy pods are
+    /// (default: the kubeconfig context's namespace, or the service account's in a pod).
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
+    /// A kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then the pod's service
+    /// account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// This replica's Lease holder identity (default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Address of the probe endpoints (`/healthz`, `/readyz`), apart from the debug ones.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_addr: String,
     /// Address of the Prometheus metrics endpoint.
     #[arg(long, default_value = "0.0.0.0:9090")]
     pub metrics_addr: String,
-    /// Address of the debug and health endpoints.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Address of the debug endpoints (`/debug/actors`, `/debug/vars/*`, ...); localhost
+    /// unless you mean to expose what was rendered.
+    #[arg(long, default_value = "127.0.0.1:8080")]
     pub debug_addr: String,
     /// The haproxy binary used for `haproxy -c`.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
@@ -190,18 +202,40 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
         Command::Render(args) => offline::render(&args),
         Command::Lint(args) => offline::lint(&args),
         Command::Plan(args) => offline::plan(&args),
-        Command::Run(_) => not_implemented_yet(
-            "run",
-            "the in-cluster controller (actor tree, Kubernetes watchers, deployers) is not built yet",
-        ),
+        Command::Run(args) => run_in_cluster(args, log_level),
         Command::Local(args) => run_local(args, log_level),
     }
 }
 
-/// Reports a subcommand that exists in the interface but is not built yet; never a fake success.
-pub fn not_implemented_yet(command: &str, what: &str) -> ExitCode {
-    eprintln!("haptor {command}: not implemented yet: {what}");
-    ExitCode::from(EXIT_UNUSABLE)
+fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("haptor run: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_UNUSABLE);
+        }
+    };
+    let options = crate::run::RunOptions {
+        config_name: args.config_name,
+        namespace: args.namespace,
+        kubeconfig: args.kubeconfig,
+        metrics_addr: args.metrics_addr,
+        debug_addr: args.debug_addr,
+        health_addr: args.health_addr,
+        haproxy_bin: args.haproxy_bin,
+        identity: args.identity,
+        log_level,
+    };
+    match runtime.block_on(crate::run::run(
+        options,
+        crate::local::run::shutdown_signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("haptor run: {e}");
+            ExitCode::from(EXIT_UNUSABLE)
+        }
+    }
 }
 
 fn run_local(args: LocalArgs, log_level: Option<LogLevelHandle>) -> ExitCode {

@@ -252,23 +252,27 @@ fn load_fixture_dir(
     let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
     let namespaces = NamespaceLabels::from_objects(set.manifests.iter().map(|m| &m.object));
     for manifest in &set.manifests {
-        let Some(resource) = compiled.watched_resource_for(manifest.api_version(), manifest.kind())
-        else {
-            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
-            continue;
-        };
-        if !compiled.admits(resource, &manifest.object, &namespaces) {
-            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "excluded by the selectors of {resource}");
-            continue;
+        // An object goes into every watched resource of its kind whose selectors admit it
+        // (the library watches Secrets twice: by TLS type and by basic-auth label).
+        let mut watched = false;
+        for resource in compiled.watched_resources_for(manifest.api_version(), manifest.kind()) {
+            watched = true;
+            if !compiled.admits(resource, &manifest.object, &namespaces) {
+                tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "excluded by the selectors of {resource}");
+                continue;
+            }
+            if let Some(store) = stores.get(resource)
+                && let Err(e) = store.apply(manifest.object.clone())
+            {
+                problems.push(format!(
+                    "{}:{}: {e}",
+                    manifest.file.display(),
+                    manifest.line
+                ));
+            }
         }
-        if let Some(store) = stores.get(resource)
-            && let Err(e) = store.apply(manifest.object.clone())
-        {
-            problems.push(format!(
-                "{}:{}: {e}",
-                manifest.file.display(),
-                manifest.line
-            ));
+        if !watched {
+            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
         }
     }
     Ok(problems)

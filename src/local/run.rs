@@ -136,6 +136,8 @@ pub async fn run(
     let addresses = ServerAddresses {
         metrics: Some(options.metrics_addr.clone()),
         debug: Some(options.debug_addr.clone()),
+        // The debug server answers the probes too.
+        health: None,
     };
     let controller = match start_controller(
         sources,

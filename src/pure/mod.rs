@@ -5,12 +5,14 @@
 
 pub mod assertions;
 pub mod config;
+pub mod config_status;
 pub mod deploy;
 pub mod discovery;
 pub mod election;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod haproxy;
+pub mod kube_events;
 pub mod manifests;
 pub mod pipeline;
 pub mod readiness;

@@ -39,8 +39,15 @@ pub fn initial_config() -> String {
 }
 
 impl HaproxyPod {
-    /// Starts a pod named `name` on `network` and waits until its API answers.
+    /// Starts a pod named `name` on `network` and waits until its API answers; its Data
+    /// Plane API password is `pw-NAME`.
     pub fn start(network: &PodNetwork, name: &str) -> HaproxyPod {
+        HaproxyPod::start_with_password(network, name, &format!("pw-{name}"))
+    }
+
+    /// Starts a pod whose Data Plane API user `admin` has `password` (the pods of one
+    /// deployment share the credentials Secret).
+    pub fn start_with_password(network: &PodNetwork, name: &str, password: &str) -> HaproxyPod {
         let api = dataplane_peer::binary().unwrap_or_else(|| {
             panic!(
                 "{} names no dataplaneapi binary: HAProxy pods need the real Data Plane API",
@@ -50,7 +57,7 @@ impl HaproxyPod {
         let pod = network.pod(name);
         let etc = pod.etc_dir().join("haproxy");
         std::fs::create_dir_all(&etc).expect("the pod's /etc/haproxy");
-        let password = format!("pw-{name}");
+        let password = password.to_string();
         std::fs::write(etc.join("haproxy.cfg"), initial_config())
             .unwrap_or_else(|e| panic!("{name}: writing /etc/haproxy/haproxy.cfg: {e}"));
         dataplane_peer::write_api_files(
@@ -113,6 +120,11 @@ impl HaproxyPod {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stops the pod's Data Plane API (haproxy goes on serving what it has).
+    pub fn stop_dataplaneapi(&mut self) {
+        self.dataplaneapi.kill();
     }
 
     pub fn ip(&self) -> Ipv4Addr {

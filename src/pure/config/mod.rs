@@ -8,6 +8,7 @@
 //! structural problem with its field path.
 
 mod duration;
+pub mod published;
 mod spec_validation;
 
 use std::collections::BTreeMap;
@@ -444,9 +445,22 @@ pub struct HAProxyCfgSpec {
     /// Where the configuration lives on each instance.
     #[serde(default)]
     pub path: String,
-    /// The rendered `haproxy.cfg`.
+    /// The rendered `haproxy.cfg` (userlist password hashes redacted), stored as
+    /// `contentEncoding` says: as text when it is at most 256 KiB; above that gzip-compressed
+    /// then base64-encoded; empty when even that form is above 1 MiB (the status condition
+    /// `ContentPublished` is then `False` with reason `ContentTooLarge`).
     pub content: String,
-    /// `sha256:` followed by the hex SHA-256 of the configuration and its auxiliary files.
+    /// How `content` is stored. Absent: plain text (at most 256 KiB). `gzip+base64`: the
+    /// configuration was above 256 KiB and `content` is its gzip compression, base64-encoded
+    /// (at most 1 MiB). `omitted`: even the compressed form was above 1 MiB, so `content` is
+    /// empty; `checksum` and `size` still describe the configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    /// The size in bytes of the uncompressed configuration, whatever `contentEncoding` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// `sha256:` followed by the hex SHA-256 of the configuration and its auxiliary files,
+    /// present whatever `contentEncoding` is.
     pub checksum: String,
     /// The auxiliary files deployed with it.
     #[serde(default)]

@@ -250,12 +250,17 @@ impl CompiledConfig {
         build_stores(&self.spec)
     }
 
-    /// The watched resource (by name) that holds objects of this apiVersion and kind.
-    pub fn watched_resource_for(&self, api_version: &str, kind: &str) -> Option<&str> {
+    /// The watched resources (by name) that hold objects of this apiVersion and kind (a
+    /// kind may be watched several times, with different selectors).
+    pub fn watched_resources_for<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a str> + 'a {
         self.spec
             .watched_resources
             .iter()
-            .find(|(_, w)| w.api_version == api_version && w.kind_name() == kind)
+            .filter(move |(_, w)| w.api_version == api_version && w.kind_name() == kind)
             .map(|(name, _)| name.as_str())
     }
 

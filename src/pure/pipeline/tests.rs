@@ -273,13 +273,15 @@ fn post_processors_rewrite_the_rendered_text() {
 }
 
 #[test]
-fn a_manifest_maps_to_the_watched_resource_of_its_kind() {
+fn a_manifest_maps_to_the_watched_resources_of_its_kind() {
     let config = compiled(VALID_CFG);
     assert_eq!(
-        config.watched_resource_for("v1", "Service"),
-        Some("services")
+        config
+            .watched_resources_for("v1", "Service")
+            .collect::<Vec<_>>(),
+        vec!["services"]
     );
-    assert_eq!(config.watched_resource_for("v1", "Secret"), None);
+    assert_eq!(config.watched_resources_for("v1", "Secret").count(), 0);
 }
 
 #[test]

@@ -1,0 +1,288 @@
+//! The ConfigLoader edge of `haptor run`: one watch on the `HAProxyTemplateConfig` named by
+//! `--config-name` in haptor's namespace (a `metadata.name` field selector, so nothing else
+//! is listed), feeding the actor tree's config channel.
+//!
+//! Every new spec is judged before the tree sees it: `pure::config_status` compiles it (the
+//! checks of the ConfigLoader's validators) and every watched resource is resolved against
+//! the API server's discovery, so a kind that does not exist makes the config invalid,
+//! naming it. A valid spec goes to the tree; an invalid one is logged, recorded in
+//! `/debug/vars/errors`, published as `ConfigRejected` (the Kubernetes Event "ConfigInvalid")
+//! and never reaches the tree, so the last valid config keeps serving. A deleted or missing
+//! config changes nothing either; it is logged.
+//!
+//! The leader writes the verdict into the object's status (server-side apply of the status
+//! subresource, field manager `haptor`, bounded by [`STATUS_WRITE_TIMEOUT`], retried every
+//! [`STATUS_RETRY`] after a failure) when it differs from the status the object holds in
+//! anything but timestamps; a new leader writes it at the start of its term if needed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use prometheus::IntCounterVec;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::actors::introspection::{ErrorRecord, Introspection};
+use crate::drivers::kube::resources::{KubeResources, SourceError};
+use crate::messages::{EventFanout, EventKind, Leadership};
+use crate::pure::config::{
+    HAProxyTemplateConfig, HAProxyTemplateConfigSpec, HAProxyTemplateConfigStatus, TemplateProblem,
+    ValidationStatus,
+};
+use crate::pure::config_status::{config_status, describe, needs_write};
+
+/// How long one status write may take.
+pub const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long after a failed status write it is tried again.
+pub const STATUS_RETRY: Duration = Duration::from_secs(5);
+
+/// Where the config driver reports to.
+#[derive(Clone)]
+pub struct ConfigReporting {
+    pub fanout: EventFanout,
+    pub introspection: Introspection,
+    /// `haptor_config_status_writes_total{result}`.
+    pub status_writes: IntCounterVec,
+}
+
+/// The counter of status writes, to register with the controller's registry.
+pub fn status_writes_counter() -> Result<IntCounterVec, prometheus::Error> {
+    IntCounterVec::new(
+        prometheus::Opts::new(
+            "haptor_config_status_writes_total",
+            "HAProxyTemplateConfig status writes by result (success, failure)",
+        ),
+        &["result"],
+    )
+}
+
+/// What the driver publishes.
+pub struct ConfigChannels {
+    /// Every spec judged valid, for the actor tree (`Sources.config`).
+    pub configs: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
+}
+
+/// Runs the config watch until the task is aborted.
+pub fn spawn(
+    client: Client,
+    namespace: String,
+    name: String,
+    resources: KubeResources,
+    mut leadership: watch::Receiver<Leadership>,
+    out: ConfigChannels,
+    reporting: ConfigReporting,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<HAProxyTemplateConfig> = Api::namespaced(client, &namespace);
+        let selector = format!("metadata.name={name}");
+        let mut events = watcher(api.clone(), watcher::Config::default().fields(&selector))
+            .default_backoff()
+            .boxed();
+        let object_name = format!("HAProxyTemplateConfig {namespace}/{name}");
+        // The latest object and the verdict on its spec.
+        let mut latest: Option<HAProxyTemplateConfig> = None;
+        let mut judged: Option<(
+            HAProxyTemplateConfigSpec,
+            Option<i64>,
+            HAProxyTemplateConfigStatus,
+        )> = None;
+        let mut listing_found = false;
+        let mut retry: Option<tokio::time::Instant> = None;
+        let mut last_error: Option<String> = None;
+        loop {
+            let sleep_until =
+                retry.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else { return };
+                    match event {
+                        Ok(watcher::Event::Init) => listing_found = false,
+                        Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object)) => {
+                            listing_found = true;
+                            last_error = None;
+                            latest = Some(object);
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            if !listing_found {
+                                tracing::warn!(object = %object_name, "config not found; create it (haptor waits, and /readyz says it waits for a valid config)");
+                            }
+                            continue;
+                        }
+                        Ok(watcher::Event::Delete(_)) => {
+                            tracing::warn!(object = %object_name, "config deleted; the last valid config keeps serving until it is created again");
+                            latest = None;
+                            continue;
+                        }
+                        Err(e) => {
+                            let message = e.to_string();
+                            if last_error.as_deref() != Some(message.as_str()) {
+                                tracing::warn!(object = %object_name, error = %message, "watching the config failed (check that haptor may get, list and watch haproxytemplateconfigs.haptor.dev in its namespace and that the CRD is installed); retrying");
+                                last_error = Some(message);
+                            }
+                            continue;
+                        }
+                    }
+                }
+                changed = leadership.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(sleep_until), if retry.is_some() => {
+                    retry = None;
+                }
+            }
+            let Some(object) = latest.as_ref() else {
+                continue;
+            };
+            // Judge a spec once per (spec, generation).
+            let fresh = !matches!(&judged, Some((spec, generation, _)) if *spec == object.spec && *generation == object.metadata.generation);
+            if fresh {
+                let mut status =
+                    config_status(object, object.status.as_ref(), jiff::Timestamp::now());
+                if status.validation_status == ValidationStatus::Valid {
+                    let unresolved = unresolved_resources(&resources, &object.spec).await;
+                    if !unresolved.is_empty() {
+                        mark_invalid(&mut status, unresolved);
+                    }
+                }
+                report_verdict(&object_name, object, &status, &out, &reporting);
+                judged = Some((object.spec.clone(), object.metadata.generation, status));
+            }
+            let Some((_, _, status)) = &judged else {
+                continue;
+            };
+            if !leadership.borrow().is_leader || !needs_write(object.status.as_ref(), status) {
+                continue;
+            }
+            match write_status(&api, &object.name_any(), status).await {
+                Ok(()) => {
+                    reporting
+                        .status_writes
+                        .with_label_values(&["success"])
+                        .inc();
+                    retry = None;
+                }
+                Err(message) => {
+                    reporting
+                        .status_writes
+                        .with_label_values(&["failure"])
+                        .inc();
+                    tracing::warn!(object = %object_name, error = %message, "writing the config's status failed (check that haptor may patch haproxytemplateconfigs/status); retrying in {}s", STATUS_RETRY.as_secs());
+                    retry = Some(tokio::time::Instant::now() + STATUS_RETRY);
+                }
+            }
+        }
+    })
+}
+
+/// Logs and reports a verdict; a valid spec goes to the actor tree.
+fn report_verdict(
+    object_name: &str,
+    object: &HAProxyTemplateConfig,
+    status: &HAProxyTemplateConfigStatus,
+    out: &ConfigChannels,
+    reporting: &ConfigReporting,
+) {
+    if status.validation_status == ValidationStatus::Valid {
+        tracing::info!(object = %object_name, generation = ?object.metadata.generation, "config valid");
+        let config = Arc::new(object.clone());
+        out.configs.send_if_modified(|current| {
+            if current.as_ref().is_some_and(|c| c.spec == config.spec) {
+                return false;
+            }
+            *current = Some(config);
+            true
+        });
+        return;
+    }
+    let errors: Vec<String> = status
+        .validation_errors
+        .iter()
+        .map(|p| format!("{object_name}: {}", describe(p)))
+        .collect();
+    for error in &errors {
+        tracing::warn!(%error, "config invalid; the last valid config keeps serving");
+        reporting
+            .introspection
+            .record_error(ErrorRecord::new("config", error.clone()));
+    }
+    reporting
+        .fanout
+        .publish(None, EventKind::ConfigRejected { errors });
+}
+
+/// The watched resources the API server does not serve (a transient discovery failure is not
+/// a problem of the config: the watch retries it).
+async fn unresolved_resources(
+    resources: &KubeResources,
+    spec: &HAProxyTemplateConfigSpec,
+) -> Vec<TemplateProblem> {
+    let mut problems = Vec::new();
+    for (name, watched) in &spec.watched_resources {
+        match resources.resolve(watched).await {
+            Ok(_) => {}
+            Err(e @ SourceError::Discovery { .. }) => {
+                tracing::warn!(resource = %name, error = %e, "could not check the watched resource against the API server; its watch retries");
+            }
+            Err(e) => problems.push(TemplateProblem {
+                template: format!("spec.watchedResources.{name}"),
+                line: None,
+                column: None,
+                message: e.to_string(),
+            }),
+        }
+    }
+    problems
+}
+
+fn mark_invalid(status: &mut HAProxyTemplateConfigStatus, problems: Vec<TemplateProblem>) {
+    let message = format!(
+        "{} problem(s); the last valid config keeps serving: {}",
+        problems.len(),
+        problems.iter().map(describe).collect::<Vec<_>>().join("; ")
+    );
+    status.validation_status = ValidationStatus::Invalid;
+    status.validation_message = Some(message.clone());
+    status.validation_errors = problems;
+    for condition in &mut status.conditions {
+        if condition.status != "False" {
+            condition.last_transition_time =
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        }
+        condition.status = "False".into();
+        condition.reason = "Invalid".into();
+        condition.message = message.clone();
+    }
+}
+
+async fn write_status(
+    api: &Api<HAProxyTemplateConfig>,
+    name: &str,
+    status: &HAProxyTemplateConfigStatus,
+) -> Result<(), String> {
+    let patch = json!({
+        "apiVersion": "haptor.dev/v1alpha1",
+        "kind": "HAProxyTemplateConfig",
+        "metadata": { "name": name },
+        "status": status,
+    });
+    let params = PatchParams::apply("haptor").force();
+    match tokio::time::timeout(
+        STATUS_WRITE_TIMEOUT,
+        api.patch_status(name, &params, &Patch::Apply(patch)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {}s",
+            STATUS_WRITE_TIMEOUT.as_secs()
+        )),
+    }
+}

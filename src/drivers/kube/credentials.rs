@@ -1,0 +1,178 @@
+//! The CredentialsLoader edge of `haptor run`: a watch on the one Secret the config's
+//! `credentialsSecretRef` names (a `metadata.name` field selector: no other Secret is
+//! listed or cached), whose `dataplane_username` and `dataplane_password` keys become the
+//! [`DataplaneCredentials`] pod discovery builds its Data Plane API targets with. A change of
+//! the reference restarts the watch; a Secret that is missing, deleted or lacks a key is
+//! logged, naming it and the key, and the last good credentials stay.
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use crate::drivers::kube::discovery::DataplaneCredentials;
+
+/// The Secret key holding the Data Plane API user name.
+pub const USERNAME_KEY: &str = "dataplane_username";
+/// The Secret key holding its password.
+pub const PASSWORD_KEY: &str = "dataplane_password";
+
+/// Which Secret holds the credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretName {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The credentials a Secret holds, or what is wrong with it.
+pub fn credentials_from_secret(secret: &Secret) -> Result<DataplaneCredentials, String> {
+    let key = |key: &str| -> Result<String, String> {
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+            .or_else(|| {
+                secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|s| s.clone().into_bytes())
+            })
+            .ok_or_else(|| format!("has no key {key}"))?;
+        String::from_utf8(bytes).map_err(|_| format!("key {key} is not UTF-8 text"))
+    };
+    Ok(DataplaneCredentials {
+        username: key(USERNAME_KEY)?
+            .trim_end_matches(['\r', '\n'])
+            .to_string(),
+        password: key(PASSWORD_KEY)?
+            .trim_end_matches(['\r', '\n'])
+            .to_string(),
+    })
+}
+
+/// Watches the Secret `reference` names (none while it is `None`) and publishes its
+/// credentials on `out`, until the task is aborted.
+pub fn spawn(
+    client: Client,
+    mut reference: watch::Receiver<Option<SecretName>>,
+    out: watch::Sender<DataplaneCredentials>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let current = reference.borrow_and_update().clone();
+            match current {
+                None => {
+                    tracing::warn!(
+                        "the config has no credentialsSecretRef; the HAProxy pods' Data Plane API is called without credentials"
+                    );
+                    if reference.changed().await.is_err() {
+                        return;
+                    }
+                }
+                Some(secret) => {
+                    tokio::select! {
+                        () = watch_secret(client.clone(), &secret, &out) => return,
+                        changed = reference.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+async fn watch_secret(
+    client: Client,
+    secret: &SecretName,
+    out: &watch::Sender<DataplaneCredentials>,
+) {
+    let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
+    let selector = format!("metadata.name={}", secret.name);
+    let mut events = watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let object = format!("Secret {}/{}", secret.namespace, secret.name);
+    let mut found = false;
+    let mut last_error: Option<String> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => found = false,
+            Ok(watcher::Event::InitApply(s) | watcher::Event::Apply(s)) => {
+                found = true;
+                last_error = None;
+                match credentials_from_secret(&s) {
+                    Ok(credentials) => {
+                        if out.send_if_modified(|c| {
+                            let changed = *c != credentials;
+                            *c = credentials;
+                            changed
+                        }) {
+                            tracing::info!(secret = %object, "Data Plane API credentials loaded");
+                        }
+                    }
+                    Err(problem) => {
+                        tracing::warn!(secret = %object, %problem, "the credentials Secret is unusable (it needs the keys {USERNAME_KEY} and {PASSWORD_KEY}); the last good credentials stay")
+                    }
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if !found {
+                    tracing::warn!(secret = %object, "the credentials Secret does not exist; create it with the keys {USERNAME_KEY} and {PASSWORD_KEY}");
+                }
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                tracing::warn!(secret = %object, "the credentials Secret was deleted; the last good credentials stay");
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if last_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(secret = %object, error = %message, "watching the credentials Secret failed (check that haptor may get, list and watch this Secret); retrying");
+                    last_error = Some(message);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use std::collections::BTreeMap;
+
+    fn secret(entries: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn a_secret_with_both_keys_gives_its_credentials_without_a_trailing_newline() {
+        let found = credentials_from_secret(&secret(&[
+            (USERNAME_KEY, "admin\n"),
+            (PASSWORD_KEY, "s3cret"),
+        ]))
+        .expect("credentials");
+        assert_eq!(found.username, "admin");
+        assert_eq!(found.password, "s3cret");
+    }
+
+    #[test]
+    fn a_secret_without_the_password_key_is_refused_naming_the_key() {
+        let error = credentials_from_secret(&secret(&[(USERNAME_KEY, "admin")])).unwrap_err();
+        assert!(error.contains(PASSWORD_KEY), "{error}");
+    }
+}

@@ -1,0 +1,463 @@
+//! `haptor run`: the in-cluster controller. The actor tree is the one `haptor local` runs;
+//! only its edges differ, and they are the Kubernetes drivers of `crate::drivers::kube`:
+//!
+//! - the config: the `HAProxyTemplateConfig` named by `--config-name` in haptor's namespace
+//!   (`drivers::kube::config`: judged before the tree sees it, its status written by the
+//!   leader);
+//! - the watched resources: `drivers::kube::resources::KubeResources`, one kube-rs watcher
+//!   per resource the config names;
+//! - leadership: a Lease (`drivers::kube::lease`) or, with `leaderElection.enabled: false`,
+//!   always leading; its settings are read from the first valid config (a later change is
+//!   logged as needing a restart: two Lease names at once would mean two leaders);
+//! - the instances: the HAProxy pods the config's `podSelector` selects
+//!   (`drivers::kube::discovery`), reached with the credentials of `credentialsSecretRef`
+//!   (`drivers::kube::credentials`); a change of either restarts that watch;
+//! - the published state: the `HAProxyCfg` (`drivers::kube::publish`) and Kubernetes Events
+//!   (`drivers::kube::events`, fed by the event fan-out's external queue).
+//!
+//! A deployment refused for an older epoch raises the epoch floor: the next Lease term is
+//! above it, and an always-leading replica moves its epoch above it at once. SIGTERM stops
+//! the actor tree (a deployment in flight gets its `deploymentTimeout`), then releases the
+//! Lease so a successor leads at its next retry, and exits 0.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::sync::{mpsc, watch};
+
+use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
+use crate::actors::controller::{ServerAddresses, start_controller};
+use crate::drivers::kube::config::{ConfigChannels, ConfigReporting, status_writes_counter};
+use crate::drivers::kube::credentials::SecretName;
+use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
+use crate::drivers::kube::lease::{ElectorOptions, LeaseElector, always_leader};
+use crate::drivers::kube::publish::KubePublishSink;
+use crate::drivers::kube::resources::KubeResources;
+use crate::messages::{EventKind, Instance, Leadership, ObservedEvent};
+use crate::pure::config::{HAProxyTemplateConfig, LeaderElectionSettings};
+use crate::telemetry::LogLevelHandle;
+
+/// What `haptor run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub config_name: String,
+    /// haptor's namespace (`--namespace`, `POD_NAMESPACE`); else the kubeconfig context's or
+    /// the service account's.
+    pub namespace: Option<String>,
+    /// A kubeconfig file; else `KUBECONFIG`, `~/.kube/config`, then the in-cluster config.
+    pub kubeconfig: Option<PathBuf>,
+    pub metrics_addr: String,
+    pub debug_addr: String,
+    pub health_addr: String,
+    pub haproxy_bin: String,
+    /// The Lease holder identity; else `POD_NAME`, then the host name.
+    pub identity: Option<String>,
+    pub log_level: Option<LogLevelHandle>,
+}
+
+/// Why `haptor run` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kubernetes(String),
+    #[error("could not start the controller: {0}")]
+    Controller(String),
+}
+
+/// How often the run loop looks at readiness (to log it once).
+const READY_POLL: Duration = Duration::from_millis(200);
+
+/// The client configuration: the given kubeconfig, else kube's inference.
+async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<Config, RunError> {
+    match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .map_err(|e| RunError::Kubernetes(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| RunError::Kubernetes(format!("{}: {e}", path.display())))
+        }
+        None => Config::infer().await.map_err(|e| {
+            RunError::Kubernetes(format!(
+                "no kubeconfig (--kubeconfig, KUBECONFIG, ~/.kube/config) and no in-cluster service account: {e}"
+            ))
+        }),
+    }
+}
+
+/// Runs until `shutdown` completes.
+pub async fn run(
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let config = kube_config(options.kubeconfig.as_ref()).await?;
+    let namespace = options
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| RunError::Kubernetes(e.to_string()))?;
+    let identity = options
+        .identity
+        .clone()
+        .unwrap_or_else(crate::drivers::kube::lease::identity);
+
+    let (config_tx, config_rx) = watch::channel(None);
+    let (leader_tx, leader_rx) = watch::channel(Leadership::default());
+    let (instances_tx, instances_rx) = watch::channel(Vec::<Instance>::new());
+    let resources = KubeResources::new(client.clone());
+    let (sink, sink_task) = KubePublishSink::start(
+        client.clone(),
+        namespace.clone(),
+        options.config_name.clone(),
+    );
+    let sink = Arc::new(sink);
+    let validator = crate::drivers::haproxy_check::validator(&options.haproxy_bin, 64);
+    let sources = Sources {
+        config: config_rx.clone(),
+        resources: Arc::new(resources.clone()),
+        leadership: leader_rx.clone(),
+        instances: instances_rx,
+    };
+    let addresses = ServerAddresses {
+        metrics: Some(options.metrics_addr.clone()),
+        debug: Some(options.debug_addr.clone()),
+        health: Some(options.health_addr.clone()),
+    };
+    let controller = start_controller(
+        sources,
+        Arc::new(FullPipeline::new(validator.clone())),
+        sink.clone(),
+        ControllerSettings {
+            external_events: true,
+            ..ControllerSettings::default()
+        },
+        addresses,
+        options.log_level.clone(),
+    )
+    .await
+    .map_err(RunError::Controller)?;
+    let cache = validator.clone();
+    controller
+        .metrics
+        .set_validation_cache_source(Arc::new(move || {
+            (cache.cache().hits(), cache.cache().misses())
+        }));
+    if let Err(e) = sink.register_metrics(controller.metrics.registry()) {
+        tracing::warn!(error = %e, "the HAProxyCfg write metrics are not registered");
+    }
+    let status_writes = status_writes_counter()
+        .map_err(|e| RunError::Controller(format!("status write counter: {e}")))?;
+    if let Err(e) = controller
+        .metrics
+        .registry()
+        .register(Box::new(status_writes.clone()))
+    {
+        tracing::warn!(error = %e, "the config status write metric is not registered");
+    }
+
+    let config_task = crate::drivers::kube::config::spawn(
+        client.clone(),
+        namespace.clone(),
+        options.config_name.clone(),
+        resources,
+        leader_rx.clone(),
+        ConfigChannels { configs: config_tx },
+        ConfigReporting {
+            fanout: controller.services.fanout.clone(),
+            introspection: controller.services.introspection.clone(),
+            status_writes,
+        },
+    );
+    let (regarding_tx, regarding_rx) = watch::channel(None);
+    let (kube_events_tx, kube_events_rx) = mpsc::channel(256);
+    let events_task = crate::drivers::kube::events::spawn(
+        client.clone(),
+        "haptor".into(),
+        identity.clone(),
+        regarding_rx,
+        kube_events_rx,
+    );
+    let (secret_tx, secret_rx) = watch::channel(None);
+    let (credentials_tx, credentials_rx) = watch::channel(DataplaneCredentials::default());
+    let credentials_task =
+        crate::drivers::kube::credentials::spawn(client.clone(), secret_rx, credentials_tx);
+    let mut edges = Edges {
+        client,
+        namespace: namespace.clone(),
+        identity: identity.clone(),
+        leader: leader_tx,
+        election: None,
+        discovery: None,
+        credentials: credentials_rx,
+        instances: instances_tx,
+    };
+
+    tracing::info!(
+        namespace = %namespace, config = %options.config_name, identity = %identity,
+        health = %options.health_addr, debug = %options.debug_addr, metrics = %options.metrics_addr,
+        "haptor run: started"
+    );
+    let mut external = controller
+        .external_events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let mut accepted = config_rx;
+    let mut ready_logged = false;
+    let mut ticker = tokio::time::interval(READY_POLL);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            changed = accepted.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let Some(config) = accepted.borrow_and_update().clone() else { continue };
+                edges.apply(&config);
+                let _ = secret_tx.send_replace(config.spec.credentials_secret_ref.as_ref().map(|r| SecretName {
+                    namespace: r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| namespace.clone()),
+                    name: r.name.clone(),
+                }));
+                if let Some(owner) = owner_reference(&config) {
+                    sink.set_owner(owner);
+                }
+                let _ = regarding_tx.send_replace(Some(object_reference(&config)));
+            }
+            event = next_event(&mut external) => {
+                match event {
+                    Some(event) => {
+                        if let EventKind::DeploymentFenced { epoch, .. } = &event.kind {
+                            edges.fenced(*epoch);
+                        }
+                        // A full queue drops the event: Kubernetes Events are best effort.
+                        let _ = kube_events_tx.try_send(event);
+                    }
+                    None => external = None,
+                }
+            }
+            _ = ticker.tick() => {
+                if !ready_logged && controller.services.readiness.is_ready() {
+                    ready_logged = true;
+                    tracing::info!("haptor run: ready (the config is valid and every watched resource synced; /readyz answers 200)");
+                }
+            }
+        }
+    }
+    tracing::info!("haptor run: stopping");
+    controller.stop().await;
+    edges.shutdown().await;
+    for task in [config_task, events_task, credentials_task, sink_task] {
+        task.abort();
+    }
+    Ok(())
+}
+
+async fn next_event(external: &mut Option<mpsc::Receiver<ObservedEvent>>) -> Option<ObservedEvent> {
+    match external {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The HAProxyCfg's owner: the config (garbage-collected with it).
+fn owner_reference(config: &HAProxyTemplateConfig) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: format!(
+            "{}/{}",
+            crate::pure::config::GROUP,
+            crate::pure::config::VERSION
+        ),
+        kind: "HAProxyTemplateConfig".into(),
+        name: config.metadata.name.clone()?,
+        uid: config.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// What Kubernetes Events are about: the config.
+fn object_reference(config: &HAProxyTemplateConfig) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(format!(
+            "{}/{}",
+            crate::pure::config::GROUP,
+            crate::pure::config::VERSION
+        )),
+        kind: Some("HAProxyTemplateConfig".into()),
+        name: config.metadata.name.clone(),
+        namespace: config.metadata.namespace.clone(),
+        uid: config.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+/// How this replica leads.
+enum Election {
+    Lease {
+        elector: LeaseElector,
+        settings: LeaderElectionSettings,
+    },
+    /// `leaderElection.enabled: false`: leading, at this epoch.
+    Always {
+        epoch: u64,
+        settings: LeaderElectionSettings,
+    },
+}
+
+/// The edges the config configures: election, pod discovery.
+struct Edges {
+    client: Client,
+    namespace: String,
+    identity: String,
+    leader: watch::Sender<Leadership>,
+    election: Option<Election>,
+    discovery: Option<(
+        PodDiscovery,
+        tokio::task::JoinHandle<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
+    credentials: watch::Receiver<DataplaneCredentials>,
+    instances: watch::Sender<Vec<Instance>>,
+}
+
+/// What a pod discovery watches (compared to see whether it must restart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodDiscovery {
+    match_labels: std::collections::BTreeMap<String, String>,
+    port: u16,
+}
+
+impl Edges {
+    /// Applies a valid config to the election and the pod discovery.
+    fn apply(&mut self, config: &HAProxyTemplateConfig) {
+        let settings = &config.spec.leader_election;
+        match &self.election {
+            None => self.start_election(settings),
+            Some(
+                Election::Lease {
+                    settings: started, ..
+                }
+                | Election::Always {
+                    settings: started, ..
+                },
+            ) => {
+                if started != settings {
+                    tracing::warn!(
+                        "spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)"
+                    );
+                }
+            }
+        }
+        let wanted = config.spec.pod_selector.as_ref().map(|s| PodDiscovery {
+            match_labels: s.match_labels.clone(),
+            port: config.spec.dataplane.port,
+        });
+        let wanted = wanted.filter(|w| !w.match_labels.is_empty());
+        if self.discovery.as_ref().map(|(d, _, _)| d) == wanted.as_ref() {
+            return;
+        }
+        if let Some((_, watch_task, bridge)) = self.discovery.take() {
+            watch_task.abort();
+            bridge.abort();
+        }
+        let Some(wanted) = wanted else {
+            tracing::warn!(
+                "the config has no podSelector with matchLabels; no HAProxy pod is deployed to"
+            );
+            let _ = self.instances.send_replace(Vec::new());
+            return;
+        };
+        let (discovered_tx, mut discovered_rx) = watch::channel(Discovered {
+            endpoints: Vec::new(),
+            instances: Vec::new(),
+        });
+        let watch_task = crate::drivers::kube::discovery::spawn(
+            self.client.clone(),
+            PodDiscoverySettings {
+                namespace: self.namespace.clone(),
+                match_labels: wanted.match_labels.clone(),
+                port: wanted.port,
+            },
+            self.credentials.clone(),
+            discovered_tx,
+        );
+        let instances = self.instances.clone();
+        let bridge = tokio::spawn(async move {
+            while discovered_rx.changed().await.is_ok() {
+                let now = discovered_rx.borrow_and_update().instances.clone();
+                let _ = instances.send_replace(now);
+            }
+        });
+        self.discovery = Some((wanted, watch_task, bridge));
+    }
+
+    fn start_election(&mut self, settings: &LeaderElectionSettings) {
+        if !settings.enabled {
+            tracing::info!(
+                "leader election disabled: this replica always leads (run one replica only)"
+            );
+            let leadership = always_leader(0);
+            let _ = self.leader.send_replace(leadership);
+            self.election = Some(Election::Always {
+                epoch: leadership.epoch,
+                settings: settings.clone(),
+            });
+            return;
+        }
+        let options = ElectorOptions {
+            namespace: self.namespace.clone(),
+            settings: settings.clone(),
+            identity: self.identity.clone(),
+            highest_target_epoch: 0,
+        };
+        match LeaseElector::start(self.client.clone(), options, self.leader.clone()) {
+            Ok(elector) => {
+                self.election = Some(Election::Lease {
+                    elector,
+                    settings: settings.clone(),
+                })
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "leader election cannot start; this replica does not lead until the config's leaderElection is fixed and haptor restarts")
+            }
+        }
+    }
+
+    /// A target holds `epoch`, above the one this replica deployed with.
+    fn fenced(&mut self, epoch: u64) {
+        match &mut self.election {
+            Some(Election::Lease { elector, .. }) => elector.raise_epoch_floor(epoch),
+            Some(Election::Always { epoch: current, .. }) if *current <= epoch => {
+                *current = epoch.saturating_add(1);
+                tracing::warn!(
+                    epoch = *current,
+                    "an instance holds a newer epoch (an earlier haptor's); leading on above it"
+                );
+                let _ = self.leader.send_replace(Leadership {
+                    is_leader: true,
+                    epoch: *current,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some((_, watch_task, bridge)) = self.discovery.take() {
+            watch_task.abort();
+            bridge.abort();
+        }
+        if let Some(Election::Lease { elector, .. }) = self.election.take()
+            && let Err(e) = elector.shutdown().await
+        {
+            tracing::warn!(error = %e, "the Lease was not released; it expires on its own");
+        }
+    }
+}

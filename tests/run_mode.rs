@@ -1,0 +1,388 @@
+//! `haptor run` end to end: the real `haptor` binary against the real kube-apiserver and
+//! etcd of the test kit (`tests/support/kube.rs`), with the real `haproxy -c`. Each test has
+//! a namespace of its own, with the Ingress library as its `HAProxyTemplateConfig`; the
+//! controllers watch the whole (shared) server, so tests look only at what their own
+//! namespace makes. No HAProxy pod runs here (the real Data Plane API is not available to
+//! CI): these tests show the config loader, the config's status, Events, the Lease, the
+//! published `HAProxyCfg`, readiness and shutdown, and that no private key leaks.
+
+#[path = "support/haptor_run.rs"]
+mod haptor_run;
+#[path = "support/kube.rs"]
+mod kube_kit;
+mod support;
+
+use std::time::Instant;
+
+use haptor::pure::config::{HAProxyCfg, HAProxyTemplateConfig, ValidationStatus};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use haptor_run::{Replica, fast_election, library_config, no_election, repo, wait_for};
+use kube_kit::Kit;
+
+/// A Service `web` with an EndpointSlice and an Ingress `web` of class haptor for `host`.
+async fn web_app(kit: &Kit, client: &Client, ns: &str, host: &str) {
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] },
+    }))
+    .expect("a Service");
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("the Service is created");
+    kit.endpoint_slice(ns, "web", &["10.244.0.5"], 8080)
+        .await
+        .expect("the EndpointSlice is created");
+    ingress(client, ns, "web", host).await;
+}
+
+async fn ingress(client: &Client, ns: &str, name: &str, host: &str) {
+    let ingress: Ingress = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "ingressClassName": "haptor",
+            "rules": [{ "host": host, "http": { "paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
+            }]}}],
+        },
+    }))
+    .expect("an Ingress");
+    Api::<Ingress>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &ingress)
+        .await
+        .expect("the Ingress is created");
+}
+
+async fn create_config(client: &Client, ns: &str, leader_election: Value) -> HAProxyTemplateConfig {
+    Api::<HAProxyTemplateConfig>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &library_config(ns, leader_election))
+        .await
+        .expect("the config is created")
+}
+
+async fn haproxycfg(client: &Client, ns: &str) -> Option<HAProxyCfg> {
+    Api::<HAProxyCfg>::namespaced(client.clone(), ns)
+        .get_opt("haptor-config")
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn config_object(client: &Client, ns: &str) -> HAProxyTemplateConfig {
+    Api::<HAProxyTemplateConfig>::namespaced(client.clone(), ns)
+        .get("haptor-config")
+        .await
+        .expect("the config")
+}
+
+async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
+    let lease = Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt("haptor-leader")
+        .await
+        .ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn a_single_replica_publishes_its_render_writes_a_valid_status_and_turns_ready() {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-single").await;
+    let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+    let (status, body) = wait_for("/readyz to answer", &[&replica], || replica.readyz()).await;
+    assert_eq!(status, 503, "without a config haptor is not ready: {body}");
+    assert!(
+        body.contains("a valid HAProxyTemplateConfig"),
+        "the body names the missing config: {body}"
+    );
+
+    web_app(kit, &client, &ns, "web.example").await;
+    let created = create_config(&client, &ns, no_election()).await;
+    let backend = format!("svc_{ns}_web_80");
+    let published = wait_for(
+        "the HAProxyCfg with the Ingress's backend",
+        &[&replica],
+        || async {
+            haproxycfg(&client, &ns)
+                .await
+                .filter(|c| c.spec.content.contains(&backend))
+        },
+    )
+    .await;
+    assert!(published.spec.checksum.starts_with("sha256:"));
+    let owner = &published
+        .metadata
+        .owner_references
+        .as_ref()
+        .expect("an owner")[0];
+    assert_eq!(owner.kind, "HAProxyTemplateConfig");
+    assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref());
+
+    let status = wait_for("the config's status", &[&replica], || async {
+        config_object(&client, &ns)
+            .await
+            .status
+            .filter(|s| s.validation_status == ValidationStatus::Valid)
+    })
+    .await;
+    assert_eq!(status.observed_generation, created.metadata.generation);
+    assert_eq!(status.conditions[0].type_, "Valid");
+    assert_eq!(status.conditions[0].status, "True");
+
+    wait_for("/readyz 200", &[&replica], || async {
+        replica.readyz().await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let (code, _) = replica
+        .get(replica.health, "/debug/vars/rendered")
+        .await
+        .expect("the probe port answers");
+    assert_eq!(code, 404, "the probe port serves no debug endpoint");
+}
+
+#[tokio::test]
+async fn an_invalid_config_change_is_reported_in_status_and_an_event_and_the_last_valid_one_keeps_serving()
+ {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-invalid").await;
+    web_app(kit, &client, &ns, "invalid.example").await;
+    create_config(&client, &ns, no_election()).await;
+    let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+    let backend = format!("svc_{ns}_web_80");
+    let before = wait_for("the first HAProxyCfg", &[&replica], || async {
+        haproxycfg(&client, &ns)
+            .await
+            .filter(|c| c.spec.content.contains(&backend))
+    })
+    .await;
+
+    // A template that does not compile: an unclosed block on line 2 of haproxy.cfg.
+    let api = Api::<HAProxyTemplateConfig>::namespaced(client.clone(), &ns);
+    let mut config = config_object(&client, &ns).await;
+    config.spec.haproxy_config.template = "global\n  {{#if x}}\n".into();
+    let changed = api
+        .replace("haptor-config", &PostParams::default(), &config)
+        .await
+        .expect("the broken config is stored (the webhook is another issue)");
+    let status = wait_for("status Invalid", &[&replica], || async {
+        config_object(&client, &ns).await.status.filter(|s| {
+            s.validation_status == ValidationStatus::Invalid
+                && s.observed_generation == changed.metadata.generation
+        })
+    })
+    .await;
+    let problem = &status.validation_errors[0];
+    assert_eq!(problem.template, "haproxy.cfg", "{status:?}");
+    assert!(problem.line.is_some(), "the line is given: {status:?}");
+
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    let event = wait_for("a ConfigInvalid Event", &[&replica], || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ConfigInvalid"))
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("haptor-config")
+    );
+    assert!(
+        event
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("haproxy.cfg")),
+        "{event:?}"
+    );
+
+    // A resource change meanwhile is still rendered with the last valid templates.
+    ingress(&client, &ns, "second", "second.example").await;
+    wait_for(
+        "the second Ingress rendered with the last valid config",
+        &[&replica],
+        || async {
+            haproxycfg(&client, &ns).await.filter(|c| {
+                c.spec.checksum != before.spec.checksum && c.spec.content.contains(&backend)
+            })
+        },
+    )
+    .await;
+    assert!(
+        replica.log_text().contains("config invalid"),
+        "the log says so"
+    );
+}
+
+#[tokio::test]
+async fn of_two_replicas_one_leads_and_the_other_takes_over_when_the_leader_is_killed_or_terminated()
+ {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-pair").await;
+    web_app(kit, &client, &ns, "pair.example").await;
+    create_config(&client, &ns, fast_election()).await;
+    let mut a = Replica::start(kit.admin_kubeconfig(), &ns, "replica-a");
+    let mut b = Replica::start(kit.admin_kubeconfig(), &ns, "replica-b");
+    let holder = wait_for("a Lease holder", &[&a, &b], || lease_holder(&client, &ns)).await;
+    assert!(holder == "replica-a" || holder == "replica-b", "{holder}");
+    // Followers are ready too: they must not block rollouts.
+    for replica in [&a, &b] {
+        wait_for("/readyz 200 on both", &[&a, &b], || async {
+            replica.readyz().await.filter(|(code, _)| *code == 200)
+        })
+        .await;
+    }
+    let backend = format!("svc_{ns}_web_80");
+    wait_for("the HAProxyCfg", &[&a, &b], || async {
+        haproxycfg(&client, &ns)
+            .await
+            .filter(|c| c.spec.content.contains(&backend))
+    })
+    .await;
+
+    // SIGKILL the leader: the other takes over once the Lease expires, and publishes a
+    // change made meanwhile.
+    let (leader, follower) = if holder == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let killed_at = Instant::now();
+    assert_eq!(leader.stop_with("KILL"), None);
+    ingress(&client, &ns, "meanwhile", "meanwhile.example").await;
+    let follower_name = follower.identity.clone();
+    wait_for("the follower to hold the Lease", &[follower], || async {
+        lease_holder(&client, &ns)
+            .await
+            .filter(|h| *h == follower_name)
+    })
+    .await;
+    let takeover_after_kill = killed_at.elapsed();
+    wait_for(
+        "the new leader to publish the change made meanwhile",
+        &[follower],
+        || async {
+            let cfg = haproxycfg(&client, &ns).await?;
+            let rendered = follower
+                .get(follower.debug, "/debug/vars/rendered")
+                .await?
+                .1;
+            (rendered.contains("meanwhile.example")).then_some(cfg)
+        },
+    )
+    .await;
+
+    // SIGTERM the new leader with a fresh follower: it exits 0, releases the Lease, and the
+    // follower leads at its next retry.
+    let mut c = Replica::start(kit.admin_kubeconfig(), &ns, "replica-c");
+    wait_for("/readyz 200 on the third", &[&c], || async {
+        c.readyz().await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    let terminated_at = Instant::now();
+    assert_eq!(
+        follower.stop_with("TERM"),
+        Some(0),
+        "SIGTERM ends haptor run with 0"
+    );
+    wait_for("the third replica to hold the Lease", &[&c], || async {
+        lease_holder(&client, &ns)
+            .await
+            .filter(|h| h == "replica-c")
+    })
+    .await;
+    let takeover_after_term = terminated_at.elapsed();
+    eprintln!(
+        "figures: takeover after SIGKILL {takeover_after_kill:?} (leaseDuration 4s), after SIGTERM {takeover_after_term:?} (retryPeriod 500ms)"
+    );
+    let _ = c.stop_with("TERM");
+}
+
+#[tokio::test]
+async fn a_tls_secrets_private_key_never_appears_in_the_haproxycfg_the_debug_vars_or_the_log() {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-secret").await;
+    let text = std::fs::read_to_string(repo("deploy/library/testdata/tls-secret.yaml"))
+        .expect("the test Secret");
+    let document = text
+        .split("\n---")
+        .find(|d| d.contains("kind: Secret"))
+        .expect("a Secret document");
+    let mut secret: Secret = serde_yaml_ng::from_str(document).expect("a Secret");
+    secret.metadata.namespace = None;
+    secret.type_ = Some("kubernetes.io/tls".into());
+    let key_pem = String::from_utf8(secret.data.as_ref().expect("data")["tls.key"].0.clone())
+        .expect("PEM text");
+    let key_body: String = key_pem
+        .lines()
+        .find(|l| !l.starts_with("-----") && l.len() > 20)
+        .expect("a base64 line of the key")
+        .to_string();
+    let secret_name = secret.metadata.name.clone().expect("a name");
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the Secret is created");
+    web_app(kit, &client, &ns, "secure.example").await;
+    let tls =
+        json!({ "spec": { "tls": [{ "hosts": ["secure.example"], "secretName": secret_name }] } });
+    Api::<Ingress>::namespaced(client.clone(), &ns)
+        .patch("web", &PatchParams::default(), &Patch::Merge(&tls))
+        .await
+        .expect("the Ingress gets TLS");
+    create_config(&client, &ns, no_election()).await;
+    let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+    let cert_file = format!("{ns}_{secret_name}.pem");
+    let published = wait_for(
+        "the HAProxyCfg with the certificate",
+        &[&replica],
+        || async {
+            haproxycfg(&client, &ns).await.filter(|c| {
+                c.spec
+                    .auxiliary_files
+                    .ssl_certificates
+                    .iter()
+                    .any(|f| f.name.contains(&cert_file))
+            })
+        },
+    )
+    .await;
+    let published = serde_json::to_string(&published).expect("JSON");
+    assert!(
+        !published.contains(&key_body),
+        "the key is in the HAProxyCfg"
+    );
+    for var in haptor::actors::http::DEBUG_VARS {
+        let (_, body) = replica
+            .get(replica.debug, &format!("/debug/vars/{var}"))
+            .await
+            .expect("the debug server answers");
+        assert!(!body.contains(&key_body), "the key is in /debug/vars/{var}");
+    }
+    let (_, rendered) = replica
+        .get(replica.debug, "/debug/vars/rendered")
+        .await
+        .expect("rendered");
+    assert!(
+        rendered.contains("<redacted"),
+        "the rendered certificate is shown redacted"
+    );
+    assert!(
+        !replica.log_text().contains(&key_body),
+        "the key is in the log"
+    );
+}

@@ -1,0 +1,300 @@
+//! `haptor run` deploying to HAProxy pods: the real binary, the real kube-apiserver, and
+//! real haproxy + Data Plane API "pods" in network namespaces (`support/haproxy_pod.rs`)
+//! whose Pod objects the test writes Ready with their addresses. Real HTTP traffic crosses
+//! the pod network to backends in a pod of their own. Needs `TEST_ASSET_DATAPLANEAPI`
+//! (feature `real-dataplaneapi`, as `dataplane_api.rs`): no Go module provides it here.
+
+#[path = "support/dataplaneapi.rs"]
+mod dataplane_peer;
+#[path = "support/haproxy_pod.rs"]
+mod haproxy_pod;
+#[path = "support/haptor_run.rs"]
+mod haptor_run;
+#[path = "support/kube.rs"]
+mod kube_kit;
+#[path = "support/pod_network.rs"]
+mod pod_network;
+mod support;
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use haptor::pure::config::HAProxyCfg;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use haproxy_pod::HaproxyPod;
+use haptor_run::{Replica, library_config, no_election, wait_for};
+use kube_kit::Kit;
+use pod_network::PodNetwork;
+
+const PASSWORD: &str = "pods-shared-password";
+const SELECTOR: (&str, &str) = ("app.kubernetes.io/name", "haproxy");
+
+/// Status and body of `GET http://ip:8080path` with `Host: host` (None: no answer).
+async fn get(ip: Ipv4Addr, host: &str, path: &str) -> Option<(u16, String)> {
+    let response = reqwest::Client::new()
+        .get(format!("http://{ip}:8080{path}"))
+        .header("host", host)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// The library for pods: binds on the pod's address, the runtime socket the pods' Data
+/// Plane API uses, the credentials Secret and the pod selector.
+async fn create_pod_config(client: &Client, ns: &str) {
+    let mut config = library_config(ns, no_election());
+    let extra = config.spec.extra_context.get_or_insert_with(|| json!({}));
+    extra["http_bind"] = json!("\"${POD_IP}:8080\"");
+    extra["https_bind"] = json!("\"${POD_IP}:8443\"");
+    extra["status_bind"] = json!("\"${POD_IP}:8404\"");
+    extra["runtime_socket"] = json!("/etc/haproxy/runtime.sock");
+    config.spec.credentials_secret_ref = Some(haptor::pure::config::SecretReference {
+        name: "haproxy-credentials".into(),
+        namespace: None,
+    });
+    config.spec.pod_selector = Some(haptor::pure::config::PodSelector {
+        match_labels: [(SELECTOR.0.to_string(), SELECTOR.1.to_string())].into(),
+    });
+    // Endpoint changes go at once; only reloads are paced.
+    config.spec.dataplane.min_deployment_interval = "500ms".into();
+    Api::<haptor::pure::config::HAProxyTemplateConfig>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the config is created");
+}
+
+async fn credentials(client: &Client, ns: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "haproxy-credentials" },
+        "stringData": { "dataplane_username": "admin", "dataplane_password": PASSWORD },
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the credentials Secret is created");
+}
+
+/// Service `name` (one unnamed port 80) and Ingress `name` routing `host` + `path` to it.
+async fn app(
+    kit: &Kit,
+    client: &Client,
+    ns: &str,
+    name: &str,
+    host: &str,
+    path: &str,
+    backend: (Ipv4Addr, u16),
+) {
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "ports": [{ "port": 80, "targetPort": backend.1 }] },
+    }))
+    .expect("a Service");
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("the Service is created");
+    kit.endpoint_slice(ns, name, &[&backend.0.to_string()], i32::from(backend.1))
+        .await
+        .expect("the EndpointSlice is created");
+    let ingress: Ingress = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "ingressClassName": "haptor",
+            "rules": [{ "host": host, "http": { "paths": [{
+                "path": path, "pathType": "Prefix",
+                "backend": { "service": { "name": name, "port": { "number": 80 } } },
+            }]}}],
+        },
+    }))
+    .expect("an Ingress");
+    Api::<Ingress>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &ingress)
+        .await
+        .expect("the Ingress is created");
+}
+
+async fn serves(ip: Ipv4Addr, host: &str, path: &str, body: &str) -> bool {
+    get(ip, host, path).await == Some((200, body.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_without_a_reload() {
+    let network = PodNetwork::shared();
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-pods").await;
+    let backends = network.pod("backends");
+    let _a = backends.http_backend(8081, "backend-a");
+    let _b = backends.http_backend(8082, "backend-b");
+    let _api = backends.http_backend(8083, "api-v1");
+    let mut pods = vec![
+        HaproxyPod::start_with_password(network, "run-haproxy-0", PASSWORD),
+        HaproxyPod::start_with_password(network, "run-haproxy-1", PASSWORD),
+    ];
+    for pod in &pods {
+        kit.ready_pod(&ns, pod.name(), &[SELECTOR], &pod.ip().to_string())
+            .await;
+    }
+    credentials(&client, &ns).await;
+    app(
+        kit,
+        &client,
+        &ns,
+        "web",
+        "web.example",
+        "/",
+        (backends.ip(), 8081),
+    )
+    .await;
+    app(
+        kit,
+        &client,
+        &ns,
+        "api",
+        "web.example",
+        "/v1",
+        (backends.ip(), 8083),
+    )
+    .await;
+    create_pod_config(&client, &ns).await;
+    let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+
+    for pod in &pods {
+        let ip = pod.ip();
+        wait_for("a pod to route by host", &[&replica], || async {
+            serves(ip, "web.example", "/", "backend-a")
+                .await
+                .then_some(())
+        })
+        .await;
+        assert!(
+            serves(ip, "web.example", "/v1/users", "api-v1").await,
+            "path routing"
+        );
+        assert_eq!(get(ip, "nobody.example", "/").await.map(|r| r.0), Some(404));
+    }
+    let cfg = wait_for(
+        "both pods at the published checksum",
+        &[&replica],
+        || async {
+            let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
+                .get_opt("haptor-config")
+                .await
+                .ok()??;
+            let status = cfg.status.as_ref()?;
+            let at_checksum = status
+                .instances
+                .iter()
+                .filter(|i| i.checksum.as_deref() == Some(cfg.spec.checksum.as_str()))
+                .count();
+            (at_checksum == 2).then_some(cfg)
+        },
+    )
+    .await;
+    assert_eq!(cfg.status.as_ref().map(|s| s.instances.len()), Some(2));
+
+    // Twenty EndpointSlice changes, alternating the web backend's port: each reaches both
+    // pods without a reload.
+    let reloads: Vec<Option<u64>> = pods.iter().map(HaproxyPod::reloads).collect();
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), &ns);
+    let mut times = Vec::new();
+    for change in 0..20 {
+        let (port, body) = if change % 2 == 0 {
+            (8082, "backend-b")
+        } else {
+            (8081, "backend-a")
+        };
+        let patch = json!({ "ports": [{ "port": port, "protocol": "TCP" }] });
+        let written = Instant::now();
+        slices
+            .patch("web-kit", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("the EndpointSlice is changed");
+        for pod in &pods {
+            let ip = pod.ip();
+            wait_for("the new endpoint to serve", &[&replica], || async {
+                serves(ip, "web.example", "/", body).await.then_some(())
+            })
+            .await;
+        }
+        times.push(written.elapsed());
+    }
+    assert_eq!(
+        pods.iter().map(HaproxyPod::reloads).collect::<Vec<_>>(),
+        reloads,
+        "an endpoint change reloads no pod"
+    );
+    times.sort();
+    eprintln!(
+        "figures: EndpointSlice write to traffic on both pods over 20 changes: median {:?}, min {:?}, max {:?}",
+        times[times.len() / 2],
+        times[0],
+        times[times.len() - 1]
+    );
+
+    // A third pod turning Ready gets the current config with no resource change.
+    let third = HaproxyPod::start_with_password(network, "run-haproxy-2", PASSWORD);
+    kit.ready_pod(&ns, third.name(), &[SELECTOR], &third.ip().to_string())
+        .await;
+    let ip = third.ip();
+    let joined = Instant::now();
+    wait_for("the third pod to serve", &[&replica], || async {
+        serves(ip, "web.example", "/v1", "api-v1")
+            .await
+            .then_some(())
+    })
+    .await;
+    eprintln!(
+        "figures: a new Ready pod served the current config {:?} after its Pod turned Ready",
+        joined.elapsed()
+    );
+    pods.push(third);
+
+    // A pod whose Data Plane API is down backs off; the others still follow a change.
+    pods[0].stop_dataplaneapi();
+    // After the twenty changes the web backend is on 8081 again.
+    let patch = json!({ "ports": [{ "port": 8082, "protocol": "TCP" }] });
+    slices
+        .patch("web-kit", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("the EndpointSlice is changed");
+    for pod in &pods[1..] {
+        let ip = pod.ip();
+        wait_for(
+            "the healthy pods to follow while one is down",
+            &[&replica],
+            || async {
+                serves(ip, "web.example", "/", "backend-b")
+                    .await
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let down = pods[0].name().to_string();
+    wait_for(
+        "the down pod's error in HAProxyCfg status",
+        &[&replica],
+        || async {
+            let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
+                .get_opt("haptor-config")
+                .await
+                .ok()??;
+            cfg.status?
+                .instances
+                .into_iter()
+                .find(|i| i.name == down && i.consecutive_errors > 0 && i.last_error.is_some())
+        },
+    )
+    .await;
+}
