@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use haptor_run::{Replica, fast_election, library_config, no_election, repo, wait_for};
-use kube_kit::Kit;
+use kube_kit::{CuttableProxy, Kit, KitOptions};
 
 /// A Service `web` with an EndpointSlice and an Ingress `web` of class haptor for `host`.
 async fn web_app(kit: &Kit, client: &Client, ns: &str, host: &str) {
@@ -385,4 +385,142 @@ async fn a_tls_secrets_private_key_never_appears_in_the_haproxycfg_the_debug_var
         !replica.log_text().contains(&key_body),
         "the key is in the log"
     );
+}
+
+#[tokio::test]
+async fn after_a_broken_watch_and_etcd_compaction_the_stores_converge_and_the_next_change_is_published()
+ {
+    // A server of its own without the watch cache, so a resumed watch reaches etcd and
+    // gets 410 once etcd is compacted past it; haptor reaches it through a proxy the test
+    // can cut.
+    let kit = Kit::start_with(KitOptions {
+        watch_cache: false,
+        ..KitOptions::default()
+    });
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-compaction").await;
+    web_app(&kit, &client, &ns, "kept.example").await;
+    ingress(&client, &ns, "doomed", "doomed.example").await;
+    create_config(&client, &ns, no_election()).await;
+    let proxy = CuttableProxy::start(kit.port).await;
+    let kubeconfig = kit.dir().join("via-proxy.kubeconfig");
+    let admin = std::fs::read_to_string(kit.admin_kubeconfig()).expect("the admin kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        admin.replace(&format!("https://127.0.0.1:{}", kit.port), &proxy.url),
+    )
+    .expect("a kubeconfig through the proxy");
+    let replica = Replica::start(&kubeconfig, &ns, "solo");
+    let rendered = |replica: &Replica| {
+        let port = replica.debug;
+        async move {
+            reqwest::Client::new()
+                .get(format!("http://127.0.0.1:{port}/debug/vars/rendered"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()
+        }
+    };
+    wait_for("both Ingresses rendered", &[&replica], || async {
+        rendered(&replica)
+            .await
+            .filter(|r| r.contains("doomed.example") && r.contains("kept.example"))
+    })
+    .await;
+
+    // The watches break; meanwhile one Ingress goes, one comes, and etcd is compacted.
+    proxy.cut().await;
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns);
+    ingresses
+        .delete("doomed", &Default::default())
+        .await
+        .expect("deleted");
+    ingress(&client, &ns, "arrived", "arrived.example").await;
+    kit.compact_etcd().await;
+    proxy.restore();
+    wait_for(
+        "the stores to converge on the server's state",
+        &[&replica],
+        || async {
+            rendered(&replica).await.filter(|r| {
+                !r.contains("doomed.example")
+                    && r.contains("arrived.example")
+                    && r.contains("kept.example")
+            })
+        },
+    )
+    .await;
+    assert!(
+        replica
+            .log_text()
+            .contains("the watch of ingresses expired (410 Gone)"),
+        "the watch resumed into etcd's compaction and relisted:\n{}",
+        replica.log_text()
+    );
+    // And the next change after the relist is published too.
+    ingress(&client, &ns, "later", "later.example").await;
+    wait_for("the next change", &[&replica], || async {
+        rendered(&replica)
+            .await
+            .filter(|r| r.contains("later.example"))
+    })
+    .await;
+    // The published HAProxyCfg follows the last render (its writes went through the
+    // proxy too).
+    wait_for("the HAProxyCfg to follow", &[&replica], || async {
+        let cfg = haproxycfg(&client, &ns).await?;
+        let (_, state) = replica.get(replica.debug, "/debug/vars/state").await?;
+        let state: Value = serde_json::from_str(&state).ok()?;
+        let last = state["last_rendered_checksum"].as_str()?;
+        (cfg.spec.checksum.trim_start_matches("sha256:") == last.trim_start_matches("sha256:"))
+            .then_some(())
+    })
+    .await;
+}
+
+/// The leadership a replica's `/debug/vars/state` reports: (is_leader, epoch).
+async fn leadership(replica: &Replica) -> Option<(bool, u64)> {
+    let (_, state) = replica.get(replica.debug, "/debug/vars/state").await?;
+    let state: Value = serde_json::from_str(&state).ok()?;
+    Some((state["is_leader"].as_bool()?, state["epoch"].as_u64()?))
+}
+
+#[tokio::test]
+async fn a_lease_deleted_under_a_running_pair_starts_a_term_whose_epoch_is_above_every_earlier_one()
+{
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-lease-gone").await;
+    create_config(&client, &ns, fast_election()).await;
+    let a = Replica::start(kit.admin_kubeconfig(), &ns, "replica-a");
+    let b = Replica::start(kit.admin_kubeconfig(), &ns, "replica-b");
+    let first = wait_for("a leader", &[&a, &b], || async {
+        for replica in [&a, &b] {
+            if let Some((true, epoch)) = leadership(replica).await {
+                return Some(epoch);
+            }
+        }
+        None
+    })
+    .await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    leases
+        .delete("haptor-leader", &Default::default())
+        .await
+        .expect("the Lease is deleted");
+    // A new Lease starts leaseTransitions at 0; the new term's epoch must still be above.
+    let next = wait_for("a new term on a recreated Lease", &[&a, &b], || async {
+        let lease = leases.get_opt("haptor-leader").await.ok()??;
+        let holder = lease.spec?.holder_identity?;
+        let replica = if holder == "replica-a" { &a } else { &b };
+        match leadership(replica).await? {
+            (true, epoch) if epoch != first => Some(epoch),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(next > first, "the epoch went from {first} to {next}");
 }
