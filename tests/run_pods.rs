@@ -282,6 +282,21 @@ async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_w
         .await;
     }
     let down = pods[0].name().to_string();
+    let (code, body) = wait_for(
+        "the leader's /readyz to name the pod behind",
+        &[&replica],
+        || async {
+            replica
+                .readyz()
+                .await
+                .filter(|(_, body)| body.contains(&format!("\"{down}\"")))
+        },
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "a pod behind does not make the controller unready: {body}"
+    );
     wait_for(
         "the down pod's error in HAProxyCfg status",
         &[&replica],

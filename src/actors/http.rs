@@ -285,10 +285,16 @@ async fn readyz(State(state): State<DebugState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({
+    let mut body = json!({
         "status": if verdict.ready { "ready" } else { "not ready" },
         "waiting_for": verdict.waiting_for,
     });
+    // The leader also says which instances do not run the latest render yet; that does
+    // not make the controller unready (it serves on, and the webhook must answer).
+    let controller = state.introspection.state();
+    if controller.is_leader {
+        body["instances_without_the_latest_render"] = json!(controller.instances_behind());
+    }
     (status, Json(body)).into_response()
 }
 

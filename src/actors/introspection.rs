@@ -68,6 +68,24 @@ pub struct ControllerState {
     /// Instances whose next (reloading) deployment waits for `minDeploymentInterval`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paced: Vec<String>,
+    /// Per instance, the checksum it last acknowledged (this leader's deployments).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub deployed: BTreeMap<String, String>,
+}
+
+impl ControllerState {
+    /// The instances that do not run the latest render (while leading; a follower deploys
+    /// nothing and knows of no instance's state).
+    pub fn instances_behind(&self) -> Vec<String> {
+        if !self.is_leader {
+            return Vec::new();
+        }
+        self.instances
+            .iter()
+            .filter(|i| self.deployed.get(*i) != self.last_rendered_checksum.as_ref())
+            .cloned()
+            .collect()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -251,5 +269,20 @@ mod tests {
         let errors = introspection.errors();
         assert_eq!(errors.len(), RECENT_ERRORS);
         assert_eq!(errors[0].message, "error 5");
+    }
+
+    #[test]
+    fn a_leader_names_the_instances_that_do_not_run_the_latest_render_and_a_follower_none() {
+        let mut state = ControllerState {
+            is_leader: true,
+            instances: vec!["pod-a".into(), "pod-b".into(), "pod-c".into()],
+            last_rendered_checksum: Some("new".into()),
+            ..ControllerState::default()
+        };
+        state.deployed.insert("pod-a".into(), "new".into());
+        state.deployed.insert("pod-b".into(), "old".into());
+        assert_eq!(state.instances_behind(), ["pod-b", "pod-c"]);
+        state.is_leader = false;
+        assert!(state.instances_behind().is_empty());
     }
 }

@@ -222,10 +222,10 @@ impl DeployScheduler {
             }
         }
         let names: Vec<String> = state.deployers.keys().cloned().collect();
-        self.iteration
-            .services
-            .introspection
-            .update_state(|s| s.instances = names);
+        self.iteration.services.introspection.update_state(|s| {
+            s.deployed.retain(|name, _| names.contains(name));
+            s.instances = names;
+        });
         self.show_paced(state);
     }
 }
@@ -310,10 +310,10 @@ impl Actor for DeployScheduler {
                     if outcome.reloaded {
                         state.pacer.reloaded(&instance, pacing_now());
                     }
-                    self.iteration
-                        .services
-                        .introspection
-                        .update_state(|s| s.last_deployed_checksum = Some(checksum.clone()));
+                    self.iteration.services.introspection.update_state(|s| {
+                        s.last_deployed_checksum = Some(checksum.clone());
+                        s.deployed.insert(instance.clone(), checksum.clone());
+                    });
                 }
                 tracing::debug!(%instance, %checksum, error = result.as_ref().err().map(|e| e.metric_label()), "deployment reported");
             }
