@@ -707,3 +707,97 @@ fn the_example_manifests_in_testdata_render_into_a_valid_config() {
         assert!(out.contains(expected), "no '{expected}' in:\n{out}");
     }
 }
+
+/// An Ingress of `class` (none when empty) with the given rules, for the outcome test.
+fn classed_ingress(name: &str, class: &str, rules: Value) -> Value {
+    let mut spec = json!({ "rules": rules });
+    if !class.is_empty() {
+        spec["ingressClassName"] = json!(class);
+    }
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+fn rule(host: &str, paths: &[&str]) -> Value {
+    let paths: Vec<Value> = paths.iter().map(|p| route(p, "Prefix", "web")).collect();
+    json!({"host": host, "http": {"paths": paths}})
+}
+
+#[test]
+fn the_library_records_served_and_ignored_ingresses_with_their_reasons() {
+    use haptor::pure::rendered::{ObjectKey, Outcome};
+
+    let text = std::fs::read_to_string(repo(LIBRARY)).expect("the library");
+    let config = haptor::pure::config::config_from_yaml(LIBRARY, &text).expect("the library");
+    let compiled =
+        haptor::pure::pipeline::CompiledConfig::compile(config.spec).expect("it compiles");
+    let stores = compiled.new_stores().expect("its stores");
+    let ingresses = [
+        classed_ingress("served", "haptor", json!([rule("a.example", &["/"])])),
+        classed_ingress("other", "nginx", json!([rule("b.example", &["/"])])),
+        classed_ingress("classless", "", json!([rule("c.example", &["/"])])),
+        classed_ingress("bad-host", "haptor", json!([rule("a b", &["/"])])),
+        classed_ingress(
+            "bad-path",
+            "haptor",
+            json!([rule("d.example", &["/with space"])]),
+        ),
+        // One rule skipped, another served: served wins.
+        classed_ingress(
+            "partly",
+            "haptor",
+            json!([rule("a b", &["/"]), rule("e.example", &["/"])]),
+        ),
+        {
+            let mut only_default = classed_ingress("default-only", "haptor", json!([]));
+            only_default["spec"]["defaultBackend"] = backend("web", json!(80));
+            only_default
+        },
+    ];
+    let store = stores.get("ingresses").expect("an ingresses store");
+    for ingress in ingresses {
+        store.apply(ingress).expect("the Ingress is stored");
+    }
+    let rendered = compiled
+        .render(stores.snapshot(), None)
+        .expect("it renders");
+    let key = |name: &str| ObjectKey {
+        api_version: "networking.k8s.io/v1".into(),
+        kind: "Ingress".into(),
+        namespace: "default".into(),
+        name: name.into(),
+    };
+    let ignored = |reason: &str| Outcome::Ignored(reason.into());
+    let expected = BTreeMap::from([
+        (key("served"), Outcome::Served),
+        (
+            key("other"),
+            ignored("ingressClassName 'nginx' is not haptor's"),
+        ),
+        (
+            key("classless"),
+            ignored(
+                "it names no ingressClassName and no IngressClass of controller haptor.dev/ingress-controller is the default",
+            ),
+        ),
+        (
+            key("bad-host"),
+            ignored("host 'a b' is not a valid DNS name"),
+        ),
+        (
+            key("bad-path"),
+            ignored("path '/with space' is not an absolute path without spaces, '#' or '?'"),
+        ),
+        (key("partly"), Outcome::Served),
+        (key("default-only"), Outcome::Served),
+    ]);
+    assert_eq!(rendered.outcomes, expected);
+    let checksum = rendered.checksum();
+    let mut without = rendered.clone();
+    without.outcomes.clear();
+    assert_eq!(
+        without.checksum(),
+        checksum,
+        "outcomes are not deployed bytes"
+    );
+}

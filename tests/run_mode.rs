@@ -489,38 +489,49 @@ async fn leadership(replica: &Replica) -> Option<(bool, u64)> {
 }
 
 #[tokio::test]
-async fn a_lease_deleted_under_a_running_pair_starts_a_term_whose_epoch_is_above_every_earlier_one()
+async fn a_lease_deleted_with_its_leader_gone_starts_a_term_whose_epoch_is_above_every_earlier_one()
 {
     let kit = Kit::shared();
     let client = kit.admin().await;
     let ns = kit.temp_ns("run-lease-gone").await;
     create_config(&client, &ns, fast_election()).await;
-    let a = Replica::start(kit.admin_kubeconfig(), &ns, "replica-a");
-    let b = Replica::start(kit.admin_kubeconfig(), &ns, "replica-b");
-    let first = wait_for("a leader", &[&a, &b], || async {
+    let mut a = Replica::start(kit.admin_kubeconfig(), &ns, "replica-a");
+    let mut b = Replica::start(kit.admin_kubeconfig(), &ns, "replica-b");
+    let (leader_name, first) = wait_for("a leader", &[&a, &b], || async {
         for replica in [&a, &b] {
             if let Some((true, epoch)) = leadership(replica).await {
-                return Some(epoch);
+                return Some((replica.identity.clone(), epoch));
             }
         }
         None
     })
     .await;
+    let (leader, follower) = if leader_name == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    // The leader dies and its Lease is deleted: the follower creates a new Lease, whose
+    // leaseTransitions start at 0 again and which carries no epoch annotation.
+    assert_eq!(leader.stop_with("KILL"), None);
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     leases
         .delete("haptor-leader", &Default::default())
         .await
         .expect("the Lease is deleted");
-    // A new Lease starts leaseTransitions at 0; the new term's epoch must still be above.
-    let next = wait_for("a new term on a recreated Lease", &[&a, &b], || async {
-        let lease = leases.get_opt("haptor-leader").await.ok()??;
-        let holder = lease.spec?.holder_identity?;
-        let replica = if holder == "replica-a" { &a } else { &b };
-        match leadership(replica).await? {
-            (true, epoch) if epoch != first => Some(epoch),
-            _ => None,
-        }
-    })
+    let follower_name = follower.identity.clone();
+    let next = wait_for(
+        "the follower to lead on a new Lease",
+        &[follower],
+        || async {
+            let lease = leases.get_opt("haptor-leader").await.ok()??;
+            (lease.spec?.holder_identity? == follower_name).then_some(())?;
+            match leadership(follower).await? {
+                (true, epoch) => Some(epoch),
+                _ => None,
+            }
+        },
+    )
     .await;
     assert!(next > first, "the epoch went from {first} to {next}");
 }

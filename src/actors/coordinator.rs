@@ -106,6 +106,21 @@ impl Coordinator {
                     .update_state(|s| s.reconciliations += 1);
                 if state.last_checksum.as_deref() == Some(done.checksum.as_str()) {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
+                    // The same bytes may come with other outcomes (`served`/`ignored`: an
+                    // Ingress of another class appeared): only the publisher hears of them.
+                    let changed = self.iteration.with_latest(|l| {
+                        let last = l.last_render.as_mut()?;
+                        if last.rendered.outcomes == done.rendered.outcomes {
+                            return None;
+                        }
+                        last.rendered = Arc::clone(&done.rendered);
+                        Some(last.clone())
+                    });
+                    if let Some(render) = changed
+                        && let Some(publisher) = current(&self.iteration.wiring.publisher)
+                    {
+                        let _ = publisher.cast(ConfigPublisherMsg::Publish(render));
+                    }
                     return;
                 }
                 state.last_checksum = Some(done.checksum.clone());

@@ -10,11 +10,17 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::ConfigPublisherMsg;
 use crate::pure::config::{AuxiliaryFileSummary, HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus};
+use crate::pure::rendered::Outcomes;
 
 /// Where the ConfigPublisher writes `HAProxyCfg`: the Kubernetes API in-cluster, memory
 /// elsewhere.
 pub trait PublishSink: Send + Sync {
     fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus);
+
+    /// What the templates of each published render recorded about the objects they served
+    /// or ignored (`served`, `ignored`); called on every publication of a render, before
+    /// [`PublishSink::publish`]. Nothing by default.
+    fn outcomes(&self, _outcomes: &Outcomes) {}
 }
 
 /// Keeps the last published resource in memory (local mode, tests).
@@ -71,6 +77,7 @@ impl Actor for ConfigPublisher {
             .busy("config-publisher");
         match msg {
             ConfigPublisherMsg::Publish(render) => {
+                self.sink.outcomes(&render.rendered.outcomes);
                 let (path, base_dir) = self.iteration.with_latest(|l| {
                     let dataplane = &l.compiled.spec.dataplane;
                     (

@@ -96,6 +96,22 @@ pub struct RunArgs {
     /// The haproxy binary used for `haproxy -c`.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    /// The address written to `status.loadBalancer.ingress` of every Ingress the templates
+    /// serve: an IP or a host name; repeat the flag or separate with commas for several.
+    /// Without it or --publish-service no Ingress status is written (IngressIgnored Events
+    /// about the Ingresses the templates ignore are recorded either way).
+    #[arg(
+        long,
+        value_name = "IP_OR_HOSTNAME",
+        conflicts_with = "publish_service"
+    )]
+    pub publish_address: Vec<String>,
+    /// The Service whose addresses served Ingresses get in `status.loadBalancer.ingress`:
+    /// its `status.loadBalancer.ingress`, else its `spec.clusterIP` (watched; needs get,
+    /// list and watch on services). Without it or --publish-address no Ingress status is
+    /// written.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub publish_service: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -207,6 +223,33 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
     }
 }
 
+/// Where `haptor run` takes the address of served Ingresses from.
+fn publish_address(
+    addresses: &[String],
+    service: Option<&str>,
+) -> Result<crate::drivers::kube::ingress_status::PublishAddress, String> {
+    use crate::drivers::kube::ingress_status::PublishAddress;
+    if let Some(service) = service {
+        return match service.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(PublishAddress::Service {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            _ => Err(format!(
+                "--publish-service '{service}' is not NAMESPACE/NAME"
+            )),
+        };
+    }
+    if addresses.is_empty() {
+        return Ok(PublishAddress::Nothing);
+    }
+    crate::pure::ingress_status::parse_publish_addresses(addresses).map(PublishAddress::Fixed)
+}
+
 fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -215,8 +258,16 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
             return ExitCode::from(EXIT_UNUSABLE);
         }
     };
+    let publish = match publish_address(&args.publish_address, args.publish_service.as_deref()) {
+        Ok(publish) => publish,
+        Err(problem) => {
+            eprintln!("haptor run: {problem}");
+            return ExitCode::from(EXIT_UNUSABLE);
+        }
+    };
     let options = crate::run::RunOptions {
         config_name: args.config_name,
+        publish,
         namespace: args.namespace,
         kubeconfig: args.kubeconfig,
         metrics_addr: args.metrics_addr,

@@ -252,7 +252,10 @@ fn first_difference(first: &RenderedConfig, second: &RenderedConfig) -> String {
             None => return format!("{path} is missing from the second render"),
         }
     }
-    "the second render produced extra files".to_string()
+    if first.aux_files.len() != second.aux_files.len() {
+        return "the second render produced extra files".to_string();
+    }
+    "two renders recorded different served/ignored outcomes".to_string()
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod election;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod haproxy;
+pub mod ingress_status;
 pub mod kube_events;
 pub mod manifests;
 pub mod pipeline;

@@ -61,12 +61,68 @@ pub struct AuxFile {
     pub content: String,
 }
 
+/// The Kubernetes object a template recorded an [`Outcome`] for (`served`, `ignored`):
+/// its apiVersion, kind, namespace (empty for a cluster-scoped object) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// What a template did with one object: served it (`{{served obj}}`) or skipped it
+/// (`{{ignored obj "reason"}}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Served,
+    /// Skipped, with the template author's reason.
+    Ignored(String),
+}
+
+impl Outcome {
+    /// The outcome of an object that already had `self` and is now recorded with `next`:
+    /// served wins over ignored (a template may skip one rule of an Ingress and serve
+    /// another), and among ignored records the first reason is kept.
+    pub fn merged(self, next: Outcome) -> Outcome {
+        match (self, next) {
+            (Outcome::Served, _) | (_, Outcome::Served) => Outcome::Served,
+            (first @ Outcome::Ignored(_), Outcome::Ignored(_)) => first,
+        }
+    }
+}
+
+/// The outcomes of one render, by object.
+pub type Outcomes = BTreeMap<ObjectKey, Outcome>;
+
+/// Records `outcome` for `key` in `outcomes`, merged with what is there ([`Outcome::merged`]).
+pub fn record_outcome(outcomes: &mut Outcomes, key: ObjectKey, outcome: Outcome) {
+    match outcomes.remove(&key) {
+        Some(existing) => outcomes.insert(key, existing.merged(outcome)),
+        None => outcomes.insert(key, outcome),
+    };
+}
+
 /// The output of one render: the main configuration and every auxiliary file, keyed by
-/// relative path so iteration order is deterministic.
+/// relative path so iteration order is deterministic, plus what the templates recorded
+/// about the objects they served or ignored (not part of the deployed bytes: neither the
+/// checksum nor serialisation covers it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenderedConfig {
     pub haproxy_cfg: String,
     pub aux_files: BTreeMap<String, AuxFile>,
+    #[serde(skip)]
+    pub outcomes: Outcomes,
 }
 
 impl RenderedConfig {
@@ -234,5 +290,36 @@ mod tests {
         );
         assert_ne!(before, a.checksum());
         assert_eq!(a.checksum().len(), 64);
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "networking.k8s.io/v1".into(),
+            kind: "Ingress".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn outcomes_do_not_change_the_checksum() {
+        let mut a = RenderedConfig {
+            haproxy_cfg: "global\n".into(),
+            ..Default::default()
+        };
+        let before = a.checksum();
+        a.outcomes.insert(key("web"), Outcome::Served);
+        assert_eq!(before, a.checksum());
+    }
+
+    #[test]
+    fn served_wins_over_ignored_in_either_order_and_the_first_reason_is_kept() {
+        let mut outcomes = Outcomes::new();
+        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("first".into()));
+        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("second".into()));
+        assert_eq!(outcomes[&key("a")], Outcome::Ignored("first".into()));
+        record_outcome(&mut outcomes, key("a"), Outcome::Served);
+        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("third".into()));
+        assert_eq!(outcomes[&key("a")], Outcome::Served);
     }
 }

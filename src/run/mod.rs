@@ -13,7 +13,10 @@
 //!   (`drivers::kube::discovery`), reached with the credentials of `credentialsSecretRef`
 //!   (`drivers::kube::credentials`); a change of either restarts that watch;
 //! - the published state: the `HAProxyCfg` (`drivers::kube::publish`) and Kubernetes Events
-//!   (`drivers::kube::events`, fed by the event fan-out's external queue).
+//!   (`drivers::kube::events`, fed by the event fan-out's external queue);
+//! - Ingress status and `IngressIgnored` Events (`drivers::kube::ingress_status`), from the
+//!   outcomes (`served`, `ignored`) of each published render, with the address of
+//!   `--publish-address` or `--publish-service` (none: no status is written).
 //!
 //! A deployment refused for an older epoch raises the epoch floor: the next Lease term is
 //! above it, and an always-leading replica moves its epoch above it at once. SIGTERM stops
@@ -35,6 +38,7 @@ use crate::actors::controller::{ServerAddresses, start_controller};
 use crate::drivers::kube::config::{ConfigChannels, ConfigReporting, status_writes_counter};
 use crate::drivers::kube::credentials::SecretName;
 use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
+use crate::drivers::kube::ingress_status::{PublishAddress, WithIngressStatus};
 use crate::drivers::kube::lease::{ElectorOptions, LeaseElector, always_leader};
 use crate::drivers::kube::publish::KubePublishSink;
 use crate::drivers::kube::resources::KubeResources;
@@ -58,6 +62,9 @@ pub struct RunOptions {
     /// The Lease holder identity; else `POD_NAME`, then the host name.
     pub identity: Option<String>,
     pub log_level: Option<LogLevelHandle>,
+    /// The address served Ingresses get in their status (`--publish-address`,
+    /// `--publish-service`); `Nothing`: no Ingress status is written.
+    pub publish: PublishAddress,
 }
 
 /// Why `haptor run` could not run.
@@ -117,6 +124,28 @@ pub async fn run(
         options.config_name.clone(),
     );
     let sink = Arc::new(sink);
+    // Ingress status and IngressIgnored Events, from the outcomes of each published render.
+    let (ingress_status, ingress_status_task) = crate::drivers::kube::ingress_status::spawn(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "haptor".into(),
+            instance: Some(
+                crate::pure::kube_events::truncate_to(
+                    &identity,
+                    crate::pure::kube_events::REPORTING_INSTANCE_LIMIT,
+                )
+                .to_string(),
+            )
+            .filter(|i| !i.is_empty()),
+        },
+        options.publish.clone(),
+        leader_rx.clone(),
+    );
+    let publish_sink = Arc::new(WithIngressStatus {
+        inner: sink.clone(),
+        status: ingress_status,
+    });
+    // End of the Ingress status wiring.
     let validator = crate::drivers::haproxy_check::validator(&options.haproxy_bin, 64);
     let sources = Sources {
         config: config_rx.clone(),
@@ -132,7 +161,7 @@ pub async fn run(
     let controller = start_controller(
         sources,
         Arc::new(FullPipeline::new(validator.clone())),
-        sink.clone(),
+        publish_sink,
         ControllerSettings {
             external_events: true,
             ..ControllerSettings::default()
@@ -253,7 +282,13 @@ pub async fn run(
     tracing::info!("haptor run: stopping");
     controller.stop().await;
     edges.shutdown().await;
-    for task in [config_task, events_task, credentials_task, sink_task] {
+    for task in [
+        config_task,
+        events_task,
+        credentials_task,
+        sink_task,
+        ingress_status_task,
+    ] {
         task.abort();
     }
     Ok(())

@@ -55,6 +55,11 @@ pub struct Replica {
 
 impl Replica {
     pub fn start(kubeconfig: &Path, ns: &str, identity: &str) -> Replica {
+        Replica::start_with_args(kubeconfig, ns, identity, &[])
+    }
+
+    /// [`Replica::start`] with `extra` arguments after the usual ones.
+    pub fn start_with_args(kubeconfig: &Path, ns: &str, identity: &str, extra: &[&str]) -> Replica {
         let dir = tempfile::tempdir().expect("a temp dir");
         let log = dir.path().join("haptor.log");
         let (health, debug, metrics) = (free_port(), free_port(), free_port());
@@ -66,6 +71,7 @@ impl Replica {
             .args(["--health-addr", &format!("127.0.0.1:{health}")])
             .args(["--debug-addr", &format!("127.0.0.1:{debug}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(extra)
             .env("HAPROXY_BIN", haproxy_binary())
             .env("LOG_LEVEL", "info")
             .env_remove("POD_NAMESPACE")

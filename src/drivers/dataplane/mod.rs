@@ -393,6 +393,7 @@ impl DataplaneTarget {
         Ok((!text.trim().is_empty()).then(|| RenderedConfig {
             haproxy_cfg: text.to_string(),
             aux_files: BTreeMap::new(),
+            outcomes: Default::default(),
         }))
     }
 
@@ -897,6 +898,7 @@ impl DeployTarget for DataplaneTarget {
                 RenderedConfig {
                     haproxy_cfg: text.to_string(),
                     aux_files,
+                    outcomes: Default::default(),
                 }
                 .checksum(),
             ))

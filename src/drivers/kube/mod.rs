@@ -12,6 +12,7 @@ pub mod config;
 pub mod credentials;
 pub mod discovery;
 pub mod events;
+pub mod ingress_status;
 pub mod lease;
 pub mod publish;
 pub mod resources;

@@ -3,7 +3,7 @@
 //! output is the same and rendering it again is wasted work. While a template renders, the
 //! per-render helpers note what it read (`resources`, `fetch`, `get_single`,
 //! `server_slots`) and what it produced besides its text (`register_file` files, server
-//! slot assignments); the next render reuses all of it when the context is the same and
+//! slot assignments, `served`/`ignored` outcomes); the next render reuses all of it when the context is the same and
 //! every store it read has the very same snapshot. An EndpointSlice change then renders
 //! only the templates that read EndpointSlices.
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::slots::SlotEntry;
-use crate::pure::rendered::AuxFile;
+use crate::pure::rendered::{AuxFile, Outcomes};
 use crate::pure::store::{StoreSnapshot, StoresSnapshot};
 
 /// A number for a newly built render context, never given twice in a process, so a memo
@@ -31,6 +31,8 @@ pub(crate) struct TemplateTrace {
     pub(crate) registered: Vec<String>,
     /// Keys of the `server_slots` assignments made.
     pub(crate) slot_keys: Vec<String>,
+    /// The `served`/`ignored` outcomes recorded, merged as the render merges them.
+    pub(crate) outcomes: Outcomes,
 }
 
 /// One template's last successful render: what it read and everything it produced.
@@ -40,6 +42,7 @@ pub(crate) struct TemplateMemo {
     pub(crate) output: String,
     pub(crate) registered: Vec<AuxFile>,
     pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
+    pub(crate) outcomes: Outcomes,
 }
 
 impl TemplateMemo {

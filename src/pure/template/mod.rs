@@ -7,7 +7,8 @@
 //! and line) and with HTML escaping switched off. Snippets are partials (`{{> name}}`); the
 //! helpers are listed in `helpers.rs` (stateless) and `render.rs` (per-render:
 //! `resources`, `fetch`, `get_single`, `path_for`, `register_file`, `render`,
-//! `render_glob`).
+//! `render_glob`, `server_slots`, and `served`/`ignored`, which record what a template did
+//! with a Kubernetes object into [`RenderedConfig::outcomes`] and render nothing).
 //!
 //! The context of a render holds `paths` (`base_dir`, `maps_dir`, `files_dir`,
 //! `certs_dir`), the caller's extra values (e.g. `dataplane`) and the user's
@@ -16,7 +17,8 @@
 //!
 //! A template whose inputs did not change since the last successful render (the same
 //! context, the same snapshot of every store it read) is not rendered again: its output,
-//! the files it registered and the server slots it assigned are reused (`memo.rs`).
+//! the files it registered, the server slots it assigned and the outcomes it recorded are
+//! reused (`memo.rs`).
 //!
 //! Notes for template authors (handlebars-rust 6 behaviour):
 //! - In strict mode `{{#if a.b}}` tolerates a missing `b`, but `{{#with x}}` on null fails
@@ -421,6 +423,7 @@ impl TemplateSet {
             );
         }
         let slots = state.take_slots();
+        let outcomes = state.take_outcomes();
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
                 Some(existing) if existing.content == file.content => {}
@@ -450,6 +453,7 @@ impl TemplateSet {
         Ok(RenderedConfig {
             haproxy_cfg,
             aux_files,
+            outcomes,
         })
     }
 

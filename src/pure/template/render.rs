@@ -4,7 +4,7 @@
 //! # Per-render state
 //!
 //! Helpers that need the render's data (`resources`, `fetch`, `get_single`, `path_for`,
-//! `register_file`, `render`, `render_glob`) are registered as handlebars *local* helpers on
+//! `register_file`, `render`, `render_glob`, `server_slots`, `served`, `ignored`) are registered as handlebars *local* helpers on
 //! each template's `RenderContext`, holding a reference to a [`RenderState`] that lives on
 //! the stack of [`TemplateSet::render`](super::TemplateSet::render). Two renders on two
 //! threads therefore never share state, and nothing global is swapped per render.
@@ -47,7 +47,9 @@ use super::helpers::{Args, HelperFailure, glob_match, misuse};
 use super::memo::{TemplateMemo, TemplateTrace, next_context_generation};
 use super::slots::SlotMemory;
 use super::{RenderContext, TemplateError};
-use crate::pure::rendered::{AuxFile, AuxKind, PathResolver};
+use crate::pure::rendered::{
+    AuxFile, AuxKind, ObjectKey, Outcome, Outcomes, PathResolver, record_outcome,
+};
 use crate::pure::store::{StoreSnapshot, StoresSnapshot, normalise_numbers};
 
 /// Context keys haptor fills itself; `values` and `extra_context` cannot use them.
@@ -66,6 +68,8 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "render",
     "render_glob",
     "server_slots",
+    "served",
+    "ignored",
 ];
 
 /// The handlebars context of the last render (everything but store data), reused while the
@@ -172,6 +176,8 @@ pub(crate) struct RenderState<'a> {
     /// Slot assignments of the last successful render (read) and of this one (written).
     previous_slots: &'a SlotMemory,
     slots: Mutex<SlotMemory>,
+    /// The `served`/`ignored` outcomes recorded so far in this render.
+    outcomes: Mutex<Outcomes>,
     /// What the template being rendered has read and produced so far.
     trace: Mutex<TemplateTrace>,
 }
@@ -194,6 +200,7 @@ impl<'a> RenderState<'a> {
             registered: Mutex::new(BTreeMap::new()),
             previous_slots,
             slots: Mutex::new(SlotMemory::new()),
+            outcomes: Mutex::new(Outcomes::new()),
             trace: Mutex::new(TemplateTrace::default()),
         }
     }
@@ -262,6 +269,7 @@ impl<'a> RenderState<'a> {
             output: output.to_string(),
             registered,
             slots,
+            outcomes: trace.outcomes,
         }
     }
 
@@ -291,7 +299,26 @@ impl<'a> RenderState<'a> {
         for (key, entry) in &memo.slots {
             slots.insert(key.clone(), Arc::clone(entry));
         }
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, outcome) in &memo.outcomes {
+            record_outcome(&mut outcomes, key.clone(), outcome.clone());
+        }
         true
+    }
+
+    /// The `served`/`ignored` outcomes this render recorded.
+    pub(crate) fn take_outcomes(&self) -> Outcomes {
+        std::mem::take(&mut *self.outcomes.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Records an outcome for the render and for the trace of the template being rendered.
+    fn record(&self, key: ObjectKey, outcome: Outcome) {
+        self.with_trace(|trace| record_outcome(&mut trace.outcomes, key.clone(), outcome.clone()));
+        record_outcome(
+            &mut self.outcomes.lock().unwrap_or_else(PoisonError::into_inner),
+            key,
+            outcome,
+        );
     }
 
     /// The slot assignments this render made.
@@ -351,6 +378,20 @@ impl<'a> RenderState<'a> {
         rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
         rc.register_local_helper("server_slots", Box::new(ServerSlots { state: self }));
         rc.register_local_helper("register_file", Box::new(RegisterFile { state: self }));
+        rc.register_local_helper(
+            "served",
+            Box::new(RecordOutcome {
+                state: self,
+                ignored: false,
+            }),
+        );
+        rc.register_local_helper(
+            "ignored",
+            Box::new(RecordOutcome {
+                state: self,
+                ignored: true,
+            }),
+        );
         rc.register_local_helper(
             "render",
             Box::new(RenderSnippets {
@@ -686,6 +727,66 @@ impl HelperDef for RegisterFile<'_> {
         }
         Ok(ScopedJson::Derived(Value::String(path)))
     }
+}
+
+/// `served obj` and `ignored obj "reason"`: record what the template did with a Kubernetes
+/// object (its apiVersion, kind, `metadata.namespace` and `metadata.name`) and render
+/// nothing. When both are recorded for one object, served wins; among several reasons the
+/// first is kept.
+struct RecordOutcome<'s> {
+    state: &'s RenderState<'s>,
+    ignored: bool,
+}
+
+impl HelperDef for RecordOutcome<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let name = if self.ignored { "ignored" } else { "served" };
+        let args = Args { name, helper };
+        let key = object_key(name, args.value(0)?)?;
+        let outcome = if self.ignored {
+            let reason = args.text(1)?;
+            if reason.trim().is_empty() {
+                return Err(misuse("ignored: the reason (argument 2) is empty").into());
+            }
+            Outcome::Ignored(reason.into_owned())
+        } else {
+            Outcome::Served
+        };
+        self.state.record(key, outcome);
+        Ok(ScopedJson::Derived(Value::String(String::new())))
+    }
+}
+
+/// The key of a Kubernetes object given to `served` or `ignored`.
+fn object_key(helper: &str, object: &Value) -> Result<ObjectKey, HelperFailure> {
+    let text = |path: &[&str]| {
+        path.iter()
+            .try_fold(object, |value, key| value.get(key))
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+            .map(str::to_string)
+    };
+    let needed = |path: &[&str]| {
+        text(path).ok_or_else(|| {
+            misuse(format!(
+                "{helper}: argument 1 is not a Kubernetes object with {} (give it the object, e.g. `{{{{{helper} ing}}}}`)",
+                path.join(".")
+            ))
+        })
+    };
+    Ok(ObjectKey {
+        api_version: needed(&["apiVersion"])?,
+        kind: needed(&["kind"])?,
+        namespace: text(&["metadata", "namespace"]).unwrap_or_default(),
+        name: needed(&["metadata", "name"])?,
+    })
 }
 
 /// `render "snippet"` and `render_glob "pattern"`: render snippets chosen at render time,

@@ -1001,3 +1001,145 @@ fn memoised_renders_equal_full_renders_through_a_sequence_of_changes() {
         "the sequence exercises reuse ({reused} reused)"
     );
 }
+
+// ---------------------------------------------------------------- served and ignored
+
+fn ingress_object(name: &str, class: &str) -> serde_json::Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": name, "namespace": "default"},
+           "spec": {"ingressClassName": class}})
+}
+
+fn ingress_key(name: &str) -> crate::pure::rendered::ObjectKey {
+    crate::pure::rendered::ObjectKey {
+        api_version: "networking.k8s.io/v1".into(),
+        kind: "Ingress".into(),
+        namespace: "default".into(),
+        name: name.into(),
+    }
+}
+
+fn ingress_store() -> crate::pure::store::ResourceStore {
+    crate::pure::store::ResourceStore::new(
+        "ing",
+        vec!["metadata.namespace".into(), "metadata.name".into()],
+        vec![],
+    )
+    .unwrap()
+}
+
+/// haproxy.cfg reads only Services; the map records an outcome for every Ingress.
+const OUTCOME_MAP: &str = "{{#resources \"ing\" as |i|}}{{#if (eq i.spec.ingressClassName \"haptor\")}}{{served i}}{{i.metadata.name}}\n{{else}}{{ignored i (concat \"ingressClassName '\" i.spec.ingressClassName \"' is not haptor's\")}}{{/if}}{{/resources}}";
+
+fn outcome_test_set() -> TemplateSet {
+    let mut templates =
+        input("{{#resources \"svc\" as |s|}}{{s.metadata.name}}:{{s.spec.port}} {{/resources}}");
+    templates
+        .maps
+        .insert("routes.map".into(), OUTCOME_MAP.into());
+    TemplateSet::compile(templates).unwrap()
+}
+
+#[test]
+fn served_and_ignored_record_an_outcome_per_object_and_render_nothing() {
+    let set = outcome_test_set();
+    let (_, services) = slice_and_service_stores();
+    let ingresses = ingress_store();
+    ingresses.apply(ingress_object("a", "haptor")).unwrap();
+    ingresses.apply(ingress_object("b", "nginx")).unwrap();
+    let out = render_stores(&set, &[&ingresses, &services], json!({}));
+    assert_eq!(out.aux(AuxKind::Map, "routes.map").unwrap().content, "a\n");
+    assert_eq!(
+        out.outcomes.into_iter().collect::<Vec<_>>(),
+        [
+            (ingress_key("a"), crate::pure::rendered::Outcome::Served),
+            (
+                ingress_key("b"),
+                crate::pure::rendered::Outcome::Ignored(
+                    "ingressClassName 'nginx' is not haptor's".into()
+                )
+            ),
+        ]
+    );
+}
+
+#[test]
+fn served_wins_over_ignored_for_one_object_within_and_across_templates() {
+    let mut templates = input(
+        "{{#resources \"ing\" as |i|}}{{ignored i \"rule 1 skipped\"}}{{served i}}{{ignored i \"rule 3 skipped\"}}{{/resources}}",
+    );
+    templates.maps.insert(
+        "later.map".into(),
+        "{{#resources \"ing\" as |i|}}{{ignored i \"later\"}}{{/resources}}".into(),
+    );
+    let set = TemplateSet::compile(templates).unwrap();
+    let ingresses = ingress_store();
+    ingresses.apply(ingress_object("a", "haptor")).unwrap();
+    let out = render_stores(&set, &[&ingresses], json!({}));
+    assert_eq!(out.haproxy_cfg, "");
+    assert_eq!(
+        out.outcomes.get(&ingress_key("a")),
+        Some(&crate::pure::rendered::Outcome::Served)
+    );
+}
+
+#[test]
+fn ignored_needs_a_reason_and_both_need_a_kubernetes_object() {
+    let set = |template: &str| {
+        let set = TemplateSet::compile(input(template)).unwrap();
+        let ingresses = ingress_store();
+        ingresses.apply(ingress_object("a", "haptor")).unwrap();
+        let mut snapshot = StoresSnapshot::new();
+        snapshot.insert(ingresses.snapshot());
+        set.render(&RenderContext::new(snapshot, PathResolver::default()))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let empty = set("{{#resources \"ing\" as |i|}}{{ignored i \"\"}}{{/resources}}").unwrap_err();
+    assert!(empty.contains("reason"), "{empty}");
+    let missing = set("{{#resources \"ing\" as |i|}}{{ignored i}}{{/resources}}").unwrap_err();
+    assert!(missing.contains("ignored needs at least 2"), "{missing}");
+    let not_object =
+        set("{{#resources \"ing\" as |i|}}{{served i.metadata}}{{/resources}}").unwrap_err();
+    assert!(
+        not_object.contains("served: argument 1 is not a Kubernetes object with apiVersion"),
+        "{not_object}"
+    );
+}
+
+#[test]
+fn a_reused_template_replays_its_outcomes_and_a_rendered_one_replaces_them() {
+    let memoised = outcome_test_set();
+    let full = outcome_test_set().without_memos();
+    let (_, services) = slice_and_service_stores();
+    let ingresses = ingress_store();
+    ingresses.apply(ingress_object("a", "haptor")).unwrap();
+    ingresses.apply(ingress_object("b", "nginx")).unwrap();
+    let first = render_stores(&memoised, &[&ingresses, &services], json!({}));
+    assert_eq!(first.outcomes.len(), 2);
+
+    // Only Services change: routes.map is reused, and its outcomes must be kept.
+    services.apply(named_service("web", 80)).unwrap();
+    let second = render_stores(&memoised, &[&ingresses, &services], json!({}));
+    assert_eq!(memoised.reused_in_last_render(), ["maps/routes.map"]);
+    assert_eq!(second.outcomes, first.outcomes);
+    assert_eq!(
+        second,
+        render_stores(&full, &[&ingresses, &services], json!({}))
+    );
+
+    // The Ingress moves to another class: the map renders again, with the new outcome.
+    ingresses.apply(ingress_object("a", "other")).unwrap();
+    let third = render_stores(&memoised, &[&ingresses, &services], json!({}));
+    assert_eq!(memoised.reused_in_last_render(), [HAPROXY_CFG]);
+    assert_eq!(
+        third.outcomes.get(&ingress_key("a")),
+        Some(&crate::pure::rendered::Outcome::Ignored(
+            "ingressClassName 'other' is not haptor's".into()
+        ))
+    );
+    assert_eq!(
+        third,
+        render_stores(&full, &[&ingresses, &services], json!({}))
+    );
+}

@@ -1,0 +1,498 @@
+//! Ingress status and `IngressIgnored` Events in `haptor run`, from the outcomes the
+//! templates record (`served`, `ignored`): the ConfigPublisher hands each published
+//! render's outcomes to [`IngressStatus::outcomes`] (through [`WithIngressStatus`], the
+//! publish sink wrapper), and one task acts on the latest of them while this replica leads.
+//! What it writes is decided by `pure::ingress_status::IngressStatusBook`:
+//!
+//! - every served Ingress gets `status.loadBalancer.ingress` = the publish address, with a
+//!   merge patch of `networking.k8s.io/v1` `ingresses/status` as field manager `haptor`,
+//!   only when the Ingress does not carry it already (read once per leadership term, then
+//!   known from what was written), so a render that changes nothing about an Ingress
+//!   writes nothing to it;
+//! - an Ingress served before and no longer served has that status cleared while it still
+//!   carries what haptor wrote (the patch is conditional on the resourceVersion read);
+//! - every newly ignored Ingress (per reason) gets a Warning Event `IngressIgnored` with the
+//!   template's reason, published with kube-rs's `Recorder`.
+//!
+//! The publish address is `--publish-address` (fixed) or the `--publish-service` Service's
+//! load balancer addresses, else its cluster IP (watched); with neither, no status is
+//! written, but Events still are. Each request is bounded by [`REQUEST_TIMEOUT`]; a failed
+//! status write is retried after [`RETRY_AFTER`] (a 403 names the RBAC rule to add). Each
+//! new leadership term reads every served Ingress again and re-asserts its status.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::actors::publisher::PublishSink;
+use crate::messages::Leadership;
+use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
+use crate::pure::ingress_status::{
+    Addresses, IGNORED_ACTION, IGNORED_REASON, IngressRef, IngressStatusBook, StatusWrite,
+    ignored_note, service_addresses,
+};
+use crate::pure::rendered::Outcomes;
+
+/// How long one request (a read, a status patch, an Event) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The wait before status writes that failed are tried again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// The field manager of the status writes.
+pub const FIELD_MANAGER: &str = "haptor";
+
+/// Where the address Ingresses are given comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PublishAddress {
+    /// No `--publish-address` or `--publish-service`: no status is written.
+    Nothing,
+    /// `--publish-address`.
+    Fixed(Addresses),
+    /// `--publish-service NAMESPACE/NAME`.
+    Service { namespace: String, name: String },
+}
+
+/// The handle the publish sink forwards outcomes to.
+#[derive(Clone)]
+pub struct IngressStatus {
+    outcomes: Arc<watch::Sender<Option<Arc<Outcomes>>>>,
+}
+
+impl IngressStatus {
+    /// The outcomes of the latest published render; unchanged ones wake nothing.
+    pub fn outcomes(&self, outcomes: &Outcomes) {
+        self.outcomes.send_if_modified(|latest| {
+            if latest.as_deref() == Some(outcomes) {
+                return false;
+            }
+            *latest = Some(Arc::new(outcomes.clone()));
+            true
+        });
+    }
+}
+
+/// A publish sink that also hands each render's outcomes to an [`IngressStatus`].
+pub struct WithIngressStatus<S> {
+    pub inner: Arc<S>,
+    pub status: IngressStatus,
+}
+
+impl<S: PublishSink> PublishSink for WithIngressStatus<S> {
+    fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus) {
+        self.inner.publish(spec, status);
+    }
+
+    fn outcomes(&self, outcomes: &Outcomes) {
+        self.inner.outcomes(outcomes);
+        self.status.outcomes(outcomes);
+    }
+}
+
+/// Starts the task (see the module documentation); it acts only while `leadership` says
+/// this replica leads, and ends when the returned handle and every clone are dropped.
+pub fn spawn(
+    client: Client,
+    reporter: Reporter,
+    publish: PublishAddress,
+    leadership: watch::Receiver<Leadership>,
+) -> (IngressStatus, JoinHandle<()>) {
+    let (outcomes_tx, outcomes_rx) = watch::channel(None);
+    let (addresses_tx, addresses_rx) = watch::channel(None);
+    let service_task = match publish {
+        PublishAddress::Nothing => None,
+        PublishAddress::Fixed(addresses) => {
+            let _ = addresses_tx.send_replace(Some(addresses));
+            None
+        }
+        PublishAddress::Service { namespace, name } => Some(tokio::spawn(watch_service(
+            client.clone(),
+            namespace,
+            name,
+            addresses_tx.clone(),
+        ))),
+    };
+    let driver = Driver {
+        client,
+        reporter,
+        book: IngressStatusBook::default(),
+        logged: HashSet::new(),
+    };
+    let task = tokio::spawn(async move {
+        // Held so a fixed (or absent) address never reads as a closed channel.
+        let _addresses = addresses_tx;
+        driver.run(outcomes_rx, leadership, addresses_rx).await;
+        if let Some(task) = service_task {
+            task.abort();
+        }
+    });
+    (
+        IngressStatus {
+            outcomes: Arc::new(outcomes_tx),
+        },
+        task,
+    )
+}
+
+struct Driver {
+    client: Client,
+    reporter: Reporter,
+    book: IngressStatusBook,
+    /// Failures logged as warnings since the last success (logged once each).
+    logged: HashSet<String>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut outcomes: watch::Receiver<Option<Arc<Outcomes>>>,
+        mut leadership: watch::Receiver<Leadership>,
+        mut addresses: watch::Receiver<Option<Addresses>>,
+    ) {
+        let mut term: Option<u64> = None;
+        let mut applied: Option<Arc<Outcomes>> = None;
+        let mut retry;
+        loop {
+            let now = *leadership.borrow_and_update();
+            let latest = outcomes.borrow_and_update().clone();
+            let address = addresses.borrow_and_update().clone();
+            if now.is_leader {
+                if term != Some(now.epoch) {
+                    term = Some(now.epoch);
+                    self.book.new_term();
+                }
+                if let Some(latest) = latest
+                    && !applied.as_ref().is_some_and(|a| Arc::ptr_eq(a, &latest))
+                {
+                    let newly = self.book.apply_outcomes(&latest);
+                    applied = Some(latest);
+                    for (ingress, reason) in newly {
+                        if !leadership.borrow().is_leader {
+                            break;
+                        }
+                        self.report_ignored(&ingress, &reason).await;
+                    }
+                }
+                retry = match address.filter(|a| !a.is_empty()) {
+                    Some(address) => !self.write_statuses(&address, &leadership).await,
+                    None => false,
+                };
+            } else {
+                term = None;
+                retry = false;
+            }
+            tokio::select! {
+                changed = outcomes.changed() => if changed.is_err() { break },
+                changed = leadership.changed() => if changed.is_err() { break },
+                changed = addresses.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(RETRY_AFTER), if retry => {}
+            }
+        }
+        tracing::debug!("the Ingress status task ends");
+    }
+
+    fn api(&self, namespace: &str) -> Api<Ingress> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Does every status write due; false when one failed (to be retried).
+    async fn write_statuses(
+        &mut self,
+        address: &Addresses,
+        leadership: &watch::Receiver<Leadership>,
+    ) -> bool {
+        let mut all_done = true;
+        for write in self.book.writes(address) {
+            if !leadership.borrow().is_leader {
+                return true;
+            }
+            match self.write_status(&write, address).await {
+                Ok(()) => {}
+                Err(problem) => {
+                    all_done = false;
+                    self.warn_once(&write.ingress, problem);
+                }
+            }
+        }
+        all_done
+    }
+
+    async fn write_status(
+        &mut self,
+        write: &StatusWrite,
+        current: &Addresses,
+    ) -> Result<(), Failure> {
+        let ingress = &write.ingress;
+        let known = if write.clear {
+            None
+        } else {
+            write.known.clone()
+        };
+        let (carried, resource_version) = match known {
+            Some(carried) => (carried, None),
+            None => match self.read(ingress).await? {
+                Some((carried, version, _)) => (carried, version),
+                None => {
+                    self.book.gone(ingress);
+                    return Ok(());
+                }
+            },
+        };
+        if write.clear {
+            if !self.book.may_clear(ingress, &carried, current) {
+                if carried.is_empty() {
+                    self.book.read(ingress, carried);
+                } else {
+                    tracing::debug!(ingress = %ingress, "an Ingress haptor no longer serves carries another address; left alone");
+                    self.book.leave(ingress);
+                }
+                return Ok(());
+            }
+        } else if carried == write.wanted {
+            self.book.read(ingress, carried);
+            return Ok(());
+        }
+        let mut patch = json!({ "status": { "loadBalancer": { "ingress": write.wanted } } });
+        if write.clear {
+            patch["status"]["loadBalancer"]["ingress"] = serde_json::Value::Null;
+            patch["metadata"] = json!({ "resourceVersion": resource_version });
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let api = self.api(&ingress.namespace);
+        let written = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            api.patch_status(&ingress.name, &params, &Patch::Merge(&patch)),
+        )
+        .await
+        .map_err(|_| Failure::TimedOut("writing its status"))?;
+        match written {
+            Ok(updated) => {
+                let now = carried_by(&updated);
+                if write.clear {
+                    tracing::info!(ingress = %ingress, "Ingress status cleared (haptor no longer serves it)");
+                } else {
+                    tracing::info!(ingress = %ingress, "Ingress status written");
+                }
+                self.book.wrote(ingress, now);
+                self.succeeded();
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.book.gone(ingress);
+                Ok(())
+            }
+            Err(e) => Err(Failure::Kube {
+                what: "writing its status",
+                error: e,
+            }),
+        }
+    }
+
+    /// What the Ingress carries now, its resourceVersion and uid; `None` when it is gone.
+    async fn read(&self, ingress: &IngressRef) -> Result<Option<Read>, Failure> {
+        let api = self.api(&ingress.namespace);
+        let read = tokio::time::timeout(REQUEST_TIMEOUT, api.get_opt(&ingress.name))
+            .await
+            .map_err(|_| Failure::TimedOut("reading it"))?
+            .map_err(|e| Failure::Kube {
+                what: "reading it",
+                error: e,
+            })?;
+        Ok(read.map(|object| {
+            let meta = object.meta();
+            (
+                carried_by(&object),
+                meta.resource_version.clone(),
+                meta.uid.clone(),
+            )
+        }))
+    }
+
+    async fn report_ignored(&mut self, ingress: &IngressRef, reason: &str) {
+        let uid = match self.read(ingress).await {
+            Ok(Some((_, _, uid))) => uid,
+            Ok(None) => return,
+            Err(failure) => {
+                self.warn_once(ingress, failure);
+                return;
+            }
+        };
+        let reference = ObjectReference {
+            api_version: Some("networking.k8s.io/v1".into()),
+            kind: Some("Ingress".into()),
+            namespace: Some(ingress.namespace.clone()),
+            name: Some(ingress.name.clone()),
+            uid,
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: IGNORED_REASON.into(),
+            note: Some(ignored_note(ingress, reason)),
+            action: IGNORED_ACTION.into(),
+            secondary: None,
+        };
+        // A Recorder of its own per Event: one reports each (Ingress, reason) once, and a
+        // shared Recorder would add a new reason to the series of the old one, keeping the
+        // old note.
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        match tokio::time::timeout(REQUEST_TIMEOUT, recorder.publish(&event, &reference)).await {
+            Ok(Ok(())) => {
+                tracing::debug!(ingress = %ingress, reason, "IngressIgnored Event published");
+                self.book.reported(ingress, reason);
+                self.succeeded();
+            }
+            Ok(Err(e)) => self.warn_once(
+                ingress,
+                Failure::Kube {
+                    what: "publishing its IngressIgnored Event",
+                    error: e,
+                },
+            ),
+            Err(_) => self.warn_once(
+                ingress,
+                Failure::TimedOut("publishing its IngressIgnored Event"),
+            ),
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if !self.logged.is_empty() {
+            tracing::info!("Ingress status writes and Events succeed again");
+            self.logged.clear();
+        }
+    }
+
+    /// Logs a failure as a warning once per kind of failure (not per Ingress: a missing RBAC
+    /// rule is one warning), later repeats at debug level.
+    fn warn_once(&mut self, ingress: &IngressRef, failure: Failure) {
+        let fingerprint = failure.fingerprint();
+        if self.logged.len() >= 64 {
+            self.logged.clear();
+        }
+        if self.logged.insert(fingerprint) {
+            tracing::warn!(ingress = %ingress, error = %failure, "an Ingress status write or Event failed; it is retried");
+        } else {
+            tracing::debug!(ingress = %ingress, error = %failure, "an Ingress status write or Event failed again");
+        }
+    }
+}
+
+/// What a read of an Ingress gives: its addresses, resourceVersion and uid.
+type Read = (Addresses, Option<String>, Option<String>);
+
+/// What `status.loadBalancer.ingress` of `ingress` holds.
+fn carried_by(ingress: &Ingress) -> Addresses {
+    ingress
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.clone())
+        .unwrap_or_default()
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0} took longer than {REQUEST_TIMEOUT:?}")]
+    TimedOut(&'static str),
+    #[error("{what}: {}", describe(.error))]
+    Kube {
+        what: &'static str,
+        error: kube::Error,
+    },
+}
+
+impl Failure {
+    fn fingerprint(&self) -> String {
+        match self {
+            Failure::TimedOut(what) => format!("timeout {what}"),
+            Failure::Kube {
+                what,
+                error: kube::Error::Api(status),
+            } => format!("{what} {}", status.code),
+            Failure::Kube { what, error } => format!("{what} {error}"),
+        }
+    }
+}
+
+fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "forbidden ({}); haptor's service account needs patch on networking.k8s.io ingresses/status, get on ingresses and create/patch on events.k8s.io events",
+            status.message
+        ),
+        kube::Error::Api(status) if status.code == 409 => {
+            "the Ingress changed meanwhile (conflict); read again at the retry".to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Watches the `--publish-service` Service and sends its addresses (empty while it does
+/// not exist or has none).
+async fn watch_service(
+    client: Client,
+    namespace: String,
+    name: String,
+    out: watch::Sender<Option<Addresses>>,
+) {
+    let api: Api<Service> = Api::namespaced(client, &namespace);
+    let selector = format!("metadata.name={name}");
+    let mut events = watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let object = format!("Service {namespace}/{name}");
+    let send = |addresses: Addresses| {
+        let changed = out.send_if_modified(|current| {
+            if current.as_ref() == Some(&addresses) {
+                return false;
+            }
+            *current = Some(addresses.clone());
+            true
+        });
+        if changed {
+            if addresses.is_empty() {
+                tracing::warn!(service = %object, "the --publish-service Service has no address (no load balancer ingress, no cluster IP); Ingress statuses are not written until it has one");
+            } else {
+                tracing::info!(service = %object, "the --publish-service address changed; served Ingresses get it");
+            }
+        }
+    };
+    let mut found = false;
+    let mut last_error: Option<String> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => found = false,
+            Ok(watcher::Event::InitApply(service) | watcher::Event::Apply(service)) => {
+                found = true;
+                last_error = None;
+                send(service_addresses(&service));
+            }
+            Ok(watcher::Event::InitDone) => {
+                if !found {
+                    send(Addresses::new());
+                }
+            }
+            Ok(watcher::Event::Delete(_)) => send(Addresses::new()),
+            Err(e) => {
+                let message = e.to_string();
+                if last_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(service = %object, error = %message, "watching the --publish-service Service failed (haptor needs get, list and watch on services); retrying");
+                    last_error = Some(message);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! What `haptor run` writes about Ingresses, decided from the outcomes the templates record
+//! (`served`, `ignored`; [`crate::pure::rendered::Outcomes`]): the addresses a served
+//! Ingress's `status.loadBalancer.ingress` carries, when that status is written or cleared,
+//! and which ignored Ingresses get an `IngressIgnored` Event.
+//!
+//! - The publish address comes from `--publish-address` (IPs and host names, repeatable or
+//!   comma-separated; [`parse_publish_addresses`]) or from the `--publish-service` Service
+//!   ([`service_addresses`]: its `status.loadBalancer.ingress`, else its `spec.clusterIP`).
+//! - [`IngressStatusBook`] keeps what each Ingress is known to carry, so a status is written
+//!   only when it differs; a new leadership term forgets that knowledge
+//!   ([`IngressStatusBook::new_term`]), so every served Ingress is read and re-asserted.
+//! - An Ingress served before and no longer served has its status cleared, but only while
+//!   it still carries what haptor wrote (another controller may have taken it over).
+//! - An Ingress is reported as ignored once per reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::IngressLoadBalancerIngress;
+
+use crate::pure::rendered::{Outcome, Outcomes};
+
+/// The reason of the Warning Event about an ignored Ingress.
+pub const IGNORED_REASON: &str = "IngressIgnored";
+/// The action of that Event.
+pub const IGNORED_ACTION: &str = "Render";
+
+/// One Ingress, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IngressRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for IngressRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The addresses of one `status.loadBalancer.ingress` list.
+pub type Addresses = Vec<IngressLoadBalancerIngress>;
+
+/// One address: an IP when it parses as one, else a host name.
+pub fn address(text: &str) -> IngressLoadBalancerIngress {
+    if text.parse::<IpAddr>().is_ok() {
+        IngressLoadBalancerIngress {
+            ip: Some(text.to_string()),
+            ..Default::default()
+        }
+    } else {
+        IngressLoadBalancerIngress {
+            hostname: Some(text.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The addresses of `--publish-address` values: each value may list several, separated
+/// by commas. An entry that is neither an IP nor a DNS name is an error naming it.
+pub fn parse_publish_addresses(values: &[String]) -> Result<Addresses, String> {
+    let mut out = Addresses::new();
+    for entry in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if entry.is_empty() {
+            continue;
+        }
+        if entry.parse::<IpAddr>().is_err() && !is_dns_name(entry) {
+            return Err(format!(
+                "--publish-address '{entry}' is neither an IP address nor a DNS name"
+            ));
+        }
+        let address = address(entry);
+        if !out.contains(&address) {
+            out.push(address);
+        }
+    }
+    if out.is_empty() {
+        return Err("--publish-address names no address".to_string());
+    }
+    Ok(out)
+}
+
+fn is_dns_name(text: &str) -> bool {
+    text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// The addresses a `--publish-service` Service gives: its `status.loadBalancer.ingress`
+/// (IPs and host names), else its `spec.clusterIP` (unless headless); empty when it has
+/// neither.
+pub fn service_addresses(service: &Service) -> Addresses {
+    let balanced: Addresses = service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let ip = entry.ip.clone().filter(|ip| !ip.is_empty());
+            let hostname = entry.hostname.clone().filter(|h| !h.is_empty());
+            (ip.is_some() || hostname.is_some()).then(|| IngressLoadBalancerIngress {
+                ip,
+                hostname,
+                ..Default::default()
+            })
+        })
+        .collect();
+    if !balanced.is_empty() {
+        return balanced;
+    }
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(|ip| vec![address(ip)])
+        .unwrap_or_default()
+}
+
+/// The Ingresses among `outcomes` (networking.k8s.io Ingresses only), by outcome.
+fn ingress_outcomes(outcomes: &Outcomes) -> impl Iterator<Item = (IngressRef, &Outcome)> {
+    outcomes
+        .iter()
+        .filter(|(key, _)| {
+            key.kind == "Ingress"
+                && key.api_version.starts_with("networking.k8s.io/")
+                && !key.namespace.is_empty()
+        })
+        .map(|(key, outcome)| {
+            (
+                IngressRef {
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                },
+                outcome,
+            )
+        })
+}
+
+/// One status write the driver is to consider: `ingress` should carry `wanted`. When
+/// `clear` is set, `wanted` is empty and the write happens only while the Ingress still
+/// carries what haptor wrote ([`IngressStatusBook::may_clear`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWrite {
+    pub ingress: IngressRef,
+    pub wanted: Addresses,
+    pub clear: bool,
+    /// What the Ingress is known to carry (`None`: unknown, read it first).
+    pub known: Option<Addresses>,
+}
+
+/// What the driver knows about the Ingresses it writes (see the module documentation).
+#[derive(Debug, Default)]
+pub struct IngressStatusBook {
+    /// The Ingresses the latest outcomes serve.
+    served: BTreeSet<IngressRef>,
+    /// Ingresses served before and no longer: their status is still to be cleared.
+    clearing: BTreeSet<IngressRef>,
+    /// What each Ingress is known to carry (read from it or written to it this term).
+    known: BTreeMap<IngressRef, Addresses>,
+    /// The addresses haptor last wrote to each Ingress (kept across terms, for clearing).
+    written: BTreeMap<IngressRef, Addresses>,
+    /// The reason each ignored Ingress was last reported with.
+    reported: BTreeMap<IngressRef, String>,
+}
+
+impl IngressStatusBook {
+    /// Takes the latest outcomes; returns the Ingresses newly ignored (not reported before
+    /// with the same reason), to be reported.
+    pub fn apply_outcomes(&mut self, outcomes: &Outcomes) -> Vec<(IngressRef, String)> {
+        let mut served = BTreeSet::new();
+        let mut ignored = BTreeMap::new();
+        for (ingress, outcome) in ingress_outcomes(outcomes) {
+            match outcome {
+                Outcome::Served => {
+                    served.insert(ingress);
+                }
+                Outcome::Ignored(reason) => {
+                    ignored.insert(ingress, reason.clone());
+                }
+            }
+        }
+        for gone in self.served.difference(&served) {
+            self.clearing.insert(gone.clone());
+        }
+        for ingress in &served {
+            self.clearing.remove(ingress);
+        }
+        self.served = served;
+        let newly: Vec<(IngressRef, String)> = ignored
+            .iter()
+            .filter(|(ingress, reason)| self.reported.get(*ingress) != Some(*reason))
+            .map(|(ingress, reason)| (ingress.clone(), reason.clone()))
+            .collect();
+        // An Ingress that is no longer ignored may be reported again when it is.
+        self.reported
+            .retain(|ingress, _| ignored.contains_key(ingress));
+        newly
+    }
+
+    /// Notes that `ingress` was reported as ignored for `reason`.
+    pub fn reported(&mut self, ingress: &IngressRef, reason: &str) {
+        self.reported.insert(ingress.clone(), reason.to_string());
+    }
+
+    /// The status writes to consider with `addresses` as the publish address: every served
+    /// Ingress that is not known to carry them, and every Ingress still to clear.
+    pub fn writes(&self, addresses: &Addresses) -> Vec<StatusWrite> {
+        let set = self.served.iter().filter_map(|ingress| {
+            let known = self.known.get(ingress);
+            (known != Some(addresses)).then(|| StatusWrite {
+                ingress: ingress.clone(),
+                wanted: addresses.clone(),
+                clear: false,
+                known: known.cloned(),
+            })
+        });
+        let clear = self.clearing.iter().map(|ingress| StatusWrite {
+            ingress: ingress.clone(),
+            wanted: Addresses::new(),
+            clear: true,
+            known: self.known.get(ingress).cloned(),
+        });
+        set.chain(clear).collect()
+    }
+
+    /// Whether an Ingress to clear that carries `carried` is still haptor's to clear: it
+    /// carries what haptor last wrote to it, or the current publish address.
+    pub fn may_clear(
+        &self,
+        ingress: &IngressRef,
+        carried: &Addresses,
+        current: &Addresses,
+    ) -> bool {
+        !carried.is_empty() && (self.written.get(ingress) == Some(carried) || carried == current)
+    }
+
+    /// Notes what `ingress` was read to carry.
+    pub fn read(&mut self, ingress: &IngressRef, carried: Addresses) {
+        if carried.is_empty() {
+            self.clearing.remove(ingress);
+        }
+        self.known.insert(ingress.clone(), carried);
+    }
+
+    /// Notes that `ingress` now carries `carried`, written by haptor.
+    pub fn wrote(&mut self, ingress: &IngressRef, carried: Addresses) {
+        if carried.is_empty() {
+            self.clearing.remove(ingress);
+            self.written.remove(ingress);
+        } else {
+            self.written.insert(ingress.clone(), carried.clone());
+        }
+        self.known.insert(ingress.clone(), carried);
+    }
+
+    /// Notes that an Ingress to clear is left alone (another controller's status is on it).
+    pub fn leave(&mut self, ingress: &IngressRef) {
+        self.clearing.remove(ingress);
+        self.written.remove(ingress);
+    }
+
+    /// Notes that `ingress` no longer exists.
+    pub fn gone(&mut self, ingress: &IngressRef) {
+        self.clearing.remove(ingress);
+        self.known.remove(ingress);
+        self.written.remove(ingress);
+    }
+
+    /// A new leadership term: what the Ingresses carry is read again, so every served
+    /// Ingress's status is re-asserted.
+    pub fn new_term(&mut self) {
+        self.known.clear();
+    }
+}
+
+/// The note of the `IngressIgnored` Event about `ingress`.
+pub fn ignored_note(ingress: &IngressRef, reason: &str) -> String {
+    crate::pure::kube_events::truncate_note(&format!(
+        "Ingress {ingress} is not served by haptor: {reason}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pure::rendered::ObjectKey;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "networking.k8s.io/v1".into(),
+            kind: "Ingress".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn ingress(name: &str) -> IngressRef {
+        IngressRef {
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn outcomes(entries: &[(&str, Option<&str>)]) -> Outcomes {
+        entries
+            .iter()
+            .map(|(name, reason)| {
+                (
+                    key(name),
+                    match reason {
+                        None => Outcome::Served,
+                        Some(reason) => Outcome::Ignored((*reason).to_string()),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn ip(text: &str) -> Addresses {
+        vec![address(text)]
+    }
+
+    #[test]
+    fn publish_addresses_are_split_on_commas_and_told_apart_as_ips_and_host_names() {
+        let parsed = parse_publish_addresses(&[
+            "10.0.0.1, lb.example.com".to_string(),
+            "2001:db8::1".to_string(),
+            "10.0.0.1".to_string(),
+        ])
+        .unwrap();
+        assert_eq!(parsed.len(), 3, "{parsed:?}");
+        assert_eq!(parsed[0].ip.as_deref(), Some("10.0.0.1"));
+        assert_eq!(parsed[1].hostname.as_deref(), Some("lb.example.com"));
+        assert_eq!(parsed[2].ip.as_deref(), Some("2001:db8::1"));
+        let error = parse_publish_addresses(&["a b".to_string()]).unwrap_err();
+        assert!(error.contains("'a b'"), "{error}");
+        assert!(parse_publish_addresses(&[" , ".to_string()]).is_err());
+    }
+
+    #[test]
+    fn a_service_publishes_its_load_balancer_addresses_else_its_cluster_ip() {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "spec": {"clusterIP": "10.96.0.10"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example"}]}},
+        }))
+        .unwrap();
+        let addresses = service_addresses(&service);
+        assert_eq!(addresses[0].ip.as_deref(), Some("203.0.113.7"));
+        assert_eq!(addresses[1].hostname.as_deref(), Some("lb.example"));
+        let cluster_only: Service =
+            serde_json::from_value(serde_json::json!({"spec": {"clusterIP": "10.96.0.10"}}))
+                .unwrap();
+        assert_eq!(service_addresses(&cluster_only), ip("10.96.0.10"));
+        let headless: Service =
+            serde_json::from_value(serde_json::json!({"spec": {"clusterIP": "None"}})).unwrap();
+        assert!(service_addresses(&headless).is_empty());
+    }
+
+    #[test]
+    fn a_served_ingress_is_written_until_it_is_known_to_carry_the_address() {
+        let mut book = IngressStatusBook::default();
+        book.apply_outcomes(&outcomes(&[("a", None)]));
+        let writes = book.writes(&ip("10.0.0.1"));
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].known, None, "read first");
+        book.wrote(&ingress("a"), ip("10.0.0.1"));
+        assert!(
+            book.writes(&ip("10.0.0.1")).is_empty(),
+            "unchanged: no write"
+        );
+        assert_eq!(
+            book.writes(&ip("10.0.0.2")).len(),
+            1,
+            "a new address is written"
+        );
+    }
+
+    #[test]
+    fn a_new_term_re_asserts_every_served_ingress() {
+        let mut book = IngressStatusBook::default();
+        book.apply_outcomes(&outcomes(&[("a", None), ("b", None)]));
+        book.wrote(&ingress("a"), ip("10.0.0.1"));
+        book.wrote(&ingress("b"), ip("10.0.0.1"));
+        assert!(book.writes(&ip("10.0.0.1")).is_empty());
+        book.new_term();
+        let writes = book.writes(&ip("10.0.0.1"));
+        assert_eq!(writes.len(), 2);
+        assert!(writes.iter().all(|w| w.known.is_none()));
+    }
+
+    #[test]
+    fn an_ingress_no_longer_served_is_cleared_only_while_it_carries_what_haptor_wrote() {
+        let mut book = IngressStatusBook::default();
+        book.apply_outcomes(&outcomes(&[("a", None), ("b", None)]));
+        book.wrote(&ingress("a"), ip("10.0.0.1"));
+        book.wrote(&ingress("b"), ip("10.0.0.1"));
+        book.apply_outcomes(&outcomes(&[
+            ("a", Some("other class")),
+            ("b", Some("other class")),
+        ]));
+        let writes = book.writes(&ip("10.0.0.1"));
+        assert_eq!(writes.len(), 2);
+        assert!(writes.iter().all(|w| w.clear && w.wanted.is_empty()));
+        let current = ip("10.0.0.1");
+        assert!(book.may_clear(&ingress("a"), &ip("10.0.0.1"), &current));
+        assert!(
+            !book.may_clear(&ingress("b"), &ip("192.0.2.9"), &current),
+            "another controller's address stays"
+        );
+        book.wrote(&ingress("a"), Vec::new());
+        book.leave(&ingress("b"));
+        assert!(book.writes(&current).is_empty());
+    }
+
+    #[test]
+    fn an_ingress_served_again_is_not_cleared() {
+        let mut book = IngressStatusBook::default();
+        book.apply_outcomes(&outcomes(&[("a", None)]));
+        book.wrote(&ingress("a"), ip("10.0.0.1"));
+        book.apply_outcomes(&outcomes(&[]));
+        book.apply_outcomes(&outcomes(&[("a", None)]));
+        assert!(book.writes(&ip("10.0.0.1")).is_empty());
+    }
+
+    #[test]
+    fn an_ignored_ingress_is_reported_once_per_reason() {
+        let mut book = IngressStatusBook::default();
+        let newly = book.apply_outcomes(&outcomes(&[("a", Some("class nginx")), ("b", None)]));
+        assert_eq!(newly, [(ingress("a"), "class nginx".to_string())]);
+        book.reported(&ingress("a"), "class nginx");
+        assert!(
+            book.apply_outcomes(&outcomes(&[("a", Some("class nginx"))]))
+                .is_empty()
+        );
+        let changed = book.apply_outcomes(&outcomes(&[("a", Some("bad host"))]));
+        assert_eq!(changed, [(ingress("a"), "bad host".to_string())]);
+    }
+
+    #[test]
+    fn only_namespaced_networking_ingresses_count() {
+        let mut book = IngressStatusBook::default();
+        let mut all = outcomes(&[]);
+        let mut other = key("svc");
+        other.kind = "Service".into();
+        other.api_version = "v1".into();
+        all.insert(other, Outcome::Ignored("x".into()));
+        assert!(book.apply_outcomes(&all).is_empty());
+        assert!(book.writes(&ip("10.0.0.1")).is_empty());
+    }
+
+    #[test]
+    fn the_ignored_note_names_the_ingress_and_the_reason() {
+        assert_eq!(
+            ignored_note(&ingress("a"), "ingressClassName 'nginx' is not haptor's"),
+            "Ingress default/a is not served by haptor: ingressClassName 'nginx' is not haptor's"
+        );
+    }
+}
