@@ -28,7 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use haproxy_pod::HaproxyPod;
-use haptor_run::{Replica, library_config, no_election, wait_for};
+use haptor_run::{Replica, fast_election, library_config, no_election, wait_for};
 use kube_kit::Kit;
 use pod_network::PodNetwork;
 
@@ -51,7 +51,11 @@ async fn get(ip: Ipv4Addr, host: &str, path: &str) -> Option<(u16, String)> {
 /// The library for pods: binds on the pod's address, the runtime socket the pods' Data
 /// Plane API uses, the credentials Secret and the pod selector.
 async fn create_pod_config(client: &Client, ns: &str) {
-    let mut config = library_config(ns, no_election());
+    create_pod_config_with(client, ns, no_election()).await;
+}
+
+async fn create_pod_config_with(client: &Client, ns: &str, election: serde_json::Value) {
+    let mut config = library_config(ns, election);
     let extra = config.spec.extra_context.get_or_insert_with(|| json!({}));
     extra["http_bind"] = json!("\"${POD_IP}:8080\"");
     extra["https_bind"] = json!("\"${POD_IP}:8443\"");
@@ -312,4 +316,116 @@ async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_w
         },
     )
     .await;
+}
+
+/// The leadership a replica's `/debug/vars/state` reports: (is_leader, epoch).
+async fn leadership(replica: &Replica) -> Option<(bool, u64)> {
+    let (_, state) = replica.get(replica.debug, "/debug/vars/state").await?;
+    let state: serde_json::Value = serde_json::from_str(&state).ok()?;
+    Some((state["is_leader"].as_bool()?, state["epoch"].as_u64()?))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_takeover_the_new_leader_deploys_and_a_write_with_the_old_leaders_epoch_is_refused()
+{
+    use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
+    use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
+
+    let network = PodNetwork::shared();
+    // A server of its own: the controllers watch every namespace, and the other test's
+    // controller counts reloads, which this test's Ingresses would cause.
+    let kit = &Kit::start();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-fence").await;
+    let backends = network.pod("fence-backends");
+    let _a = backends.http_backend(8081, "backend-a");
+    let pod = HaproxyPod::start_with_password(network, "fence-haproxy-0", PASSWORD);
+    kit.ready_pod(&ns, pod.name(), &[SELECTOR], &pod.ip().to_string())
+        .await;
+    credentials(&client, &ns).await;
+    app(
+        kit,
+        &client,
+        &ns,
+        "web",
+        "fence.example",
+        "/",
+        (backends.ip(), 8081),
+    )
+    .await;
+    create_pod_config_with(&client, &ns, fast_election()).await;
+    let mut a = Replica::start(kit.admin_kubeconfig(), &ns, "fence-a");
+    let mut b = Replica::start(kit.admin_kubeconfig(), &ns, "fence-b");
+    let ip = pod.ip();
+    wait_for("the pod to serve", &[&a, &b], || async {
+        serves(ip, "fence.example", "/", "backend-a")
+            .await
+            .then_some(())
+    })
+    .await;
+    let (old_leader, old_epoch) = wait_for("a leader", &[&a, &b], || async {
+        for replica in [&a, &b] {
+            if let Some((true, epoch)) = leadership(replica).await {
+                return Some((replica.identity.clone(), epoch));
+            }
+        }
+        None
+    })
+    .await;
+    let (leader, follower) = if old_leader == "fence-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    assert_eq!(leader.stop_with("KILL"), None);
+    // A change made while nobody leads is deployed by the successor.
+    app(
+        kit,
+        &client,
+        &ns,
+        "late",
+        "late.example",
+        "/",
+        (backends.ip(), 8081),
+    )
+    .await;
+    wait_for(
+        "the successor to deploy the change",
+        &[follower],
+        || async {
+            serves(ip, "late.example", "/", "backend-a")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    let (_, new_epoch) = leadership(follower).await.expect("the successor's state");
+    assert!(new_epoch > old_epoch, "{new_epoch} > {old_epoch}");
+
+    // The deposed leader's late write, replayed at its epoch, is refused by the pod.
+    let mut settings = DataplaneSettings::new(pod.dataplane_url(), "admin", PASSWORD);
+    settings.reload_poll_interval = Duration::from_millis(100);
+    let target = DataplaneTarget::new(pod.name(), settings).expect("a target");
+    let stale = haptor::pure::rendered::RenderedConfig {
+        haproxy_cfg: haproxy_pod::initial_config(),
+        aux_files: Default::default(),
+        outcomes: Default::default(),
+    };
+    let refused = target
+        .deploy(&DeployRequest {
+            checksum: stale.checksum(),
+            rendered: std::sync::Arc::new(stale),
+            epoch: old_epoch,
+            generation: u64::MAX,
+            timeout: Duration::from_secs(30),
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(DeployError::Fenced { offered, accepted }) if offered == old_epoch && accepted >= new_epoch),
+        "{refused:?}"
+    );
+    assert!(
+        serves(ip, "late.example", "/", "backend-a").await,
+        "the pod kept the new leader's config"
+    );
 }

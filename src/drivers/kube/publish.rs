@@ -346,7 +346,7 @@ impl Writer {
         match (failure, failure.code()) {
             (_, Some(401)) => "check haptor's credentials (its service account token)".to_string(),
             (_, Some(403)) => format!(
-                "check RBAC: haptor's service account needs get, create and patch on \
+                "check RBAC: haptor's service account needs create and patch on \
                  haproxycfgs.haptor.dev and patch on haproxycfgs.haptor.dev/status in \
                  namespace {ns} (a Role and a RoleBinding); it was refused {resource}"
             ),
