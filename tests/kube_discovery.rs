@@ -77,6 +77,7 @@ async fn ready_selected_pods_become_instances_and_leave_when_they_stop_being_so(
             namespace: ns.clone(),
             match_labels: BTreeMap::from([("app".to_string(), "haproxy".to_string())]),
             port: 5555,
+            credentials_required: false,
         },
         credentials,
         out_tx,
@@ -159,5 +160,47 @@ async fn ready_selected_pods_become_instances_and_leave_when_they_stop_being_so(
             .expect("a new target after the credentials changed")
             .expect("discovery runs");
     }
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_required_credentials_are_unknown_no_pod_is_published_and_once_they_arrive_every_ready_one_is()
+ {
+    let kit = Kit::shared();
+    let ns = kit.temp_ns("discovery-creds").await;
+    kit.ready_pod(&ns, "haproxy-0", &[("app", "haproxy")], "10.213.251.10")
+        .await;
+    let (credentials_tx, credentials) = watch::channel(DataplaneCredentials::default());
+    let (out_tx, mut out) = watch::channel(Discovered {
+        endpoints: Vec::new(),
+        instances: Vec::new(),
+    });
+    let task = spawn(
+        kit.admin().await,
+        PodDiscoverySettings {
+            namespace: ns.clone(),
+            match_labels: BTreeMap::from([("app".to_string(), "haproxy".to_string())]),
+            port: 5555,
+            credentials_required: true,
+        },
+        credentials,
+        out_tx,
+    );
+    // Nothing while the credentials are unknown (the list of one pod takes milliseconds;
+    // a publication would arrive well within this wait).
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), out.changed())
+            .await
+            .is_err(),
+        "a pod was published before the credentials were known: {:?}",
+        out.borrow().endpoints
+    );
+    credentials_tx
+        .send(DataplaneCredentials {
+            username: "admin".into(),
+            password: "known".into(),
+        })
+        .expect("discovery listens");
+    wait_for(&mut out, &[("haproxy-0", "http://10.213.251.10:5555")]).await;
     task.abort();
 }

@@ -367,6 +367,7 @@ struct Edges {
 struct PodDiscovery {
     match_labels: std::collections::BTreeMap<String, String>,
     port: u16,
+    credentials_required: bool,
 }
 
 impl Edges {
@@ -393,6 +394,7 @@ impl Edges {
         let wanted = config.spec.pod_selector.as_ref().map(|s| PodDiscovery {
             match_labels: s.match_labels.clone(),
             port: config.spec.dataplane.port,
+            credentials_required: config.spec.credentials_secret_ref.is_some(),
         });
         let wanted = wanted.filter(|w| !w.match_labels.is_empty());
         if self.discovery.as_ref().map(|(d, _, _)| d) == wanted.as_ref() {
@@ -419,6 +421,7 @@ impl Edges {
                 namespace: self.namespace.clone(),
                 match_labels: wanted.match_labels.clone(),
                 port: wanted.port,
+                credentials_required: wanted.credentials_required,
             },
             self.credentials.clone(),
             discovered_tx,

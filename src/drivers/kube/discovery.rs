@@ -48,6 +48,9 @@ pub struct PodDiscoverySettings {
     pub match_labels: BTreeMap<String, String>,
     /// The Data Plane API port on each pod.
     pub port: u16,
+    /// Whether the pods need credentials (the config names a credentials Secret): until
+    /// they are known no pod is published, so no Deployer calls a pod without them.
+    pub credentials_required: bool,
 }
 
 impl PodDiscoverySettings {
@@ -111,6 +114,7 @@ pub fn spawn(
         let mut targets: BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> = BTreeMap::new();
         let mut creds = credentials.borrow_and_update().clone();
         let mut published: Option<Vec<PodEndpoint>> = None;
+        let mut waiting_logged = false;
         loop {
             tokio::select! {
                 event = events.next() => {
@@ -152,6 +156,13 @@ pub fn spawn(
                     targets.clear();
                     published = None;
                 }
+            }
+            if settings.credentials_required && creds.username.is_empty() {
+                if !waiting_logged {
+                    tracing::info!(namespace = %settings.namespace, "waiting for the Data Plane API credentials before deploying to the HAProxy pods");
+                    waiting_logged = true;
+                }
+                continue;
             }
             let endpoints = pod_endpoints(&pods, settings.port);
             if published.as_ref() == Some(&endpoints) {
