@@ -535,3 +535,52 @@ async fn a_lease_deleted_with_its_leader_gone_starts_a_term_whose_epoch_is_above
     .await;
     assert!(next > first, "the epoch went from {first} to {next}");
 }
+
+#[tokio::test]
+async fn a_config_watching_a_kind_the_api_server_does_not_serve_is_invalid_naming_it() {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-no-kind").await;
+    let mut config = library_config(&ns, no_election());
+    config.spec.watched_resources.insert(
+        "widgets".into(),
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1",
+            "resources": "widgets",
+            "indexBy": ["metadata.namespace", "metadata.name"],
+        }))
+        .expect("a watched resource"),
+    );
+    Api::<HAProxyTemplateConfig>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the config is created");
+    let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+    let status = wait_for("status Invalid", &[&replica], || async {
+        config_object(&client, &ns)
+            .await
+            .status
+            .filter(|s| s.validation_status == ValidationStatus::Invalid)
+    })
+    .await;
+    let problem = &status.validation_errors[0];
+    assert_eq!(
+        problem.template, "spec.watchedResources.widgets",
+        "{status:?}"
+    );
+    assert!(problem.message.contains("does not exist"), "{status:?}");
+    // An invalid first config is reported as an Event too.
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    wait_for("a ConfigInvalid Event", &[&replica], || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ConfigInvalid"))
+    })
+    .await;
+    // Nothing was rendered from it.
+    assert!(haproxycfg(&client, &ns).await.is_none());
+}

@@ -62,11 +62,7 @@ pub fn config_status(
                 let problems = problems_of(&e);
                 (
                     ValidationStatus::Invalid,
-                    Some(format!(
-                        "{} problem(s); the last valid config keeps serving: {}",
-                        problems.len(),
-                        problems.iter().map(describe).collect::<Vec<_>>().join("; ")
-                    )),
+                    Some(invalid_message(&problems)),
                     problems,
                 )
             }
@@ -98,6 +94,41 @@ pub fn config_status(
         ),
         conditions: vec![condition],
     }
+}
+
+/// The status message of an invalid config.
+fn invalid_message(problems: &[TemplateProblem]) -> String {
+    format!(
+        "{} problem(s); the last valid config keeps serving: {}",
+        problems.len(),
+        problems.iter().map(describe).collect::<Vec<_>>().join("; ")
+    )
+}
+
+/// Marks `status` invalid with `problems` found beyond compiling the spec (e.g. a watched
+/// resource the API server does not serve); the condition's transition time becomes `now`
+/// when it was not already false.
+pub fn with_problems(
+    mut status: HAProxyTemplateConfigStatus,
+    problems: Vec<TemplateProblem>,
+    now: Timestamp,
+) -> HAProxyTemplateConfigStatus {
+    if problems.is_empty() {
+        return status;
+    }
+    let message = invalid_message(&problems);
+    status.validation_status = ValidationStatus::Invalid;
+    status.validation_message = Some(message.clone());
+    status.validation_errors = problems;
+    for condition in &mut status.conditions {
+        if condition.status != "False" {
+            condition.last_transition_time = Time(now);
+        }
+        condition.status = "False".into();
+        condition.reason = "Invalid".into();
+        condition.message = message.clone();
+    }
+    status
 }
 
 /// One problem as a sentence: `template line L, column C: message`.
@@ -175,6 +206,24 @@ mod tests {
                 .is_some_and(|m| m.contains("haproxy.cfg line 3")),
             "{status:?}"
         );
+    }
+
+    #[test]
+    fn problems_found_beyond_compiling_make_a_valid_status_invalid_from_now() {
+        let valid = config_status(&config("global"), None, now());
+        let later = Timestamp::from_second(1_800_000_600).expect("a time");
+        let problem = TemplateProblem {
+            template: "spec.watchedResources.widgets".into(),
+            line: None,
+            column: None,
+            message: "does not exist".into(),
+        };
+        let status = with_problems(valid.clone(), vec![problem.clone()], later);
+        assert_eq!(status.validation_status, ValidationStatus::Invalid);
+        assert_eq!(status.validation_errors, [problem]);
+        assert_eq!(status.conditions[0].status, "False");
+        assert_eq!(status.conditions[0].last_transition_time, Time(later));
+        assert_eq!(with_problems(valid.clone(), Vec::new(), later), valid);
     }
 
     #[test]

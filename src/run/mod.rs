@@ -27,10 +27,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::{Client, Config, Resource};
 use tokio::sync::{mpsc, watch};
 
 use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
@@ -115,6 +113,7 @@ pub async fn run(
         .unwrap_or_else(crate::drivers::kube::lease::identity);
 
     let (config_tx, config_rx) = watch::channel(None);
+    let (seen_tx, mut seen) = watch::channel(None);
     let (leader_tx, leader_rx) = watch::channel(Leadership::default());
     let (instances_tx, instances_rx) = watch::channel(Vec::<Instance>::new());
     let resources = KubeResources::new(client.clone());
@@ -196,7 +195,10 @@ pub async fn run(
         options.config_name.clone(),
         resources,
         leader_rx.clone(),
-        ConfigChannels { configs: config_tx },
+        ConfigChannels {
+            configs: config_tx,
+            seen: seen_tx,
+        },
         ConfigReporting {
             fanout: controller.services.fanout.clone(),
             introspection: controller.services.introspection.clone(),
@@ -243,7 +245,18 @@ pub async fn run(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            // A config read is handled before the events its verdict produces.
+            biased;
             () = &mut shutdown => break,
+            changed = seen.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let Some(config) = seen.borrow_and_update().clone() else { continue };
+                // Even an invalid first config elects a leader, which writes its status.
+                edges.start_election_once(&config.spec.leader_election);
+                let _ = regarding_tx.send_replace(Some(config.object_ref(&())));
+            }
             changed = accepted.changed() => {
                 if changed.is_err() {
                     break;
@@ -254,10 +267,10 @@ pub async fn run(
                     namespace: r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| namespace.clone()),
                     name: r.name.clone(),
                 }));
-                if let Some(owner) = owner_reference(&config) {
+                // The HAProxyCfg is owned by the config (garbage-collected with it).
+                if let Some(owner) = config.controller_owner_ref(&()) {
                     sink.set_owner(owner);
                 }
-                let _ = regarding_tx.send_replace(Some(object_reference(&config)));
             }
             event = next_event(&mut external) => {
                 match event {
@@ -301,38 +314,6 @@ async fn next_event(external: &mut Option<mpsc::Receiver<ObservedEvent>>) -> Opt
     }
 }
 
-/// The HAProxyCfg's owner: the config (garbage-collected with it).
-fn owner_reference(config: &HAProxyTemplateConfig) -> Option<OwnerReference> {
-    Some(OwnerReference {
-        api_version: format!(
-            "{}/{}",
-            crate::pure::config::GROUP,
-            crate::pure::config::VERSION
-        ),
-        kind: "HAProxyTemplateConfig".into(),
-        name: config.metadata.name.clone()?,
-        uid: config.metadata.uid.clone()?,
-        controller: Some(true),
-        block_owner_deletion: None,
-    })
-}
-
-/// What Kubernetes Events are about: the config.
-fn object_reference(config: &HAProxyTemplateConfig) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(format!(
-            "{}/{}",
-            crate::pure::config::GROUP,
-            crate::pure::config::VERSION
-        )),
-        kind: Some("HAProxyTemplateConfig".into()),
-        name: config.metadata.name.clone(),
-        namespace: config.metadata.namespace.clone(),
-        uid: config.metadata.uid.clone(),
-        ..ObjectReference::default()
-    }
-}
-
 /// How this replica leads.
 enum Election {
     Lease {
@@ -373,24 +354,7 @@ struct PodDiscovery {
 impl Edges {
     /// Applies a valid config to the election and the pod discovery.
     fn apply(&mut self, config: &HAProxyTemplateConfig) {
-        let settings = &config.spec.leader_election;
-        match &self.election {
-            None => self.start_election(settings),
-            Some(
-                Election::Lease {
-                    settings: started, ..
-                }
-                | Election::Always {
-                    settings: started, ..
-                },
-            ) => {
-                if started != settings {
-                    tracing::warn!(
-                        "spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)"
-                    );
-                }
-            }
-        }
+        self.start_election_once(&config.spec.leader_election);
         let wanted = config.spec.pod_selector.as_ref().map(|s| PodDiscovery {
             match_labels: s.match_labels.clone(),
             port: config.spec.dataplane.port,
@@ -434,6 +398,28 @@ impl Edges {
             }
         });
         self.discovery = Some((wanted, watch_task, bridge));
+    }
+
+    /// Starts the election on the first config read; a later change of its settings is
+    /// logged as needing a restart.
+    fn start_election_once(&mut self, settings: &LeaderElectionSettings) {
+        match &self.election {
+            None => self.start_election(settings),
+            Some(
+                Election::Lease {
+                    settings: started, ..
+                }
+                | Election::Always {
+                    settings: started, ..
+                },
+            ) => {
+                if started != settings {
+                    tracing::warn!(
+                        "spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)"
+                    );
+                }
+            }
+        }
     }
 
     fn start_election(&mut self, settings: &LeaderElectionSettings) {

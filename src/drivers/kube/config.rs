@@ -33,7 +33,7 @@ use crate::pure::config::{
     HAProxyTemplateConfig, HAProxyTemplateConfigSpec, HAProxyTemplateConfigStatus, TemplateProblem,
     ValidationStatus,
 };
-use crate::pure::config_status::{config_status, describe, needs_write};
+use crate::pure::config_status::{config_status, describe, needs_write, with_problems};
 
 /// How long one status write may take.
 pub const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,6 +64,10 @@ pub fn status_writes_counter() -> Result<IntCounterVec, prometheus::Error> {
 pub struct ConfigChannels {
     /// Every spec judged valid, for the actor tree (`Sources.config`).
     pub configs: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
+    /// Every version of the config as it was read, valid or not (before its verdict is
+    /// reported): what Events are about, and the leader election settings when the first
+    /// config is invalid (someone must lead to write its status).
+    pub seen: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
 }
 
 /// Runs the config watch until the task is aborted.
@@ -142,14 +146,13 @@ pub fn spawn(
             // Judge a spec once per (spec, generation).
             let fresh = !matches!(&judged, Some((spec, generation, _)) if *spec == object.spec && *generation == object.metadata.generation);
             if fresh {
-                let mut status =
-                    config_status(object, object.status.as_ref(), jiff::Timestamp::now());
+                let now = jiff::Timestamp::now();
+                let mut status = config_status(object, object.status.as_ref(), now);
                 if status.validation_status == ValidationStatus::Valid {
                     let unresolved = unresolved_resources(&resources, &object.spec).await;
-                    if !unresolved.is_empty() {
-                        mark_invalid(&mut status, unresolved);
-                    }
+                    status = with_problems(status, unresolved, now);
                 }
+                let _ = out.seen.send_replace(Some(Arc::new(object.clone())));
                 report_verdict(&object_name, object, &status, &out, &reporting);
                 judged = Some((object.spec.clone(), object.metadata.generation, status));
             }
@@ -238,26 +241,6 @@ async fn unresolved_resources(
         }
     }
     problems
-}
-
-fn mark_invalid(status: &mut HAProxyTemplateConfigStatus, problems: Vec<TemplateProblem>) {
-    let message = format!(
-        "{} problem(s); the last valid config keeps serving: {}",
-        problems.len(),
-        problems.iter().map(describe).collect::<Vec<_>>().join("; ")
-    );
-    status.validation_status = ValidationStatus::Invalid;
-    status.validation_message = Some(message.clone());
-    status.validation_errors = problems;
-    for condition in &mut status.conditions {
-        if condition.status != "False" {
-            condition.last_transition_time =
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-        }
-        condition.status = "False".into();
-        condition.reason = "Invalid".into();
-        condition.message = message.clone();
-    }
 }
 
 async fn write_status(
