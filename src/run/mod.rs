@@ -7,8 +7,9 @@
 //! - the watched resources: `drivers::kube::resources::KubeResources`, one kube-rs watcher
 //!   per resource the config names;
 //! - leadership: a Lease (`drivers::kube::lease`) or, with `leaderElection.enabled: false`,
-//!   always leading; its settings are read from the first valid config (a later change is
-//!   logged as needing a restart: two Lease names at once would mean two leaders);
+//!   always leading; its settings are read from the first config read, valid or not, so
+//!   that a leader writes an invalid config's status (a later change is logged as needing a
+//!   restart: two Lease names at once would mean two leaders);
 //! - the instances: the HAProxy pods the config's `podSelector` selects
 //!   (`drivers::kube::discovery`), reached with the credentials of `credentialsSecretRef`
 //!   (`drivers::kube::credentials`); a change of either restarts that watch;
