@@ -208,6 +208,7 @@ async fn start_with(setup: Setup) -> Harness {
             metrics: Some("127.0.0.1:0".into()),
             debug: Some("127.0.0.1:0".into()),
             health: None,
+            webhook: None,
         }
     } else {
         ServerAddresses::default()

@@ -198,6 +198,7 @@ async fn start(
         metrics: None,
         debug: Some("127.0.0.1:0".into()),
         health: None,
+        webhook: None,
     };
     let sink = Arc::new(InMemorySink::default());
     let controller = start_controller(sources, pipeline, sink.clone(), settings, addresses, None)

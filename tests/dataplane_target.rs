@@ -764,7 +764,7 @@ fn render(haproxy_cfg: String, files: Vec<(String, AuxFile)>) -> RenderedConfig 
     RenderedConfig {
         haproxy_cfg,
         aux_files: files.into_iter().collect(),
-        outcomes: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -41,7 +41,7 @@ fn render(servers: &str, hosts: &str) -> RenderedConfig {
     RenderedConfig {
         haproxy_cfg,
         aux_files: [("maps/hosts.map".to_string(), map)].into_iter().collect(),
-        outcomes: Default::default(),
+        ..Default::default()
     }
 }
 

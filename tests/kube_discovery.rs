@@ -204,3 +204,56 @@ async fn while_required_credentials_are_unknown_no_pod_is_published_and_once_the
     wait_for(&mut out, &[("haproxy-0", "http://10.213.251.10:5555")]).await;
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_whose_data_plane_api_is_ready_is_deployed_to_before_the_pod_turns_ready() {
+    // The chart's HAProxy pods turn Ready only once they serve a configuration haptor
+    // deployed (their readinessProbe is the library's monitor-uri), so discovery must not
+    // wait for the pod's Ready condition when the Data Plane API container is ready.
+    let kit = Kit::shared();
+    let ns = kit.temp_ns("discovery-dataplane").await;
+    let labels = [("app", "haproxy")];
+    kit.ready_pod(&ns, "haproxy-0", &labels, "10.213.251.10")
+        .await;
+    let client = kit.admin().await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let status = |dataplane_ready: bool| {
+        serde_json::json!({ "status": {
+            "conditions": [{ "type": "Ready", "status": "False" }],
+            "containerStatuses": [
+                { "name": "haproxy", "ready": false, "restartCount": 0, "image": "haproxy", "imageID": "" },
+                { "name": "dataplaneapi", "ready": dataplane_ready, "restartCount": 0, "image": "dataplaneapi", "imageID": "" },
+            ],
+        }})
+    };
+    pods.patch_status(
+        "haproxy-0",
+        &PatchParams::default(),
+        &Patch::Merge(&status(false)),
+    )
+    .await
+    .expect("unready, Data Plane API not ready");
+    let (_credentials_tx, credentials) = watch::channel(DataplaneCredentials::default());
+    let (out_tx, mut out) = watch::channel(Discovered::default());
+    let task = spawn(
+        client.clone(),
+        PodDiscoverySettings {
+            namespace: ns.clone(),
+            match_labels: BTreeMap::from([("app".to_string(), "haproxy".to_string())]),
+            port: 5555,
+            credentials_required: false,
+        },
+        credentials,
+        out_tx,
+    );
+    wait_for(&mut out, &[]).await;
+    pods.patch_status(
+        "haproxy-0",
+        &PatchParams::default(),
+        &Patch::Merge(&status(true)),
+    )
+    .await
+    .expect("the Data Plane API container is ready");
+    wait_for(&mut out, &[("haproxy-0", "http://10.213.251.10:5555")]).await;
+    task.abort();
+}

@@ -409,7 +409,7 @@ async fn after_a_takeover_the_new_leader_deploys_and_a_write_with_the_old_leader
     let stale = haptor::pure::rendered::RenderedConfig {
         haproxy_cfg: haproxy_pod::initial_config(),
         aux_files: Default::default(),
-        outcomes: Default::default(),
+        ..Default::default()
     };
     let refused = target
         .deploy(&DeployRequest {

@@ -1,14 +1,20 @@
-//! `haptor run` under exactly the RBAC of `deploy/rbac/haptor.yaml`: the manifest is applied
-//! to the kit's API server (its namespace `haptor` replaced by the test's, its cluster-wide
-//! objects renamed per test), a token of its ServiceAccount is requested through the
-//! TokenRequest API, and the real `haptor` binary runs with a kubeconfig holding only that
-//! token. The first test drives every request the controller makes on the Ingress library —
+//! `haptor run` under exactly the RBAC of the Helm chart: the ServiceAccount, ClusterRole,
+//! ClusterRoleBinding, Role and RoleBinding of `deploy/manifests/haptor.yaml` (the chart
+//! rendered with its defaults, which `tests/chart.rs` keeps in step with
+//! `deploy/chart/haptor`) are applied to the kit's API server (their namespace `haptor`
+//! replaced by the test's, the cluster-wide objects renamed per test), a token of the
+//! ServiceAccount is requested through the TokenRequest API, and the real `haptor` binary
+//! runs with a kubeconfig holding only that token. The first test drives every request the controller makes on the Ingress library —
 //! the watches (a namespaceSelector included, so Namespaces are watched too), the
 //! credentials Secret, the pods, the Lease (taken, renewed, released on SIGTERM), the
 //! HAProxyCfg and its status, the config's status, Events created and patched into a series —
 //! and shows that the API server refused none: no 401/403/"forbidden" in haptor's log and no
-//! failed write in its metrics. The second removes the Lease rule and shows that the same
-//! checks then catch the refusal, and that haptor's log says what to grant.
+//! failed write in its metrics. The others each remove one rule — the Role's Lease rule, the
+//! ClusterRole's `ingresses/status` patch, the ClusterRole's `events` create/patch — and show
+//! that the same checks then catch the refusal, and that haptor's log says what to grant.
+//! The last renders the chart for a namespaced install (`watchNamespace`, by the real `helm`):
+//! its ClusterRole keeps only cluster-scoped kinds, and `haptor run --watch-namespace` under
+//! those Roles renders the watched namespace's Ingress, not another's, with nothing refused.
 
 #[path = "support/haptor_run.rs"]
 mod haptor_run;
@@ -33,25 +39,70 @@ use serde_json::{Value, json};
 use haptor_run::{Replica, fast_election, library_config, repo, wait_for};
 use kube_kit::Kit;
 
+/// The rendered chart, whose RBAC documents the tests apply.
+const MANIFEST: &str = "deploy/manifests/haptor.yaml";
+/// The kinds of the RBAC documents of the manifest (everything else in it is left out).
+const RBAC_KINDS: [&str; 5] = [
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ServiceAccount",
+];
+
 /// The namespace of the manifest, replaced by the test's.
 const MANIFEST_NAMESPACE: &str = "haptor";
 /// The label value of `Kit::temp_ns` (`haptor.dev/test=PREFIX`) the first test's config
 /// selects Ingress namespaces by.
 const SELECTED_PREFIX: &str = "run-rbac";
 
-/// The documents of `deploy/rbac/haptor.yaml`, made the test's: every namespace `haptor`
-/// (of an object or a binding's subject) becomes `ns`, the ClusterRole and
+/// A rule a test leaves out of the manifest.
+#[derive(Debug, Clone, Copy)]
+enum Without {
+    /// Every rule of the Role of API group `.0`.
+    RoleGroup(&'static str),
+    /// Resource `resource` of API group `group` from the ClusterRole's rules (a rule left
+    /// with no resource is dropped).
+    ClusterRoleRule {
+        group: &'static str,
+        resource: &'static str,
+    },
+}
+
+/// Leaves `resource` of `group` out of `rules`; how many rules lost it.
+fn remove_resource(rules: &mut Vec<Value>, group: &str, resource: &str) -> usize {
+    let mut removed = 0;
+    for rule in rules.iter_mut() {
+        let in_group = rule["apiGroups"]
+            .as_array()
+            .is_some_and(|groups| groups.iter().any(|g| g == group));
+        if let (true, Some(resources)) = (in_group, rule["resources"].as_array_mut()) {
+            let before = resources.len();
+            resources.retain(|r| r != resource);
+            removed += before - resources.len();
+        }
+    }
+    rules.retain(|rule| rule["resources"].as_array().is_none_or(|r| !r.is_empty()));
+    removed
+}
+
+/// The RBAC documents of `deploy/manifests/haptor.yaml`, made the test's: every namespace
+/// `haptor` (of an object or a binding's subject) becomes `ns`, the ClusterRole and
 /// ClusterRoleBinding are named `haptor-<ns>` (the kit is shared: they must not clash), and
-/// every Role rule of `without_group` (an API group) is left out.
-fn manifest(ns: &str, without_group: Option<&str>) -> Vec<Value> {
-    let path = repo("deploy/rbac/haptor.yaml");
-    let text = std::fs::read_to_string(&path).expect("deploy/rbac/haptor.yaml");
+/// the rule of `without` is left out.
+fn manifest(ns: &str, without: Option<Without>) -> Vec<Value> {
+    let path = repo(MANIFEST);
+    let text = std::fs::read_to_string(&path).expect(MANIFEST);
     let documents: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|document| {
             serde::Deserialize::deserialize(document)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         })
-        .filter(|value: &Value| !value.is_null())
+        .filter(|value: &Value| {
+            value["kind"]
+                .as_str()
+                .is_some_and(|kind| RBAC_KINDS.contains(&kind))
+        })
         .collect();
     let cluster_name = format!("haptor-{ns}");
     let mut removed = 0;
@@ -70,14 +121,21 @@ fn manifest(ns: &str, without_group: Option<&str>) -> Vec<Value> {
                 }
             }
             match kind.as_str() {
-                "ClusterRole" => document["metadata"]["name"] = json!(cluster_name),
+                "ClusterRole" => {
+                    document["metadata"]["name"] = json!(cluster_name);
+                    if let (Some(Without::ClusterRoleRule { group, resource }), Some(rules)) =
+                        (without, document["rules"].as_array_mut())
+                    {
+                        removed += remove_resource(rules, group, resource);
+                    }
+                }
                 "ClusterRoleBinding" => {
                     document["metadata"]["name"] = json!(cluster_name);
                     document["roleRef"]["name"] = json!(cluster_name);
                 }
                 "Role" => {
-                    if let (Some(group), Some(rules)) =
-                        (without_group, document["rules"].as_array_mut())
+                    if let (Some(Without::RoleGroup(group)), Some(rules)) =
+                        (without, document["rules"].as_array_mut())
                     {
                         let before = rules.len();
                         rules.retain(|rule| {
@@ -93,8 +151,11 @@ fn manifest(ns: &str, without_group: Option<&str>) -> Vec<Value> {
             document
         })
         .collect();
-    if let Some(group) = without_group {
-        assert!(removed > 0, "the Role has no rule of API group {group}");
+    if let Some(without) = without {
+        assert!(
+            removed > 0,
+            "{MANIFEST} has no rule {without:?} to leave out"
+        );
     }
     documents
 }
@@ -131,24 +192,15 @@ async fn apply(admin: &Client, ns: &str, documents: Vec<Value>) {
                 .create(&params, &typed(document))
                 .await
                 .map(drop),
-            other => {
-                panic!("deploy/rbac/haptor.yaml holds a {other}, which this test does not apply")
-            }
+            other => panic!("{MANIFEST}: the test does not apply a {other}"),
         };
         result.unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
         kinds.push(kind);
     }
     kinds.sort();
     assert_eq!(
-        kinds,
-        [
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "Role",
-            "RoleBinding",
-            "ServiceAccount"
-        ],
-        "deploy/rbac/haptor.yaml holds one object of each kind"
+        kinds, RBAC_KINDS,
+        "{MANIFEST} holds one object of each RBAC kind (the chart's default, cluster-wide install)"
     );
 }
 
@@ -190,16 +242,16 @@ async fn service_account_kubeconfig(kit: &Kit, admin: &Client, ns: &str, path: &
     std::fs::write(path, serde_yaml_ng::to_string(&config).expect("YAML")).expect("a kubeconfig");
 }
 
-/// The RBAC of the manifest (less the Role rules of `without_group`) in a fresh namespace,
-/// and a kubeconfig of its ServiceAccount. The kubeconfig lives in the returned directory.
+/// The RBAC of the manifest (less the rule of `without`) in a fresh namespace, and a
+/// kubeconfig of its ServiceAccount. The kubeconfig lives in the returned directory.
 async fn namespace_under_rbac(
     kit: &Kit,
     admin: &Client,
     prefix: &str,
-    without_group: Option<&str>,
+    without: Option<Without>,
 ) -> (String, tempfile::TempDir, PathBuf) {
     let ns = kit.temp_ns(prefix).await;
-    apply(admin, &ns, manifest(&ns, without_group)).await;
+    apply(admin, &ns, manifest(&ns, without)).await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let kubeconfig = dir.path().join("haptor.kubeconfig");
     service_account_kubeconfig(kit, admin, &ns, &kubeconfig).await;
@@ -210,9 +262,14 @@ async fn namespace_under_rbac(
 /// labelled `haptor.dev/test=run-rbac` only (so Namespaces are watched too) and a
 /// credentials Secret (so that Secret is watched too).
 fn config(ns: &str) -> HAProxyTemplateConfig {
+    config_selecting(ns, SELECTED_PREFIX)
+}
+
+/// [`config`] with its Ingresses watched in the namespaces of `Kit::temp_ns(prefix)`.
+fn config_selecting(ns: &str, prefix: &str) -> HAProxyTemplateConfig {
     let mut value = serde_json::to_value(library_config(ns, fast_election())).expect("JSON");
     value["spec"]["watchedResources"]["ingresses"]["namespaceSelector"] =
-        json!(format!("haptor.dev/test={SELECTED_PREFIX}"));
+        json!(format!("haptor.dev/test={prefix}"));
     value["spec"]["credentialsSecretRef"] = json!({ "name": "haptor-dataplane" });
     serde_json::from_value(value).expect("an HAProxyTemplateConfig")
 }
@@ -535,7 +592,7 @@ fn assert_no_refusal(replica: &Replica) {
     let refused = refusals(&log);
     assert!(
         refused.is_empty(),
-        "the API server refused requests of haptor under deploy/rbac/haptor.yaml:\n{}",
+        "the API server refused requests of haptor under the RBAC of {MANIFEST}:\n{}",
         refused.join("\n")
     );
 }
@@ -544,8 +601,13 @@ fn assert_no_refusal(replica: &Replica) {
 async fn without_the_lease_rule_haptor_is_refused_and_says_which_rbac_rule_to_grant() {
     let kit = Kit::shared();
     let admin = kit.admin().await;
-    let (ns, _dir, kubeconfig) =
-        namespace_under_rbac(kit, &admin, "run-rbac-nolease", Some("coordination.k8s.io")).await;
+    let (ns, _dir, kubeconfig) = namespace_under_rbac(
+        kit,
+        &admin,
+        "run-rbac-nolease",
+        Some(Without::RoleGroup("coordination.k8s.io")),
+    )
+    .await;
     objects(&admin, &ns).await;
     Api::<HAProxyTemplateConfig>::namespaced(admin.clone(), &ns)
         .create(&PostParams::default(), &config(&ns))
@@ -580,4 +642,292 @@ async fn without_the_lease_rule_haptor_is_refused_and_says_which_rbac_rule_to_gr
         None,
         "without the rule there is no Lease"
     );
+}
+
+#[tokio::test]
+async fn without_the_cluster_role_ingress_status_rule_haptor_is_refused_and_says_which_rule_to_grant()
+ {
+    let kit = Kit::shared();
+    let admin = kit.admin().await;
+    let (ns, _dir, kubeconfig) = namespace_under_rbac(
+        kit,
+        &admin,
+        "run-rbac-nostatus",
+        Some(Without::ClusterRoleRule {
+            group: "networking.k8s.io",
+            resource: "ingresses/status",
+        }),
+    )
+    .await;
+    objects(&admin, &ns).await;
+    Api::<HAProxyTemplateConfig>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &config_selecting(&ns, "run-rbac-nostatus"),
+        )
+        .await
+        .expect("the config is created");
+    let replica = Replica::start_with_args(
+        &kubeconfig,
+        &ns,
+        "rbac-replica",
+        &["--publish-address", "192.0.2.10"],
+    );
+
+    let line = wait_for(
+        "haptor to log the refused Ingress status write",
+        &[&replica],
+        || async {
+            replica
+                .log_text()
+                .lines()
+                .find(|l| l.contains("an Ingress status write or Event failed"))
+                .map(str::to_string)
+        },
+    )
+    .await;
+    for what in [
+        "forbidden",
+        &format!("{ns}/web"),
+        "needs patch on networking.k8s.io ingresses/status",
+    ] {
+        assert!(line.contains(what), "the message names {what:?}: {line}");
+    }
+    let log = replica.log_text();
+    assert!(
+        !refusals(&log).is_empty(),
+        "the first test's check catches the refusal:\n{log}"
+    );
+    let status = Api::<Ingress>::namespaced(admin.clone(), &ns)
+        .get("web")
+        .await
+        .expect("the Ingress")
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default();
+    assert!(
+        status.is_empty(),
+        "without the rule the Ingress gets no address: {status:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_the_cluster_role_events_rule_haptor_is_refused_and_says_which_rule_to_grant() {
+    let kit = Kit::shared();
+    let admin = kit.admin().await;
+    let (ns, _dir, kubeconfig) = namespace_under_rbac(
+        kit,
+        &admin,
+        "run-rbac-noevents",
+        Some(Without::ClusterRoleRule {
+            group: "events.k8s.io",
+            resource: "events",
+        }),
+    )
+    .await;
+    objects(&admin, &ns).await;
+    Api::<HAProxyTemplateConfig>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &config_selecting(&ns, "run-rbac-noevents"),
+        )
+        .await
+        .expect("the config is created");
+    let replica = Replica::start(&kubeconfig, &ns, "rbac-replica");
+
+    let line = wait_for(
+        "haptor to log a refused Event about the config",
+        &[&replica],
+        || async {
+            replica
+                .log_text()
+                .lines()
+                .find(|l| {
+                    l.contains("the API server refused the ")
+                        && l.contains(&format!(
+                            "Event about HAProxyTemplateConfig {ns}/haptor-config"
+                        ))
+                })
+                .map(str::to_string)
+        },
+    )
+    .await;
+    for what in [
+        "forbidden",
+        &format!("grant create and patch on events.k8s.io events in namespace {ns}"),
+        "service account",
+    ] {
+        assert!(line.contains(what), "the message names {what:?}: {line}");
+    }
+    let log = replica.log_text();
+    assert!(
+        !refusals(&log).is_empty(),
+        "the first test's check catches the refusal:\n{log}"
+    );
+    assert!(
+        event(&admin, &ns, "LeadershipGained", 1).await.is_none(),
+        "without the rule there is no LeadershipGained Event"
+    );
+}
+
+/// The chart's RBAC for a namespaced install, rendered by the real `helm` with
+/// `watchNamespace=apps` and release namespace `ns`; its cluster-scoped objects named for the
+/// test (the kit is shared).
+fn namespaced_manifest(ns: &str, apps: &str) -> Vec<Value> {
+    let helm = std::env::var_os("TEST_ASSET_HELM")
+        .expect("TEST_ASSET_HELM names no helm binary: run `export $(./scripts/test-peers helm)`");
+    let output = std::process::Command::new(helm)
+        .args(["template", "haptor"])
+        .arg(repo("deploy/chart/haptor"))
+        .args([
+            "--namespace",
+            ns,
+            "--set",
+            &format!("watchNamespace={apps}"),
+        ])
+        .output()
+        .expect("helm runs");
+    assert!(
+        output.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("UTF-8");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|document| serde::Deserialize::deserialize(document).expect("YAML"))
+        .filter(|value: &Value| {
+            value["kind"]
+                .as_str()
+                .is_some_and(|kind| RBAC_KINDS.contains(&kind))
+        })
+        .map(|mut document: Value| {
+            match document["kind"].as_str() {
+                Some("ClusterRole") => {
+                    let name = document["metadata"]["name"].as_str().unwrap_or_default();
+                    document["metadata"]["name"] = json!(format!("{name}-{ns}"));
+                }
+                Some("ClusterRoleBinding") => {
+                    let name = document["metadata"]["name"].as_str().unwrap_or_default();
+                    document["metadata"]["name"] = json!(format!("{name}-{ns}"));
+                    let role = document["roleRef"]["name"].as_str().unwrap_or_default();
+                    document["roleRef"]["name"] = json!(format!("{role}-{ns}"));
+                }
+                _ => {}
+            }
+            document
+        })
+        .collect()
+}
+
+/// Creates each document in its own namespace (cluster-scoped ones cluster-wide).
+async fn apply_where_they_belong(admin: &Client, documents: &[Value]) {
+    fn typed<T: serde::de::DeserializeOwned>(document: &Value) -> T {
+        serde_json::from_value(document.clone()).unwrap_or_else(|e| panic!("{document}: {e}"))
+    }
+    let params = PostParams::default();
+    for document in documents {
+        let ns = document["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let name = document["metadata"]["name"].to_string();
+        let kind = document["kind"].as_str().unwrap_or_default();
+        let result = match kind {
+            "ServiceAccount" => Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+                .create(&params, &typed(document))
+                .await
+                .map(drop),
+            "Role" => Api::<Role>::namespaced(admin.clone(), ns)
+                .create(&params, &typed(document))
+                .await
+                .map(drop),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(admin.clone(), ns)
+                .create(&params, &typed(document))
+                .await
+                .map(drop),
+            "ClusterRole" => Api::<ClusterRole>::all(admin.clone())
+                .create(&params, &typed(document))
+                .await
+                .map(drop),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(admin.clone())
+                .create(&params, &typed(document))
+                .await
+                .map(drop),
+            other => panic!("the test does not apply a {other}"),
+        };
+        result.unwrap_or_else(|e| panic!("creating {kind} {name} in {ns:?}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn a_namespaced_install_watches_only_its_namespace_and_roles_are_enough() {
+    let kit = Kit::shared();
+    let admin = kit.admin().await;
+    let ns = kit.temp_ns("run-rbac-namespaced").await;
+    let apps = kit.temp_ns("run-rbac-apps").await;
+    let outside = kit.temp_ns("run-rbac-outside").await;
+    let documents = namespaced_manifest(&ns, &apps);
+    // RBAC shrank to Roles: what stays cluster-wide is only what is cluster-scoped.
+    for role in documents.iter().filter(|d| d["kind"] == "ClusterRole") {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            for resource in rule["resources"].as_array().into_iter().flatten() {
+                assert!(
+                    resource == "ingressclasses" || resource == "namespaces",
+                    "a namespaced install grants {resource} cluster-wide: {role}"
+                );
+            }
+        }
+    }
+    apply_where_they_belong(&admin, &documents).await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let kubeconfig = dir.path().join("haptor.kubeconfig");
+    service_account_kubeconfig(kit, &admin, &ns, &kubeconfig).await;
+    objects(&admin, &apps).await;
+    let elsewhere: Ingress = serde_json::from_value(json!({
+        "metadata": { "name": "elsewhere" },
+        "spec": {
+            "ingressClassName": "haptor",
+            "rules": [{ "host": "outside.example", "http": { "paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
+            }]}}],
+        },
+    }))
+    .expect("an Ingress");
+    Api::<Ingress>::namespaced(admin.clone(), &outside)
+        .create(&PostParams::default(), &elsewhere)
+        .await
+        .expect("the Ingress outside is created");
+    let mut value = serde_json::to_value(library_config(&ns, fast_election())).expect("JSON");
+    value["spec"]["credentialsSecretRef"] =
+        json!({ "name": "haptor-dataplane", "namespace": apps });
+    let config: HAProxyTemplateConfig = serde_json::from_value(value).expect("a config");
+    Api::<HAProxyTemplateConfig>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the config is created");
+    let replica = Replica::start_with_args(
+        &kubeconfig,
+        &ns,
+        "namespaced",
+        &["--watch-namespace", &apps],
+    );
+    let files = wait_for(
+        "a render with the Ingress of the watched namespace",
+        &[&replica],
+        || async {
+            let (status, body) = replica.get(replica.debug, "/debug/vars/rendered").await?;
+            (status == 200 && body.contains("secure.example")).then_some(body)
+        },
+    )
+    .await;
+    assert!(
+        !files.contains("outside.example"),
+        "an Ingress outside the watched namespace is not rendered"
+    );
+    wait_for("/readyz 200", &[&replica], || async {
+        replica.readyz().await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    assert_no_refusal(&replica);
 }

@@ -177,6 +177,9 @@ pub struct Services {
     /// Changes the process's log level to an accepted config's `logging.level` (`None` when
     /// the process installed no logging of its own, as in tests).
     pub log_level: Option<crate::telemetry::LogLevelHandle>,
+    /// The running config iteration (set as each one is built): what the admission webhook
+    /// lays proposed objects over. Weak: a stopped iteration is not kept alive by it.
+    pub current_iteration: Arc<RwLock<std::sync::Weak<Iteration>>>,
 }
 
 impl Services {
@@ -193,6 +196,11 @@ impl Services {
                 },
             );
         })
+    }
+
+    /// The running config iteration, if one is built and not yet dropped.
+    pub fn iteration(&self) -> Option<Arc<Iteration>> {
+        current(&self.current_iteration).upgrade()
     }
 
     /// The next render generation: above every generation handed out before in this

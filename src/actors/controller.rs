@@ -32,6 +32,28 @@ pub struct ServerAddresses {
     pub debug: Option<String>,
     /// A probe-only server (`/healthz`, `/readyz`), apart from the debug endpoints.
     pub health: Option<String>,
+    /// An HTTPS-only server whose router is built from the controller's services (the
+    /// admission webhook of `haptor run`).
+    pub webhook: Option<TlsServing>,
+}
+
+/// Builds a router over the controller's services once they exist.
+pub type RouterFactory = Arc<dyn Fn(&Services) -> axum::Router + Send + Sync>;
+
+/// An HTTPS server of the root: where it listens, its TLS configuration, its router.
+#[derive(Clone)]
+pub struct TlsServing {
+    pub addr: String,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub router: RouterFactory,
+}
+
+impl std::fmt::Debug for TlsServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServing")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A running controller.
@@ -100,6 +122,7 @@ pub async fn start_controller(
         readiness: Readiness::new(settings.ready_requires_deployment),
         generations: Arc::default(),
         log_level,
+        current_iteration: Arc::default(),
     };
     let events = EventLog::default();
     let mut children = vec![
@@ -143,6 +166,13 @@ pub async fn start_controller(
     }
     if let Some(addr) = &addresses.debug {
         children.push(debug_server_spec(addr.clone(), debug_state));
+    }
+    if let Some(webhook) = &addresses.webhook {
+        children.push(crate::actors::http::webhook_server_spec(
+            webhook.addr.clone(),
+            (webhook.router)(&services),
+            Arc::clone(&webhook.tls),
+        ));
     }
     let root = start_root(&services, sink, children).await?;
     Ok(Controller {

@@ -308,13 +308,98 @@ pub enum HttpServerMsg {
 }
 
 /// Start arguments of an HTTP server, cloned for every (re)start.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpServerArgs {
     /// The server's name in logs and errors (`metrics`, `debug`).
     pub server: String,
     /// The address to bind, e.g. `0.0.0.0:9090` or `127.0.0.1:0`.
     pub addr: String,
     pub router: Router,
+    /// Serve HTTPS only, with this TLS configuration (its certificate resolver may change
+    /// the certificate between handshakes); `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl std::fmt::Debug for HttpServerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServerArgs")
+            .field("server", &self.server)
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// How long a client may take to complete its TLS handshake, and to send a request's
+/// headers, before its connection is closed.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `router` over TLS on `listener` until `shutdown` completes: each connection's TLS
+/// handshake and HTTP/1.1 exchange run on their own task (a slow client delays nobody); on
+/// shutdown no connection is accepted any more, and open ones finish the request in flight
+/// and close.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: pause instead of spinning.
+                        tracing::warn!(error = %e, "accepting a TLS connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                let mut stopping = stopping.clone();
+                connections.spawn(async move {
+                    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(TLS_HANDSHAKE_TIMEOUT)
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    tokio::pin!(connection);
+                    let outcome = tokio::select! {
+                        outcome = connection.as_mut() => outcome,
+                        _ = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => {
+                            connection.as_mut().graceful_shutdown();
+                            connection.await
+                        }
+                    };
+                    if let Err(e) = outcome {
+                        tracing::debug!(peer = %peer, error = %e, "HTTPS connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    let _ = stopping_tx.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
 }
 
 /// An actor serving one axum router on one address (see the module documentation).
@@ -344,6 +429,7 @@ impl Actor for HttpServer {
             server,
             addr,
             router,
+            tls,
         } = args;
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -360,12 +446,19 @@ impl Actor for HttpServer {
                 source,
             })?;
         let (shutdown, shutdown_requested) = oneshot::channel::<()>();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let serving = tokio::spawn(async move {
-            let outcome = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = shutdown_requested.await;
-                })
-                .await;
+            let stop = async move {
+                let _ = shutdown_requested.await;
+            };
+            let outcome = match tls {
+                Some(tls) => serve_tls(listener, router, tls, stop).await,
+                None => {
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(stop)
+                        .await
+                }
+            };
             let reason = match outcome {
                 Ok(()) => "the server shut down".to_string(),
                 Err(e) => e.to_string(),
@@ -373,7 +466,7 @@ impl Actor for HttpServer {
             // Once the actor is stopping nobody reads this; that is the expected case.
             let _ = myself.cast(HttpServerMsg::ServingEnded(reason));
         });
-        tracing::info!(server = %server, addr = %local_addr, "HTTP server listening");
+        tracing::info!(server = %server, addr = %local_addr, scheme, "HTTP server listening");
         Ok(HttpServerState {
             server,
             local_addr,
@@ -429,6 +522,7 @@ pub fn metrics_server_spec(addr: impl Into<String>, metrics: Arc<Metrics>) -> Ch
         server: "metrics".into(),
         addr: addr.into(),
         router: metrics_router(metrics),
+        tls: None,
     };
     ChildSpec::new(METRICS_SERVER_NAME, ActorRole::Server, HttpServer, args)
 }
@@ -440,6 +534,7 @@ pub fn debug_server_spec(addr: impl Into<String>, state: DebugState) -> ChildSpe
         server: "debug".into(),
         addr: addr.into(),
         router: debug_router(state),
+        tls: None,
     };
     ChildSpec::new(DEBUG_SERVER_NAME, ActorRole::Server, HttpServer, args)
 }
@@ -451,8 +546,28 @@ pub fn health_server_spec(addr: impl Into<String>, state: DebugState) -> ChildSp
         server: "health".into(),
         addr: addr.into(),
         router: health_router(state),
+        tls: None,
     };
     ChildSpec::new(HEALTH_SERVER_NAME, ActorRole::Server, HttpServer, args)
+}
+
+/// The supervisor child name of the admission webhook's HTTPS server.
+pub const WEBHOOK_SERVER_NAME: &str = "webhook-server";
+
+/// The supervisor child that serves `router` over HTTPS only on `addr` (named
+/// [`WEBHOOK_SERVER_NAME`]): `haptor run`'s admission webhook.
+pub fn webhook_server_spec(
+    addr: impl Into<String>,
+    router: Router,
+    tls: Arc<rustls::ServerConfig>,
+) -> ChildSpec {
+    let args = HttpServerArgs {
+        server: "webhook".into(),
+        addr: addr.into(),
+        router,
+        tls: Some(tls),
+    };
+    ChildSpec::new(WEBHOOK_SERVER_NAME, ActorRole::Server, HttpServer, args)
 }
 
 #[cfg(test)]
@@ -469,6 +584,7 @@ mod tests {
             server: "debug".into(),
             addr: addr.clone(),
             router: Router::new(),
+            tls: None,
         };
         let error = Actor::spawn(None, HttpServer, args)
             .await
@@ -482,6 +598,7 @@ mod tests {
             server: "debug".into(),
             addr: "127.0.0.1:0".into(),
             router: Router::new(),
+            tls: None,
         };
         let (server, handle) = Actor::spawn(None, HttpServer, args)
             .await

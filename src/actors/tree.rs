@@ -188,6 +188,7 @@ pub fn iteration_spec(
 ) -> Result<ChildSpec, String> {
     let stores = Arc::new(compiled.new_stores().map_err(|e| e.to_string())?);
     let iteration = Iteration::new(services.clone(), Arc::clone(&compiled), stores);
+    crate::actors::context::set(&services.current_iteration, Arc::downgrade(&iteration));
     let mut children = Vec::new();
     for kind in [
         ValidatorKind::Basic,

@@ -48,7 +48,7 @@ pub enum OutputFormat {
 pub enum Command {
     /// Run the controller inside a Kubernetes cluster (watches the API server, deploys to
     /// the HAProxy pods selected by the config's podSelector).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run the whole controller on one machine: a folder of manifests is the cluster and a
     /// local haproxy, started and owned by haptor, is the instance.
     Local(LocalArgs),
@@ -112,6 +112,34 @@ pub struct RunArgs {
     /// written.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub publish_service: Option<String>,
+    /// Watch the config's namespaced resources (Ingresses, Services, Secrets, ...) in this
+    /// namespace only, for a namespaced install whose RBAC is Roles there (default: the
+    /// whole cluster).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Address of the admission webhook (HTTPS only; served when --webhook-cert-file and
+    /// --webhook-key-file are given).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_addr: String,
+    /// The webhook's PEM certificate chain (e.g. a kubernetes.io/tls Secret's tls.crt);
+    /// read again when it changes.
+    #[arg(long, requires = "webhook_key_file")]
+    pub webhook_cert_file: Option<PathBuf>,
+    /// The webhook's PEM private key (tls.key); read again when it changes.
+    #[arg(long, requires = "webhook_cert_file")]
+    pub webhook_key_file: Option<PathBuf>,
+    /// How long the webhook may take to decide one request (keep it below the
+    /// ValidatingWebhookConfiguration's timeoutSeconds); Go duration syntax.
+    #[arg(long, default_value = "8s", value_parser = parse_go_duration)]
+    pub webhook_timeout: std::time::Duration,
+    /// What a request the webhook cannot decide in time gets: Fail (denied) or Ignore
+    /// (allowed with a warning); mirror the ValidatingWebhookConfiguration's failurePolicy.
+    #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    pub webhook_failure_policy: String,
+}
+
+fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
+    crate::pure::config::parse_duration(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]
@@ -218,7 +246,7 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
         Command::Render(args) => offline::render(&args),
         Command::Lint(args) => offline::lint(&args),
         Command::Plan(args) => offline::plan(&args),
-        Command::Run(args) => run_in_cluster(args, log_level),
+        Command::Run(args) => run_in_cluster(*args, log_level),
         Command::Local(args) => run_local(args, log_level),
     }
 }
@@ -276,6 +304,17 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
         haproxy_bin: args.haproxy_bin,
         identity: args.identity,
         log_level,
+        watch_namespace: args.watch_namespace.filter(|n| !n.is_empty()),
+        webhook: match (args.webhook_cert_file, args.webhook_key_file) {
+            (Some(cert_file), Some(key_file)) => Some(crate::run::WebhookOptions {
+                addr: args.webhook_addr,
+                cert_file,
+                key_file,
+                timeout: args.webhook_timeout,
+                failure_policy: args.webhook_failure_policy.parse().unwrap_or_default(),
+            }),
+            _ => None,
+        },
     };
     match runtime.block_on(crate::run::run(
         options,

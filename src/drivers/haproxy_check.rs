@@ -90,6 +90,10 @@ pub struct CheckerSettings {
     /// When set, successful checks are remembered and an identical render (same HAProxy
     /// version, same text, same auxiliary files) is not checked again.
     pub cache: Option<Arc<ValidationCache>>,
+    /// Run HAProxy with none of the controller's environment (only a fixed `PATH` and
+    /// [`Self::env`]): the admission webhook checks renders that hold users' objects, and
+    /// nothing of the controller's (tokens, credentials) may be within their reach.
+    pub clean_env: bool,
 }
 
 impl Default for CheckerSettings {
@@ -103,6 +107,7 @@ impl Default for CheckerSettings {
             env: Vec::new(),
             run_in_config_dir: false,
             cache: None,
+            clean_env: false,
         }
     }
 }
@@ -284,6 +289,12 @@ impl HaproxyChecker {
 
         let binary = absolute_binary(&settings.binary);
         let mut command = Command::new(&binary);
+        if settings.clean_env {
+            command.env_clear().env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            );
+        }
         command
             .arg("-c")
             .arg("-dr")

@@ -3,10 +3,12 @@
 //! without I/O. `local` drives a haproxy haptor owns (its files, master CLI and runtime
 //! API, the process itself); `dataplane` a pod's HAProxy Data Plane API; `haproxy_check`
 //! runs `haproxy -c` for the validation pipeline; `manifest_dir` reads folders of
-//! manifests; `kube` is the Kubernetes side of `haptor run`.
+//! manifests; `kube` is the Kubernetes side of `haptor run`; `webhook_certificate` the admission
+//! webhook's serving certificate, reloaded when its files change.
 
 pub mod dataplane;
 pub mod haproxy_check;
 pub mod kube;
 pub mod local;
 pub mod manifest_dir;
+pub mod webhook_certificate;

@@ -138,6 +138,7 @@ pub async fn run(
         debug: Some(options.debug_addr.clone()),
         // The debug server answers the probes too.
         health: None,
+        webhook: None,
     };
     let controller = match start_controller(
         sources,

@@ -105,9 +105,40 @@ impl Collector for ScrapedCounter {
     }
 }
 
+/// A Prometheus registry that also remembers the name of every family registered on it
+/// (gathering leaves out a labelled family that has no series yet).
+#[derive(Default)]
+pub struct NamedRegistry {
+    registry: Registry,
+    names: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl NamedRegistry {
+    /// Registers a collector and remembers its families' names.
+    pub fn register(&self, collector: Box<dyn Collector>) -> prometheus::Result<()> {
+        let names: Vec<String> = collector.desc().iter().map(|d| d.fq_name.clone()).collect();
+        self.registry.register(collector)?;
+        self.names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(names);
+        Ok(())
+    }
+
+    /// The name of every family registered, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
 /// Every haptor metric family, in one explicit registry.
 pub struct Metrics {
-    registry: Registry,
+    registry: NamedRegistry,
     reconciliations: IntCounter,
     reconciliation_errors: IntCounter,
     reconciliation_duration: Histogram,
@@ -137,7 +168,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 fn register<C: Collector + Clone + 'static>(
-    registry: &Registry,
+    registry: &NamedRegistry,
     family: &str,
     collector: C,
 ) -> Result<C, MetricsError> {
@@ -157,12 +188,12 @@ fn made<T>(family: &str, made: prometheus::Result<T>) -> Result<T, MetricsError>
     })
 }
 
-fn counter(registry: &Registry, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
+fn counter(registry: &NamedRegistry, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
     register(registry, name, made(name, IntCounter::new(name, help))?)
 }
 
 fn counter_vec(
-    registry: &Registry,
+    registry: &NamedRegistry,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -175,7 +206,7 @@ fn counter_vec(
 }
 
 fn histogram(
-    registry: &Registry,
+    registry: &NamedRegistry,
     name: &str,
     help: &str,
     buckets: &[f64],
@@ -188,7 +219,7 @@ impl Metrics {
     /// A registry with every family registered; the scraped counters read 0 until their
     /// sources are installed.
     pub fn new() -> Result<Metrics, MetricsError> {
-        let registry = Registry::new();
+        let registry = NamedRegistry::default();
         let r = &registry;
         let defaults = prometheus::DEFAULT_BUCKETS;
 
@@ -383,9 +414,20 @@ impl Metrics {
         })
     }
 
-    /// The registry, to add families that live elsewhere.
+    /// The registry (to gather or encode it; add families with [`Self::register`]).
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        &self.registry.registry
+    }
+
+    /// Adds a family that lives elsewhere (a driver's counters).
+    pub fn register(&self, collector: Box<dyn Collector>) -> prometheus::Result<()> {
+        self.registry.register(collector)
+    }
+
+    /// The name of every family this registry serves, sorted (histograms by their base
+    /// name), whether or not it has a series yet.
+    pub fn family_names(&self) -> Vec<String> {
+        self.registry.names()
     }
 
     /// Reads `haptor_observability_events_dropped_total` from `source` at each scrape.
@@ -511,7 +553,7 @@ impl Metrics {
     pub fn encode_text(&self) -> Result<String, MetricsError> {
         let mut out = String::new();
         TextEncoder::new()
-            .encode_utf8(&self.registry.gather(), &mut out)
+            .encode_utf8(&self.registry.registry.gather(), &mut out)
             .map_err(MetricsError::Encode)?;
         Ok(out)
     }

@@ -1,19 +1,28 @@
 //! Which HAProxy pods the controller deploys to: the pods of the config's namespace that
-//! match its `podSelector` (the API server applies the selector), are Ready, are not being
+//! match its `podSelector` (the API server applies the selector), are ready, are not being
 //! deleted and have a pod IP, each reached through its Data Plane API at
 //! `http://<podIP>:<dataplane.port>`. Pure: the driver in `drivers::kube::discovery` feeds it
 //! what the pod watch sees and publishes the answer.
+//!
+//! "Ready" is the pod's `Ready` condition, or its [`DATAPLANE_CONTAINER`] container being
+//! ready: an HAProxy pod whose readinessProbe is the configuration's own health check (the
+//! library's `monitor-uri`) becomes Ready only once it serves a configuration haptor
+//! deployed, so waiting for the pod condition alone would never deploy to it. The Data
+//! Plane API container being ready is what a deployment needs.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+
+/// The name of the Data Plane API container in an HAProxy pod (the chart's sidecar).
+pub const DATAPLANE_CONTAINER: &str = "dataplaneapi";
 
 /// What discovery needs of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedPod {
     pub name: String,
     pub ip: Option<String>,
-    /// The `Ready` condition is `True`.
+    /// The `Ready` condition is `True`, or the [`DATAPLANE_CONTAINER`] container is ready.
     pub ready: bool,
     /// A deletion timestamp is set: the pod is shutting down.
     pub deleting: bool,
@@ -30,6 +39,14 @@ impl ObservedPod {
                     .iter()
                     .any(|c| c.type_ == "Ready" && c.status == "True")
             });
+        let dataplane_ready = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|containers| {
+                containers
+                    .iter()
+                    .any(|c| c.name == DATAPLANE_CONTAINER && c.ready)
+            });
+        let ready = ready || dataplane_ready;
         let ip = status
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty());
@@ -110,6 +127,23 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_pod_whose_data_plane_api_container_is_ready_is_deployed_to_before_the_pod_is_ready() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "p" },
+            "status": {
+                "podIP": "10.0.0.9",
+                "conditions": [{ "type": "Ready", "status": "False" }],
+                "containerStatuses": [
+                    { "name": "haproxy", "ready": false, "restartCount": 0, "image": "h", "imageID": "" },
+                    { "name": "dataplaneapi", "ready": true, "restartCount": 0, "image": "d", "imageID": "" }
+                ]
+            }
+        }))
+        .expect("a pod");
+        assert!(ObservedPod::of(&pod).expect("named").ready);
     }
 
     #[test]

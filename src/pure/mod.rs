@@ -3,6 +3,7 @@
 //! here knows about actors; the actors in `crate::actors` are thin adapters that call these
 //! modules and move their results around. Tests drive these modules directly.
 
+pub mod admission;
 pub mod assertions;
 pub mod config;
 pub mod config_status;

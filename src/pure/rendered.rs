@@ -13,6 +13,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::pure::haproxy::TrustedLines;
+
 /// The kinds of auxiliary file a render can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -115,14 +117,21 @@ pub fn record_outcome(outcomes: &mut Outcomes, key: ObjectKey, outcome: Outcome)
 
 /// The output of one render: the main configuration and every auxiliary file, keyed by
 /// relative path so iteration order is deterministic, plus what the templates recorded
-/// about the objects they served or ignored (not part of the deployed bytes: neither the
-/// checksum nor serialisation covers it).
+/// about the objects they served or ignored and which lines the config's templates wrote
+/// literally (neither is part of the deployed bytes: neither the checksum nor serialisation
+/// covers them).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenderedConfig {
     pub haproxy_cfg: String,
     pub aux_files: BTreeMap<String, AuxFile>,
     #[serde(skip)]
     pub outcomes: Outcomes,
+    /// The lines the `HAProxyTemplateConfig`'s templates wrote literally, set by
+    /// `CompiledConfig::render`: the schema phase accepts a directive that runs code only on
+    /// one of them (see [`crate::pure::haproxy::guard`]). A render built any other way trusts
+    /// no line. Part of the validation cache key, not of the checksum.
+    #[serde(skip)]
+    pub trusted_lines: TrustedLines,
 }
 
 impl RenderedConfig {

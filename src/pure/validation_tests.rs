@@ -211,6 +211,7 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
             haproxy_cfg: haproxy_cfg.to_string(),
             aux_files: BTreeMap::new(),
             outcomes: Default::default(),
+            trusted_lines: self.config.trusted_lines().clone(),
         };
         let parsed = check_offline(&rendered).map_err(|e| e.to_string())?;
         serde_json::to_value(crate::pure::haproxy::view(&parsed)).map_err(|e| e.to_string())

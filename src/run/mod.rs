@@ -24,6 +24,8 @@
 //! the actor tree (a deployment in flight gets its `deploymentTimeout`), then releases the
 //! Lease so a successor leads at its next retry, and exits 0.
 
+pub mod webhook;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +66,75 @@ pub struct RunOptions {
     /// The address served Ingresses get in their status (`--publish-address`,
     /// `--publish-service`); `Nothing`: no Ingress status is written.
     pub publish: PublishAddress,
+    /// The admission webhook, when it has a certificate.
+    pub webhook: Option<WebhookOptions>,
+    /// Watch namespaced resources in this namespace only (`--watch-namespace`).
+    pub watch_namespace: Option<String>,
+}
+
+/// How `haptor run` serves its admission webhook.
+#[derive(Debug, Clone)]
+pub struct WebhookOptions {
+    pub addr: String,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub timeout: Duration,
+    pub failure_policy: crate::pure::admission::FailurePolicy,
+}
+
+/// How often the webhook's certificate files are read for a rotation.
+const CERTIFICATE_POLL: Duration = Duration::from_secs(2);
+
+/// The metric families `haptor run` adds to the controller's (drivers and the webhook), one
+/// handle each; registered by [`RunMetrics::register`], the one registration production
+/// runs.
+struct RunMetrics {
+    status_writes: prometheus::IntCounterVec,
+    webhook: webhook::WebhookMetrics,
+    /// 1 while the newest config read was rejected.
+    config_invalid: prometheus::IntGauge,
+    /// While leading: the instances that do not hold the latest render.
+    instances_behind: prometheus::IntGauge,
+}
+
+impl RunMetrics {
+    fn new() -> Result<RunMetrics, prometheus::Error> {
+        Ok(RunMetrics {
+            status_writes: status_writes_counter()?,
+            webhook: webhook::WebhookMetrics::new()?,
+            config_invalid: prometheus::IntGauge::new(
+                "haptor_config_invalid",
+                "1 while the newest HAProxyTemplateConfig read was rejected (the last valid one keeps serving), else 0",
+            )?,
+            instances_behind: prometheus::IntGauge::new(
+                "haptor_instances_behind",
+                "While this replica leads: HAProxy instances that do not run the latest render (0 on followers)",
+            )?,
+        })
+    }
+
+    fn register(
+        &self,
+        metrics: &crate::observability::metrics::Metrics,
+        kube_writes: prometheus::IntCounterVec,
+    ) -> Result<(), prometheus::Error> {
+        metrics.register(Box::new(kube_writes))?;
+        metrics.register(Box::new(self.status_writes.clone()))?;
+        metrics.register(Box::new(self.config_invalid.clone()))?;
+        metrics.register(Box::new(self.instances_behind.clone()))?;
+        self.webhook.register(metrics)
+    }
+}
+
+/// The name of every metric family `haptor run` serves on `/metrics` (histograms by their
+/// base name), from the same registration `run` performs: what dashboards and alerts may
+/// name.
+pub fn metric_families() -> Result<Vec<String>, String> {
+    let metrics = crate::observability::metrics::Metrics::new().map_err(|e| e.to_string())?;
+    let run = RunMetrics::new().map_err(|e| e.to_string())?;
+    run.register(&metrics, crate::drivers::kube::publish::write_counters())
+        .map_err(|e| e.to_string())?;
+    Ok(metrics.family_names())
 }
 
 /// Why `haptor run` could not run.
@@ -117,7 +188,7 @@ pub async fn run(
     let (seen_tx, mut seen) = watch::channel(None);
     let (leader_tx, leader_rx) = watch::channel(Leadership::default());
     let (instances_tx, instances_rx) = watch::channel(Vec::<Instance>::new());
-    let resources = KubeResources::new(client.clone());
+    let resources = KubeResources::in_namespace(client.clone(), options.watch_namespace.clone());
     let (sink, sink_task) = KubePublishSink::start(
         client.clone(),
         namespace.clone(),
@@ -153,10 +224,60 @@ pub async fn run(
         leadership: leader_rx.clone(),
         instances: instances_rx,
     };
+    let run_metrics =
+        RunMetrics::new().map_err(|e| RunError::Controller(format!("metrics: {e}")))?;
+    // The webhook: its certificate loads (and reloads) from files; until one loads, TLS
+    // handshakes fail and the API server applies its failure policy.
+    let mut certificate_task = None;
+    let webhook_serving = match &options.webhook {
+        Some(settings) => {
+            let certificate = Arc::new(
+                crate::drivers::webhook_certificate::ReloadingCertificate::new(
+                    &settings.cert_file,
+                    &settings.key_file,
+                ),
+            );
+            if let Err(e) = certificate.reload() {
+                tracing::error!(error = %e, "the webhook certificate does not load yet; the webhook refuses TLS handshakes until it does");
+            }
+            certificate_task = Some(Arc::clone(&certificate).spawn_watch(
+                CERTIFICATE_POLL,
+                run_metrics.webhook.certificate_reloads.clone(),
+            ));
+            let tls = certificate
+                .server_config()
+                .map_err(|e| RunError::Controller(format!("webhook TLS: {e}")))?;
+            let webhook_settings = webhook::WebhookSettings {
+                timeout: settings.timeout,
+                failure_policy: settings.failure_policy,
+                haproxy_bin: options.haproxy_bin.clone(),
+            };
+            let webhook_metrics = run_metrics.webhook.clone();
+            Some(crate::actors::controller::TlsServing {
+                addr: settings.addr.clone(),
+                tls,
+                router: Arc::new(move |services| {
+                    webhook::Admission::new(
+                        services,
+                        webhook_settings.clone(),
+                        webhook_metrics.clone(),
+                    )
+                    .router()
+                }),
+            })
+        }
+        None => {
+            tracing::info!(
+                "no --webhook-cert-file/--webhook-key-file: the admission webhook is not served"
+            );
+            None
+        }
+    };
     let addresses = ServerAddresses {
         metrics: Some(options.metrics_addr.clone()),
         debug: Some(options.debug_addr.clone()),
         health: Some(options.health_addr.clone()),
+        webhook: webhook_serving,
     };
     let controller = start_controller(
         sources,
@@ -177,18 +298,10 @@ pub async fn run(
         .set_validation_cache_source(Arc::new(move || {
             (cache.cache().hits(), cache.cache().misses())
         }));
-    if let Err(e) = sink.register_metrics(controller.metrics.registry()) {
-        tracing::warn!(error = %e, "the HAProxyCfg write metrics are not registered");
+    if let Err(e) = run_metrics.register(&controller.metrics, sink.write_counter()) {
+        tracing::warn!(error = %e, "some of haptor run's metric families are not registered");
     }
-    let status_writes = status_writes_counter()
-        .map_err(|e| RunError::Controller(format!("status write counter: {e}")))?;
-    if let Err(e) = controller
-        .metrics
-        .registry()
-        .register(Box::new(status_writes.clone()))
-    {
-        tracing::warn!(error = %e, "the config status write metric is not registered");
-    }
+    let status_writes = run_metrics.status_writes.clone();
 
     let config_task = crate::drivers::kube::config::spawn(
         client.clone(),
@@ -204,6 +317,7 @@ pub async fn run(
             fanout: controller.services.fanout.clone(),
             introspection: controller.services.introspection.clone(),
             status_writes,
+            invalid: run_metrics.config_invalid.clone(),
         },
     );
     let (regarding_tx, regarding_rx) = watch::channel(None);
@@ -286,6 +400,8 @@ pub async fn run(
                 }
             }
             _ = ticker.tick() => {
+                let behind = controller.services.introspection.state().instances_behind().len();
+                run_metrics.instances_behind.set(i64::try_from(behind).unwrap_or(i64::MAX));
                 if !ready_logged && controller.services.readiness.is_ready() {
                     ready_logged = true;
                     tracing::info!("haptor run: ready (the config is valid and every watched resource synced; /readyz answers 200)");
@@ -302,7 +418,10 @@ pub async fn run(
         credentials_task,
         sink_task,
         ingress_status_task,
-    ] {
+    ]
+    .into_iter()
+    .chain(certificate_task)
+    {
         task.abort();
     }
     Ok(())

@@ -393,7 +393,7 @@ impl DataplaneTarget {
         Ok((!text.trim().is_empty()).then(|| RenderedConfig {
             haproxy_cfg: text.to_string(),
             aux_files: BTreeMap::new(),
-            outcomes: Default::default(),
+            ..Default::default()
         }))
     }
 
@@ -898,7 +898,7 @@ impl DeployTarget for DataplaneTarget {
                 RenderedConfig {
                     haproxy_cfg: text.to_string(),
                     aux_files,
-                    outcomes: Default::default(),
+                    ..Default::default()
                 }
                 .checksum(),
             ))

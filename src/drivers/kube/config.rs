@@ -47,6 +47,8 @@ pub struct ConfigReporting {
     pub introspection: Introspection,
     /// `haptor_config_status_writes_total{result}`.
     pub status_writes: IntCounterVec,
+    /// `haptor_config_invalid`: 1 while the newest config read is rejected.
+    pub invalid: prometheus::IntGauge,
 }
 
 /// The counter of status writes, to register with the controller's registry.
@@ -191,7 +193,9 @@ fn report_verdict(
     out: &ConfigChannels,
     reporting: &ConfigReporting,
 ) {
-    if status.validation_status == ValidationStatus::Valid {
+    let valid = status.validation_status == ValidationStatus::Valid;
+    reporting.invalid.set(i64::from(!valid));
+    if valid {
         tracing::info!(object = %object_name, generation = ?object.metadata.generation, "config valid");
         let config = Arc::new(object.clone());
         out.configs.send_if_modified(|current| {

@@ -119,6 +119,11 @@ impl KubePublishSink {
     pub fn register_metrics(&self, registry: &Registry) -> Result<(), prometheus::Error> {
         registry.register(Box::new(self.writes.clone()))
     }
+
+    /// The write counters (`haptor_kube_writes_total`), to register elsewhere.
+    pub fn write_counter(&self) -> IntCounterVec {
+        self.writes.clone()
+    }
 }
 
 impl PublishSink for KubePublishSink {
@@ -128,7 +133,8 @@ impl PublishSink for KubePublishSink {
     }
 }
 
-fn write_counters() -> IntCounterVec {
+/// A fresh `haptor_kube_writes_total` family.
+pub fn write_counters() -> IntCounterVec {
     // The name and the labels are valid constants (the unit test below creates them), so
     // creating the family cannot fail.
     let writes = IntCounterVec::new(

@@ -131,8 +131,11 @@ pub struct KubeResources {
 
 struct Inner {
     client: Client,
-    /// Resolved resources by (apiVersion, plural).
-    resolved: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Watch namespaced resources in this namespace only (`--watch-namespace`); cluster-
+    /// scoped ones are watched cluster-wide either way.
+    namespace: Option<String>,
+    /// Resolved resources by (apiVersion, plural), with whether they are namespaced.
+    resolved: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
 }
 
 impl std::fmt::Debug for KubeResources {
@@ -143,9 +146,16 @@ impl std::fmt::Debug for KubeResources {
 
 impl KubeResources {
     pub fn new(client: Client) -> KubeResources {
+        KubeResources::in_namespace(client, None)
+    }
+
+    /// Watches namespaced resources only in `namespace` when one is given (a namespaced
+    /// install: RBAC grants Roles there, not ClusterRoles).
+    pub fn in_namespace(client: Client, namespace: Option<String>) -> KubeResources {
         KubeResources {
             inner: Arc::new(Inner {
                 client,
+                namespace: namespace.filter(|n| !n.is_empty()),
                 resolved: Mutex::new(HashMap::new()),
             }),
         }
@@ -172,7 +182,7 @@ impl KubeResources {
     /// The served, watchable resource of this apiVersion and plural (cached).
     async fn discover(&self, watched: &WatchedResource) -> Result<ApiResource, SourceError> {
         let key = (watched.api_version.clone(), watched.resources.clone());
-        if let Some(found) = self.cache().get(&key) {
+        if let Some((found, _)) = self.cache().get(&key) {
             return Ok(found.clone());
         }
         let resources = || watched.resources.clone();
@@ -223,11 +233,20 @@ impl KubeResources {
                 verbs: capabilities.operations.join(", "),
             });
         }
-        self.cache().insert(key, found.clone());
+        let namespaced = capabilities.scope == discovery::Scope::Namespaced;
+        self.cache().insert(key, (found.clone(), namespaced));
         Ok(found)
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ApiResource>> {
+    /// The namespace a resolved resource is watched in: `--watch-namespace` for a namespaced
+    /// one, none (cluster-wide) otherwise.
+    fn watch_namespace(&self, watched: &WatchedResource) -> Option<String> {
+        let key = (watched.api_version.clone(), watched.resources.clone());
+        let namespaced = self.cache().get(&key).is_some_and(|(_, n)| *n);
+        self.inner.namespace.clone().filter(|_| namespaced)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (ApiResource, bool)>> {
         self.inner
             .resolved
             .lock()
@@ -262,6 +281,7 @@ impl KubeResources {
         api_resource: ApiResource,
     ) -> BoxStream<'static, ResourceEvent> {
         let client = self.inner.client.clone();
+        let watch_namespace = self.watch_namespace(&plan.watched);
         let field_selector = plan.watched.field_selector.as_deref().and_then(|selector| {
             server_field_selector(&api_resource.api_version, &api_resource.kind, selector)
         });
@@ -280,8 +300,12 @@ impl KubeResources {
             server_field_selector = field_selector.as_deref().unwrap_or_default(),
             field_selector = plan.watched.field_selector.as_deref().unwrap_or_default(),
             namespace_selector = plan.watched.namespace_selector.as_deref().unwrap_or_default(),
-            "watching resource '{}' cluster-wide",
-            plan.resource
+            "watching resource '{}' {}",
+            plan.resource,
+            match &watch_namespace {
+                Some(namespace) => format!("in namespace {namespace}"),
+                None => "cluster-wide".to_string(),
+            }
         );
         let watched = Watched {
             resource: plan.resource.clone(),
@@ -290,7 +314,12 @@ impl KubeResources {
             plural: api_resource.plural.clone(),
             for_resource: None,
         };
-        let api = Api::<DynamicObject>::all_with(client.clone(), &api_resource);
+        let api = match &watch_namespace {
+            Some(namespace) => {
+                Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &api_resource)
+            }
+            None => Api::<DynamicObject>::all_with(client.clone(), &api_resource),
+        };
         let objects = watcher::watcher(api, config)
             .default_backoff()
             .filter_map(move |item| future::ready(keep(&watched, item)))

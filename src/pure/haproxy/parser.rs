@@ -49,12 +49,19 @@ impl ParseError {
 /// lines: unterminated quotes, bad escapes and environment references, conditional blocks
 /// that do not nest, and directives before the first section.
 pub fn parse_config(text: &str) -> Result<Config, ParseError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut builder = ConfigBuilder::default();
-    for (index, raw_line) in text.split_terminator('\n').enumerate() {
+    for (index, raw_line) in config_lines(text).enumerate() {
         builder.add_line(index + 1, raw_line)?;
     }
     builder.finish()
+}
+
+/// The lines of a configuration file as the parser numbers them (line `n` is item `n - 1`):
+/// after a leading byte-order mark, split at each newline.
+pub fn config_lines(text: &str) -> std::str::SplitTerminator<'_, char> {
+    text.strip_prefix('\u{feff}')
+        .unwrap_or(text)
+        .split_terminator('\n')
 }
 
 /// The words of one line.

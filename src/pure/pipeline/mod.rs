@@ -6,6 +6,21 @@
 //! snapshots. [`Validator`] runs the three phases — haptor's parser (syntax), the schema
 //! check, `haproxy -c` (semantic) — with a cache in front, so identical renders skip every
 //! phase. The Coordinator actor, `haptor render` and `haptor validate` all go through here.
+//!
+//! Directives that run code when HAProxy reads or checks a configuration (`lua-load`,
+//! external checks, `program`, `setenv`, OpenSSL engines and providers, ...) are refused in
+//! the schema phase unless the config's own templates wrote their line literally, so that
+//! `haproxy -c` never runs code a watched object smuggled into a render (ingress-nginx's
+//! `nginx -t` on user input became CVE-2025-1974). [`CompiledConfig::compile`] collects the
+//! literal lines once: the lines of the `haproxy.cfg` template and of every snippet that no
+//! `{{ }}` expression touches ([`crate::pure::template::literal_lines`]; maps, files and
+//! certificates are not `haproxy.cfg`). Every render carries them
+//! ([`RenderedConfig::trusted_lines`]), outside its checksum but inside the validation
+//! cache key, so a success cached under one config cannot vouch for a render under another.
+//! A code-running directive whose whole line (trimmed, spacing collapsed) is not one of them
+//! — built by an expression, or injected by an object value holding a newline — is a schema
+//! problem at its line, and the semantic phase does not run. The rule itself is
+//! [`crate::pure::haproxy::guard`]'s.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,11 +29,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::pure::config::{HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validate_spec};
-use crate::pure::haproxy::{self, check_schema, parse_config};
+use crate::pure::haproxy::{self, TrustedLines, check_code_running, check_schema, parse_config};
 use crate::pure::rendered::{PathResolver, RenderedConfig};
 use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
-use crate::pure::template::{RenderContext, TemplateError, TemplateSet, TemplateSetInput};
+use crate::pure::template::{
+    RenderContext, TemplateError, TemplateSet, TemplateSetInput, literal_lines,
+};
 use crate::pure::validate::cache::ValidationCache;
 use crate::pure::validate::semantic::{CheckReport, SemanticCheck, SemanticCheckError};
 use crate::pure::validate::{ConfigProblem, ValidationError, ValidationPhase};
@@ -168,6 +185,9 @@ pub struct CompiledConfig {
     /// Post-processors by target: `haproxy.cfg` or the relative path of an auxiliary file's
     /// template (`maps/NAME`, `files/NAME`, `sslCertificates/NAME`).
     post_processors: BTreeMap<String, Vec<CompiledPostProcessor>>,
+    /// The literal lines of the `haproxy.cfg` template and the snippets, which every render
+    /// carries (the only lines a code-running directive is accepted on).
+    trusted_lines: TrustedLines,
 }
 
 impl CompiledConfig {
@@ -236,13 +256,20 @@ impl CompiledConfig {
             }
         }
         let path_resolver = spec.dataplane.path_resolver();
+        let trusted_lines = trusted_lines(&spec);
         Ok(CompiledConfig {
             spec: Arc::new(spec),
             templates,
             path_resolver,
             selectors,
             post_processors,
+            trusted_lines,
         })
+    }
+
+    /// The lines this config's templates write literally (see the [module](self) docs).
+    pub fn trusted_lines(&self) -> &TrustedLines {
+        &self.trusted_lines
     }
 
     /// Empty stores for every watched resource.
@@ -308,6 +335,26 @@ impl CompiledConfig {
         stores: StoresSnapshot,
         extra_context: Option<&Value>,
     ) -> Result<RenderedConfig, TemplateError> {
+        self.render_and(stores, extra_context, true)
+    }
+
+    /// Renders like [`Self::render`] but leaves the templates' memos and server slots as the
+    /// last real render left them (see `TemplateSet::render_trial`): the admission webhook's
+    /// "what if this object were accepted" render.
+    pub fn render_trial(
+        &self,
+        stores: StoresSnapshot,
+        extra_context: Option<&Value>,
+    ) -> Result<RenderedConfig, TemplateError> {
+        self.render_and(stores, extra_context, false)
+    }
+
+    fn render_and(
+        &self,
+        stores: StoresSnapshot,
+        extra_context: Option<&Value>,
+        remember: bool,
+    ) -> Result<RenderedConfig, TemplateError> {
         let extra = extra_context
             .or(self.spec.extra_context.as_ref())
             .cloned()
@@ -316,10 +363,15 @@ impl CompiledConfig {
         let context = RenderContext::new(stores, self.path_resolver.clone())
             .with_extra_context(extra)
             .with_value("dataplane", dataplane);
-        let mut rendered = self.templates.render(&context)?;
+        let mut rendered = if remember {
+            self.templates.render(&context)?
+        } else {
+            self.templates.render_trial(&context)?
+        };
         if let Some(list) = self.post_processors.get("haproxy.cfg") {
             rendered.haproxy_cfg = apply_post_processors(list, &rendered.haproxy_cfg);
         }
+        rendered.trusted_lines = self.trusted_lines.clone();
         for file in rendered.aux_files.values_mut() {
             let target = match file.kind {
                 crate::pure::rendered::AuxKind::Map => format!("maps/{}", file.name),
@@ -363,6 +415,18 @@ fn build_stores(spec: &HAProxyTemplateConfigSpec) -> Result<Stores, ConfigError>
     Ok(stores)
 }
 
+/// The literal lines of the spec's `haproxy.cfg` template and snippets (snippets are
+/// included into `haproxy.cfg`; map, file and certificate templates are not).
+fn trusted_lines(spec: &HAProxyTemplateConfigSpec) -> TrustedLines {
+    TrustedLines::new(
+        literal_lines(&spec.haproxy_config.template).chain(
+            spec.template_snippets
+                .values()
+                .flat_map(|snippet| literal_lines(&snippet.template)),
+        ),
+    )
+}
+
 /// The template sources of a spec, as the template engine takes them.
 pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
     TemplateSetInput {
@@ -390,8 +454,10 @@ pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
     }
 }
 
-/// The syntax and schema phases: parse `haproxy.cfg` with haptor's parser and check every
-/// directive against HAProxy 2.6's keyword tables.
+/// The syntax and schema phases: parse `haproxy.cfg` with haptor's parser, check every
+/// directive against HAProxy 2.6's keyword tables, and refuse every directive that runs code
+/// at parse or check time on a line that is not one of `rendered.trusted_lines` (the lines
+/// the config's templates wrote literally; see the [module](self) docs).
 pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, ValidationError> {
     let parsed = parse_config(&rendered.haproxy_cfg).map_err(|e| {
         ValidationError::single(
@@ -401,7 +467,10 @@ pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, Valid
             e.message,
         )
     })?;
-    let problems = check_schema(&parsed);
+    let mut problems = check_code_running(&parsed, &rendered.haproxy_cfg, &rendered.trusted_lines);
+    problems.extend(check_schema(&parsed));
+    // Stable: at one line, the code-running refusal comes first.
+    problems.sort_by_key(|problem| problem.line);
     if !problems.is_empty() {
         return Err(ValidationError {
             phase: ValidationPhase::Schema,
@@ -461,8 +530,9 @@ impl Validator {
         self.checker.as_ref()
     }
 
-    /// Validates a render. A cache hit (same haproxy version, same bytes) skips every phase;
-    /// failures are never cached.
+    /// Validates a render. A cache hit (same haproxy version, same bytes, same trusted lines)
+    /// skips every phase; failures are never cached. The semantic phase runs only after the
+    /// syntax and schema phases passed, so a refused directive never reaches `haproxy -c`.
     pub fn validate(&self, rendered: RenderedConfig) -> Result<ValidatedConfig, PipelineError> {
         let started = Instant::now();
         let version = self
@@ -513,7 +583,8 @@ impl Validator {
         baseline: Option<&RenderedConfig>,
         rendered: RenderedConfig,
     ) -> Result<ValidatedConfig, PipelineError> {
-        let Some(baseline) = baseline else {
+        // A baseline validated under other trusted lines (another config) vouches for nothing.
+        let Some(baseline) = baseline.filter(|b| b.trusted_lines == rendered.trusted_lines) else {
             return self.validate(rendered);
         };
         let started = Instant::now();

@@ -398,3 +398,174 @@ fn an_invalid_label_selector_is_a_structural_problem_of_its_field() {
         "{problems:?}"
     );
 }
+
+/// The rest of a valid configuration after a `global` section: defaults, a frontend and the
+/// backend `be` whose lines the caller writes.
+const AFTER_GLOBAL: &str = "defaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n";
+
+fn with_extra(template: &str, extra: Value) -> CompiledConfig {
+    let mut spec = spec_with(template);
+    spec.extra_context = Some(extra);
+    CompiledConfig::compile(spec).expect("compiles")
+}
+
+/// The one simulated `haproxy -c` a validator runs, so a test can count its runs.
+fn counted_validator() -> (Validator, Arc<SimulatedHaproxy>) {
+    let checker = Arc::new(SimulatedHaproxy::default());
+    (Validator::new(checker.clone(), 8), checker)
+}
+
+fn semantic_runs(checker: &SimulatedHaproxy) -> usize {
+    checker.runs.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn a_lua_load_line_the_templates_write_literally_passes_every_phase() {
+    let mut spec = spec_with(&format!(
+        "global\n  lua-load /etc/haproxy/x.lua\n{{{{> lua}}}}\n{AFTER_GLOBAL}"
+    ));
+    spec.template_snippets.insert(
+        "lua".into(),
+        TemplateSnippet {
+            template: "  lua-load-per-thread /etc/haproxy/y.lua\n".into(),
+        },
+    );
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    let rendered = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
+    assert!(
+        rendered
+            .haproxy_cfg
+            .contains("lua-load-per-thread /etc/haproxy/y.lua"),
+        "{}",
+        rendered.haproxy_cfg
+    );
+    assert_eq!(rendered.trusted_lines, *config.trusted_lines());
+    check_offline(&rendered).expect("the schema phase accepts literal lines");
+    let (validator, checker) = counted_validator();
+    validator.validate(rendered).expect("valid");
+    assert_eq!(semantic_runs(&checker), 1);
+}
+
+#[test]
+fn a_lua_load_line_built_by_an_expression_is_refused_in_the_schema_phase_and_never_checked_by_haproxy()
+ {
+    // The map template writes the same line literally: maps are not haproxy.cfg, so that
+    // does not make it trusted.
+    let mut spec = spec_with(&format!("global\n  lua-load {{{{lua}}}}\n{AFTER_GLOBAL}"));
+    spec.extra_context = Some(json!({"lua": "/etc/haproxy/x.lua"}));
+    spec.maps.insert(
+        "m".into(),
+        GeneratedFile {
+            template: "lua-load /etc/haproxy/x.lua\n".into(),
+            post_processing: vec![],
+        },
+    );
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    let rendered = config
+        .render(config.new_stores().expect("stores").snapshot(), None)
+        .expect("renders");
+    assert!(
+        rendered
+            .haproxy_cfg
+            .contains("  lua-load /etc/haproxy/x.lua\n")
+    );
+    let (validator, checker) = counted_validator();
+    let Err(PipelineError::Invalid(err)) = validator.validate(rendered) else {
+        panic!("refused");
+    };
+    assert_eq!(err.phase, ValidationPhase::Schema);
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert_eq!(err.problems[0].line, Some(2));
+    assert_eq!(
+        err.problems[0].to_string(),
+        "haproxy.cfg:2: lua-load runs code when HAProxy loads the configuration; haptor accepts it only on a line the HAProxyTemplateConfig's templates write literally (not from a watched object's values) (schema check)"
+    );
+    assert_eq!(semantic_runs(&checker), 0, "haproxy -c never ran");
+}
+
+#[test]
+fn an_object_value_holding_a_newline_cannot_inject_a_code_running_line() {
+    // The template writes a lua-load line literally, and the object's value copies the
+    // directive with another file: only the literal one is trusted.
+    let template = format!(
+        "global\n  lua-load /etc/haproxy/x.lua\n{AFTER_GLOBAL}{{{{#each (resources \"services\")}}}}    balance {{{{spec.lb}}}}\n{{{{/each}}}}"
+    );
+    let config = compiled(&template);
+    let stores = config.new_stores().expect("stores");
+    stores
+        .get("services")
+        .expect("store")
+        .apply(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"lb": "roundrobin\n  lua-load /tmp/x.lua\n  setenv LD_PRELOAD /tmp/x.so"}
+        }))
+        .expect("applies");
+    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let injected = rendered
+        .haproxy_cfg
+        .lines()
+        .position(|line| line == "  lua-load /tmp/x.lua")
+        .expect("the value's newline made a line of its own")
+        + 1;
+    let (validator, checker) = counted_validator();
+    let Err(PipelineError::Invalid(err)) = validator.validate(rendered) else {
+        panic!("refused");
+    };
+    assert_eq!(err.phase, ValidationPhase::Schema);
+    // (The keyword tables also say neither belongs in a backend.)
+    let refused: Vec<&ConfigProblem> = err
+        .problems
+        .iter()
+        .filter(|p| p.message.contains("haptor accepts it only on a line"))
+        .collect();
+    let lines: Vec<Option<usize>> = refused.iter().map(|p| p.line).collect();
+    assert_eq!(lines, [Some(injected), Some(injected + 1)], "{err}");
+    assert!(
+        refused[0].message.starts_with("lua-load runs code"),
+        "{err}"
+    );
+    assert!(
+        refused[1]
+            .message
+            .starts_with("setenv changes the environment"),
+        "{err}"
+    );
+    assert_eq!(semantic_runs(&checker), 0, "haproxy -c never ran");
+}
+
+#[test]
+fn a_success_cached_under_a_trusting_config_does_not_vouch_for_the_same_bytes_under_another() {
+    let trusting = compiled(&format!(
+        "global\n  lua-load /etc/haproxy/x.lua\n{AFTER_GLOBAL}"
+    ));
+    let from_a_value = with_extra(
+        &format!("global\n  lua-load {{{{lua}}}}\n{AFTER_GLOBAL}"),
+        json!({"lua": "/etc/haproxy/x.lua"}),
+    );
+    let render = |config: &CompiledConfig| {
+        config
+            .render(config.new_stores().expect("stores").snapshot(), None)
+            .expect("renders")
+    };
+    let trusted = render(&trusting);
+    let untrusted = render(&from_a_value);
+    assert_eq!(trusted.checksum(), untrusted.checksum(), "the same bytes");
+    let (validator, checker) = counted_validator();
+    let accepted = validator.validate(trusted).expect("valid");
+    assert!(!accepted.from_cache);
+    let err = validator
+        .validate(untrusted.clone())
+        .expect_err("the cached success does not vouch for it");
+    assert!(matches!(&err, PipelineError::Invalid(e) if e.phase == ValidationPhase::Schema));
+    // Nor does a baseline validated under the trusting config (identical bytes need no
+    // reload, which would otherwise skip every phase).
+    let err = validator
+        .validate_after(Some(&accepted.rendered), untrusted)
+        .expect_err("the baseline does not vouch for it");
+    assert!(matches!(&err, PipelineError::Invalid(e) if e.phase == ValidationPhase::Schema));
+    assert_eq!(semantic_runs(&checker), 1);
+    assert_eq!(validator.cache().hits(), 0);
+}

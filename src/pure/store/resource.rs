@@ -541,6 +541,12 @@ impl StoreSnapshot {
         &self.store
     }
 
+    /// The store's change counter when the snapshot was taken: two snapshots of one live
+    /// store with the same generation hold the same objects (an overlay's is `u64::MAX`).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub fn index_by(&self) -> &[String] {
         &self.index_by
     }

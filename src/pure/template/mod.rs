@@ -38,6 +38,7 @@
 
 mod check;
 mod helpers;
+mod literal;
 mod memo;
 mod render;
 pub mod slots;
@@ -52,6 +53,7 @@ use serde_json::{Map, Value};
 
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver, RenderedConfig};
 use crate::pure::store::StoresSnapshot;
+pub use literal::literal_lines;
 use render::{GuardedOutput, RenderState};
 
 /// The registry name of the main template.
@@ -356,8 +358,24 @@ impl TemplateSet {
     }
 
     /// Renders `haproxy.cfg`, then every map, file and certificate (each kind by name),
-    /// building the handlebars context once.
+    /// building the handlebars context once. A successful render is remembered: the next
+    /// render reuses its memos and keeps its server slot assignments.
     pub fn render(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
+        self.render_and(input, true)
+    }
+
+    /// Renders like [`Self::render`] but remembers nothing: what-if renders (an admission
+    /// check of a proposed object) use the last render's memos and server slots without
+    /// moving the slots or memos the next real render starts from.
+    pub fn render_trial(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
+        self.render_and(input, false)
+    }
+
+    fn render_and(
+        &self,
+        input: &RenderContext,
+        remember: bool,
+    ) -> Result<RenderedConfig, TemplateError> {
         // A poisoned cache is rebuilt from scratch rather than trusted.
         let mut cache = self.context_cache.lock().unwrap_or_else(|poisoned| {
             let mut guard = poisoned.into_inner();
@@ -376,7 +394,7 @@ impl TemplateSet {
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
         let mut memos = memo::TemplateMemos::new();
-        if let Ok(mut reused) = self.reused.lock() {
+        if remember && let Ok(mut reused) = self.reused.lock() {
             reused.clear();
         }
         let state = RenderState::new(
@@ -394,6 +412,7 @@ impl TemplateSet {
                 &state,
                 remaining,
                 (&previous_memos, &mut memos),
+                remember,
             )
         };
         let haproxy_cfg = render(HAPROXY_CFG, &mut remaining)?;
@@ -444,16 +463,19 @@ impl TemplateSet {
             }
         }
         // Only a successful render's assignments and memos are remembered.
-        if let Ok(mut memory) = self.slot_memory.lock() {
-            *memory = Arc::new(slots);
-        }
-        if let Ok(mut kept) = self.memos.lock() {
-            *kept = Arc::new(memos);
+        if remember {
+            if let Ok(mut memory) = self.slot_memory.lock() {
+                *memory = Arc::new(slots);
+            }
+            if let Ok(mut kept) = self.memos.lock() {
+                *kept = Arc::new(memos);
+            }
         }
         Ok(RenderedConfig {
             haproxy_cfg,
             aux_files,
             outcomes,
+            ..Default::default()
         })
     }
 
@@ -465,6 +487,7 @@ impl TemplateSet {
         state: &RenderState<'_>,
         remaining: &mut usize,
         (previous, next): (&memo::TemplateMemos, &mut memo::TemplateMemos),
+        remember: bool,
     ) -> Result<String, TemplateError> {
         if let Some(memo) = previous.get(name).filter(|_| self.memoise)
             && memo.inputs_unchanged(context_generation, state.stores())
@@ -473,7 +496,7 @@ impl TemplateSet {
         {
             *remaining -= memo.output.len();
             next.insert(name.to_string(), Arc::clone(memo));
-            if let Ok(mut reused) = self.reused.lock() {
+            if remember && let Ok(mut reused) = self.reused.lock() {
                 reused.push(name.to_string());
             }
             return Ok(memo.output.clone());

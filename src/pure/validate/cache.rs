@@ -83,15 +83,19 @@ impl ValidationCache {
     }
 
     /// The key for a render checked by the given HAProxy version (any string that tells
-    /// apart checkers whose verdicts may differ): SHA-256 over the version and
+    /// apart checkers whose verdicts may differ): SHA-256 over the version,
     /// [`RenderedConfig::checksum`], which covers `haproxy.cfg` and every auxiliary file's
-    /// path and content.
+    /// path and content, and the digest of the render's trusted lines (the schema phase
+    /// accepts code-running directives only on those, so a success under one config's
+    /// templates must not vouch for the same bytes under another's).
     pub fn key(version: &str, rendered: &RenderedConfig) -> CacheKey {
         let mut hasher = Sha256::new();
-        hasher.update(b"haptor-validation-cache-v1\0");
+        hasher.update(b"haptor-validation-cache-v2\0");
         hasher.update(version.as_bytes());
         hasher.update(b"\0");
         hasher.update(rendered.checksum().as_bytes());
+        hasher.update(b"\0");
+        hasher.update(rendered.trusted_lines.digest().as_bytes());
         CacheKey(hex(&hasher.finalize()))
     }
 

@@ -1,0 +1,68 @@
+# The haptor controller image: `haptor run` (the default command) with the haproxy binary
+# it validates every render with (`haproxy -c`). The runtime stage is Debian bookworm, whose
+# haproxy is 2.6, the HAProxy major version haptor's parser, schema and keyword tables
+# target (src/pure/haproxy), so the checker and the HAProxy pods agree.
+#
+#   docker build -t haptor:dev .
+#
+# tests/dockerfile.rs checks this file's shape (stages, pinned bases, non-root user, exec
+# form entrypoint, --locked build).
+
+# Builder: the toolchain of Cargo.toml's rust-version.
+FROM rust:1.89-bookworm AS builder
+WORKDIR /build
+
+# Dependencies first, in a layer of their own: it is rebuilt only when Cargo.toml or
+# Cargo.lock change. The manifest names bench and test targets explicitly, so each gets a
+# stub; the stubs are removed again before the sources are copied.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src benches tests \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && for bench in pipeline actors endpoint_change; do echo 'fn main() {}' > "benches/$bench.rs"; done \
+    && for test in dataplane_api haproxy_pods run_pods; do touch "tests/$test.rs"; done \
+    && cargo build --release --locked \
+    && rm -rf src benches tests
+
+# The sources. COPY keeps the files' modification times, which may be older than the stub
+# build's outputs: touching the crate roots makes cargo rebuild haptor itself.
+COPY src ./src
+COPY benches ./benches
+COPY tests ./tests
+COPY deploy ./deploy
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked \
+    && ./target/release/haptor version
+
+# Runtime: haproxy (the `haproxy -c` checker) and the CA certificates the Kubernetes and
+# Data Plane API clients trust; nothing else.
+FROM debian:bookworm-slim AS runtime
+
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="haptor" \
+      org.opencontainers.image.description="A Kubernetes ingress controller for HAProxy, built as a tree of supervised ractor actors" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="haptor" \
+      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends haproxy ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 65532 haptor \
+    && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin haptor \
+    && haproxy -v
+
+COPY --from=builder /build/target/release/haptor /usr/local/bin/haptor
+
+# `haptor run` checks renders with this binary (also its default when it is not on PATH).
+ENV HAPROXY_BIN=/usr/sbin/haproxy
+
+# Probes (/healthz, /readyz) and Prometheus metrics (haptor run's --health-addr and
+# --metrics-addr defaults); the debug endpoints stay on localhost.
+EXPOSE 8081 9090
+
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/haptor"]
+CMD ["run"]

@@ -1,0 +1,178 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "haptor.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The object name prefix: fullnameOverride, the release name when it contains the chart
+name, else <release>-<chart>. */}}
+{{- define "haptor.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The labels of every object (the component label is added per object). */}}
+{{- define "haptor.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "haptor.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: haptor
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* What selects the controller's objects (with app.kubernetes.io/component: controller). */}}
+{{- define "haptor.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "haptor.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The controller pods' selector. */}}
+{{- define "haptor.controllerSelectorLabels" -}}
+{{ include "haptor.selectorLabels" . }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{/* The HAProxy pods' selector, which is also the config's podSelector. The name is the
+Ingress library's podSelector (app.kubernetes.io/name: haproxy); the instance keeps two
+releases in one namespace apart. */}}
+{{- define "haptor.haproxySelectorLabels" -}}
+app.kubernetes.io/name: haproxy
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: haproxy
+{{- end }}
+
+{{/* The HAProxy objects' labels. */}}
+{{- define "haptor.haproxyLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "haptor.haproxySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.haproxy.image.tag | quote }}
+app.kubernetes.io/part-of: haptor
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The controller image. */}}
+{{- define "haptor.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The Secret with the Data Plane API credentials. */}}
+{{- define "haptor.credentialsSecret" -}}
+{{- .Values.haproxy.credentials.existingSecret | default (printf "%s-dataplane" (include "haptor.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret with the webhook's certificate. */}}
+{{- define "haptor.webhookSecret" -}}
+{{- .Values.webhook.certificate.existingSecret | default (printf "%s-webhook-tls" (include "haptor.fullname" .)) }}
+{{- end }}
+
+{{/* The webhook timeout, checked: the API server allows 1..30 s, and the controller answers
+2 s earlier. */}}
+{{- define "haptor.webhookTimeout" -}}
+{{- $t := int .Values.webhook.timeoutSeconds }}
+{{- if or (lt $t 3) (gt $t 30) }}
+{{- fail (printf "webhook.timeoutSeconds must be between 3 and 30, not %d" $t) }}
+{{- end }}
+{{- $t }}
+{{- end }}
+
+{{/* The hardened container securityContext of every container of the chart. */}}
+{{- define "haptor.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* The pod securityContext of every pod of the chart. */}}
+{{- define "haptor.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The rules haptor needs on the resources the Ingress library watches, which are namespaced:
+granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
+*/}}
+{{- define "haptor.rules.namespacedWatches" -}}
+# watchedResources.ingresses (src/drivers/kube/resources.rs); get: the Ingress status
+# writer (src/drivers/kube/ingress_status.rs) reads an Ingress before clearing its status,
+# so the clear carries the resourceVersion it read.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses"]
+  verbs: ["get", "list", "watch"]
+# status.loadBalancer.ingress of the Ingresses the templates served (ingress_status.rs,
+# a merge patch of the status subresource).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses/status"]
+  verbs: ["patch"]
+# Kubernetes Events: about the config (LeadershipGained, ConfigInvalid, ...;
+# src/drivers/kube/events.rs) in haptor's namespace, and IngressIgnored about each ignored
+# Ingress in its own namespace (ingress_status.rs). kube-rs's Recorder creates an Event
+# and merge-patches a repeat of it into a series.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# watchedResources.services (resources.rs); also the Service of --publish-service
+# (ingress_status.rs: one Service, watched with a metadata.name field selector).
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch"]
+# watchedResources.endpointslices (resources.rs).
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+# watchedResources.tlsSecrets (fieldSelector type=kubernetes.io/tls) and .authSecrets
+# (labelSelector haptor.dev/basic-auth=true) (resources.rs); also the Data Plane API
+# credentials Secret of spec.credentialsSecretRef (src/drivers/kube/credentials.rs: one
+# Secret, listed and watched with a metadata.name field selector).
+#
+# Kubernetes RBAC cannot restrict a list or watch of Secrets by type, label or field
+# selector: it grants list/watch of Secrets or it does not. So this rule lets haptor list
+# and watch ALL Secrets of the cluster (of watchNamespace in a namespaced install),
+# although the library only asks the API server for the TLS-typed and the labelled ones
+# (and haptor caches only those).
+#
+# Tighter scoping is not possible with this haptor yet. The usual way — a namespaceSelector
+# on the watched Secrets, this rule dropped, and a Role + RoleBinding granting list/watch
+# on secrets in each selected namespace — does not work today: haptor watches every
+# resource cluster-wide even when it has a namespaceSelector (resources.rs filters the
+# namespaces itself), and RBAC authorizes a cluster-wide list or watch only through a
+# ClusterRoleBinding, never through per-namespace RoleBindings. It needs per-namespace
+# watches in resources.rs first. Until then the only narrower choice is a config without
+# tlsSecrets and authSecrets (no TLS, no basic auth): it can drop this rule, keeping
+# list/watch on secrets in haptor's own namespace (a Role rule) if it sets
+# credentialsSecretRef, whose watch is namespaced.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/* The rules on cluster-scoped resources: always a ClusterRole. */}}
+{{- define "haptor.rules.clusterScoped" -}}
+# watchedResources.ingressclasses (resources.rs).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingressclasses"]
+  verbs: ["list", "watch"]
+# A watched resource with a namespaceSelector (resources.rs: a metadata-only watch of
+# Namespaces, for their labels). The shipped library sets none; tests/run_rbac.rs sets one
+# on its Ingresses to show this rule is needed then.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}

@@ -1,0 +1,415 @@
+//! The shape of the root `Dockerfile`, checked on its text (no Docker daemon, no hadolint):
+//! a builder stage and a runtime stage that copies the binary from it, base images pinned
+//! to a tag, the release build `--locked` with the dependencies in a layer of their own, a
+//! runtime stage that installs haproxy (the `haproxy -c` checker) and runs as a non-root
+//! user set after its last `RUN`, and an exec-form `ENTRYPOINT`. The file is parsed the way
+//! Docker reads it: comments dropped, `\` line continuations joined, one instruction per
+//! logical line, stages starting at each `FROM`.
+
+use std::path::{Path, PathBuf};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// One instruction: its keyword (upper case), its arguments and the line it starts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Instruction {
+    keyword: String,
+    args: String,
+    line: usize,
+}
+
+/// One build stage: its `FROM` image, its name (`AS name`) and its instructions after the
+/// `FROM`.
+#[derive(Debug, Clone)]
+struct Stage {
+    image: String,
+    name: Option<String>,
+    line: usize,
+    instructions: Vec<Instruction>,
+}
+
+/// The instructions of a Dockerfile: comment lines (also inside a continued instruction)
+/// and blank lines are dropped, a line ending in `\` continues on the next one.
+fn instructions(text: &str) -> Vec<Instruction> {
+    let mut out = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (index, raw) in text.lines().enumerate() {
+        let trimmed = raw.trim();
+        if trimmed.starts_with('#') || (trimmed.is_empty() && pending.is_none()) {
+            continue;
+        }
+        let (continues, body) = match trimmed.strip_suffix('\\') {
+            Some(body) => (true, body.trim_end()),
+            None => (false, trimmed),
+        };
+        let (start, mut logical) = pending.take().unwrap_or((index + 1, String::new()));
+        if !logical.is_empty() && !body.is_empty() {
+            logical.push(' ');
+        }
+        logical.push_str(body);
+        if continues {
+            pending = Some((start, logical));
+        } else if !logical.trim().is_empty() {
+            out.push(split_instruction(start, &logical));
+        }
+    }
+    if let Some((start, logical)) = pending {
+        out.push(split_instruction(start, &logical));
+    }
+    out
+}
+
+fn split_instruction(line: usize, logical: &str) -> Instruction {
+    let logical = logical.trim();
+    let (keyword, args) = logical
+        .split_once(char::is_whitespace)
+        .unwrap_or((logical, ""));
+    Instruction {
+        keyword: keyword.to_ascii_uppercase(),
+        args: args.trim().to_string(),
+        line,
+    }
+}
+
+/// The stages: every `FROM` starts one (instructions before the first `FROM`, `ARG`s, are
+/// not in any stage).
+fn stages(instructions: &[Instruction]) -> Vec<Stage> {
+    let mut out: Vec<Stage> = Vec::new();
+    for instruction in instructions {
+        if instruction.keyword == "FROM" {
+            let words: Vec<&str> = instruction
+                .args
+                .split_whitespace()
+                .filter(|w| !w.starts_with("--"))
+                .collect();
+            let image = words.first().copied().unwrap_or_default().to_string();
+            let name = match words.as_slice() {
+                [_, as_, name] if as_.eq_ignore_ascii_case("as") => Some(name.to_string()),
+                _ => None,
+            };
+            out.push(Stage {
+                image,
+                name,
+                line: instruction.line,
+                instructions: Vec::new(),
+            });
+        } else if let Some(stage) = out.last_mut() {
+            stage.instructions.push(instruction.clone());
+        }
+    }
+    out
+}
+
+fn dockerfile() -> Vec<Stage> {
+    let path = repo("Dockerfile");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} cannot be read: {e}", path.display()));
+    let stages = stages(&instructions(&text));
+    assert!(!stages.is_empty(), "the Dockerfile has no FROM");
+    stages
+}
+
+fn final_stage(stages: &[Stage]) -> &Stage {
+    stages.last().expect("the Dockerfile has a stage")
+}
+
+/// The value of a `--flag=value` option among an instruction's arguments.
+fn flag<'a>(args: &'a str, name: &str) -> Option<&'a str> {
+    let prefix = format!("--{name}=");
+    args.split_whitespace()
+        .find_map(|w| w.strip_prefix(&prefix))
+}
+
+/// An image reference's tag (`rust:1.89-bookworm` → `1.89-bookworm`), if it has one: a `:`
+/// after the last `/` (a registry's port comes before it).
+fn tag(image: &str) -> Option<&str> {
+    let (_, last) = image.rsplit_once('/').unwrap_or(("", image));
+    let last = last.split('@').next().unwrap_or(last);
+    last.split_once(':').map(|(_, tag)| tag)
+}
+
+/// The packages the `apt-get install` commands of a `RUN` name.
+fn apt_installed(run: &str) -> Vec<&str> {
+    run.split(['&', ';', '|'])
+        .filter_map(|command| command.split_once("apt-get install"))
+        .flat_map(|(_, rest)| rest.split_whitespace())
+        .filter(|word| !word.starts_with('-'))
+        .collect()
+}
+
+/// Whether one side of a `USER` spec (`65532:65532`, `app`, `1000:app`) is root.
+fn is_root(id: &str) -> bool {
+    id == "0" || id.eq_ignore_ascii_case("root")
+}
+
+#[test]
+fn continued_lines_and_comments_are_read_as_one_instruction_each() {
+    let text = "# syntax comment\nFROM debian:bookworm-slim AS base\nRUN apt-get update \\\n    # a comment inside\n    && apt-get install -y haproxy\n\nuser 1000\n";
+    let parsed = instructions(text);
+    assert_eq!(
+        parsed,
+        vec![
+            Instruction {
+                keyword: "FROM".into(),
+                args: "debian:bookworm-slim AS base".into(),
+                line: 2
+            },
+            Instruction {
+                keyword: "RUN".into(),
+                args: "apt-get update && apt-get install -y haproxy".into(),
+                line: 3
+            },
+            Instruction {
+                keyword: "USER".into(),
+                args: "1000".into(),
+                line: 7
+            },
+        ]
+    );
+    let stages = stages(&parsed);
+    assert_eq!(stages.len(), 1);
+    assert_eq!(stages[0].image, "debian:bookworm-slim");
+    assert_eq!(stages[0].name.as_deref(), Some("base"));
+    assert_eq!(tag("registry.example:5000/team/rust:1.89"), Some("1.89"));
+    assert_eq!(tag("registry.example:5000/team/rust"), None);
+}
+
+#[test]
+fn the_binary_is_built_in_a_builder_stage_and_the_final_stage_copies_it_from_there() {
+    let stages = dockerfile();
+    assert!(
+        stages.len() >= 2,
+        "the Dockerfile is not multi-stage: {} FROM",
+        stages.len()
+    );
+    let last = final_stage(&stages);
+    let earlier: Vec<String> = stages[..stages.len() - 1]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| [Some(i.to_string()), s.name.clone()])
+        .flatten()
+        .collect();
+    let copies: Vec<&Instruction> = last
+        .instructions
+        .iter()
+        .filter(|i| i.keyword == "COPY")
+        .filter(|i| flag(&i.args, "from").is_some_and(|from| earlier.iter().any(|e| e == from)))
+        .collect();
+    assert!(
+        copies
+            .iter()
+            .any(|c| c.args.contains("/usr/local/bin/haptor")),
+        "the final stage (FROM {} on line {}) copies no /usr/local/bin/haptor from an earlier \
+         stage ({earlier:?}); its COPY --from instructions: {copies:?}",
+        last.image,
+        last.line
+    );
+}
+
+#[test]
+fn every_base_image_is_pinned_to_a_tag_other_than_latest() {
+    let stages = dockerfile();
+    let names: Vec<&str> = stages.iter().filter_map(|s| s.name.as_deref()).collect();
+    for stage in &stages {
+        if names.contains(&stage.image.as_str()) {
+            continue; // FROM an earlier stage
+        }
+        let pinned_by_digest = stage.image.contains("@sha256:");
+        match tag(&stage.image) {
+            Some(tag) => assert!(
+                tag != "latest" && !tag.is_empty(),
+                "FROM {} on line {} uses the tag {tag:?}: pin a version",
+                stage.image,
+                stage.line
+            ),
+            None => assert!(
+                pinned_by_digest,
+                "FROM {} on line {} has no tag (it means latest): pin a version",
+                stage.image, stage.line
+            ),
+        }
+    }
+}
+
+#[test]
+fn the_builder_toolchain_is_the_rust_version_cargo_toml_declares() {
+    let manifest = std::fs::read_to_string(repo("Cargo.toml")).expect("Cargo.toml reads");
+    let rust_version = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version"))
+        .and_then(|rest| rest.split('"').nth(1))
+        .expect("Cargo.toml declares rust-version");
+    let stages = dockerfile();
+    let rust = stages
+        .iter()
+        .find(|s| s.image.starts_with("rust:") || s.image.contains("/rust:"))
+        .expect("a stage builds FROM a rust image");
+    let tag = tag(&rust.image).unwrap_or_default();
+    assert!(
+        tag == rust_version || tag.starts_with(&format!("{rust_version}-")),
+        "FROM {} builds with a toolchain other than Cargo.toml's rust-version {rust_version}",
+        rust.image
+    );
+}
+
+#[test]
+fn the_release_build_uses_the_lock_file_and_builds_the_dependencies_before_copying_the_sources() {
+    let stages = dockerfile();
+    let builds: Vec<(&Stage, usize, &Instruction)> = stages
+        .iter()
+        .flat_map(|s| {
+            s.instructions
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| i.keyword == "RUN" && i.args.contains("cargo build"))
+                .map(move |(n, i)| (s, n, i))
+        })
+        .collect();
+    assert!(!builds.is_empty(), "no RUN runs cargo build");
+    for (_, _, build) in &builds {
+        for part in build.args.split("&&").filter(|p| p.contains("cargo build")) {
+            assert!(
+                part.contains("--locked") && part.contains("--release"),
+                "line {}: `{}` is not a --release --locked build",
+                build.line,
+                part.trim()
+            );
+        }
+    }
+    // The first build sees only the manifest and the lock file: the dependency layer.
+    let (stage, first, _) = builds[0];
+    let copied_before: Vec<&str> = stage.instructions[..first]
+        .iter()
+        .filter(|i| i.keyword == "COPY")
+        .flat_map(|i| i.args.split_whitespace())
+        .collect();
+    assert!(
+        copied_before.contains(&"Cargo.toml") && copied_before.contains(&"Cargo.lock"),
+        "Cargo.toml and Cargo.lock are not copied before the first cargo build: {copied_before:?}"
+    );
+    assert!(
+        !copied_before
+            .iter()
+            .any(|w| w.starts_with("src") || *w == "."),
+        "the sources are copied before the dependency build, so every change rebuilds the \
+         dependencies: {copied_before:?}"
+    );
+    assert!(
+        builds.len() >= 2,
+        "only one cargo build: the dependencies are not built in a layer of their own"
+    );
+}
+
+#[test]
+fn the_final_stage_installs_haproxy_without_recommends_and_removes_the_apt_lists() {
+    let stages = dockerfile();
+    let last = final_stage(&stages);
+    let install = last
+        .instructions
+        .iter()
+        .find(|i| i.keyword == "RUN" && apt_installed(&i.args).contains(&"haproxy"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the final stage (FROM {}) installs no haproxy, the checker of `haproxy -c`",
+                last.image
+            )
+        });
+    assert!(
+        install.args.contains("--no-install-recommends"),
+        "line {}: apt-get install without --no-install-recommends",
+        install.line
+    );
+    assert!(
+        apt_installed(&install.args).contains(&"ca-certificates"),
+        "line {}: the final stage installs no ca-certificates",
+        install.line
+    );
+    assert!(
+        install.args.contains("rm -rf /var/lib/apt/lists"),
+        "line {}: the apt lists stay in the layer",
+        install.line
+    );
+}
+
+#[test]
+fn the_final_stage_runs_as_a_non_root_user_set_after_its_last_run() {
+    let stages = dockerfile();
+    let last = final_stage(&stages);
+    let position = |keyword: &str| last.instructions.iter().rposition(|i| i.keyword == keyword);
+    let user_at = position("USER").unwrap_or_else(|| {
+        panic!(
+            "the final stage (FROM {}) sets no USER: it runs as root",
+            last.image
+        )
+    });
+    let user = &last.instructions[user_at];
+    let (name, group) = user
+        .args
+        .split_once(':')
+        .map_or((user.args.as_str(), None), |(u, g)| (u, Some(g)));
+    assert!(
+        !name.is_empty() && !is_root(name),
+        "line {}: USER {} is root",
+        user.line,
+        user.args
+    );
+    assert!(
+        group.is_none_or(|g| !is_root(g)),
+        "line {}: USER {} runs in the root group",
+        user.line,
+        user.args
+    );
+    if let Some(run_at) = position("RUN") {
+        assert!(
+            run_at < user_at,
+            "line {}: a RUN after the last USER (line {}) runs as that user or resets the \
+             intent; set USER after the last RUN",
+            last.instructions[run_at].line,
+            user.line
+        );
+    }
+}
+
+#[test]
+fn the_entrypoint_is_the_haptor_binary_in_exec_form_and_the_command_is_run() {
+    let stages = dockerfile();
+    let last = final_stage(&stages);
+    let exec_form = |keyword: &str| -> Option<Vec<String>> {
+        let instruction = last.instructions.iter().rfind(|i| i.keyword == keyword)?;
+        let parsed: Result<Vec<String>, _> = serde_json::from_str(&instruction.args);
+        Some(parsed.unwrap_or_else(|e| {
+            panic!(
+                "line {}: {keyword} {} is not in exec form (a JSON array of strings): {e}",
+                instruction.line, instruction.args
+            )
+        }))
+    };
+    let entrypoint = exec_form("ENTRYPOINT").expect("the final stage has an ENTRYPOINT");
+    assert_eq!(entrypoint, ["/usr/local/bin/haptor"]);
+    assert_eq!(exec_form("CMD"), Some(vec!["run".to_string()]));
+}
+
+#[test]
+fn the_build_context_leaves_out_the_target_directory_and_git() {
+    let ignore = std::fs::read_to_string(repo(".dockerignore")).expect(".dockerignore reads");
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_start_matches('/').trim_end_matches('/'))
+        .collect();
+    for wanted in ["target", ".git"] {
+        assert!(
+            patterns.contains(&wanted),
+            ".dockerignore does not leave out {wanted}: {patterns:?}"
+        );
+    }
+    for needed in ["Cargo.toml", "Cargo.lock", "src", "deploy"] {
+        assert!(
+            !patterns.contains(&needed),
+            ".dockerignore leaves out {needed}, which the build copies"
+        );
+    }
+}
