@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::pure::config::HAProxyTemplateConfig;
 use crate::pure::config_status::{describe, problems_of};
+use crate::pure::deploy::plan::runtime_only_by_lines;
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::store::{ObjectRef, Stores, StoresSnapshot};
@@ -186,7 +187,10 @@ pub struct RunningState<'a> {
 }
 
 /// The watched resources the webhook validates an object of `api_version`/`kind` for: those
-/// with `enableValidationWebhook` whose field and label selectors take `object`.
+/// with `enableValidationWebhook` whose field and label selectors take `object`. A resource
+/// with a `namespaceSelector` is left out: whether the object's namespace is selected
+/// depends on the Namespace's labels, which the stores do not hold, and laying over an
+/// object the config would ignore could deny a change that breaks nothing.
 pub fn validated_resources(
     compiled: &CompiledConfig,
     api_version: &str,
@@ -201,6 +205,7 @@ pub fn validated_resources(
                 .watched_resources
                 .get(*name)
                 .is_some_and(|w| w.enable_validation_webhook)
+                && compiled.namespace_selector(name).is_none()
                 && compiled.selects(name, object)
         })
         .map(String::from)
@@ -217,6 +222,7 @@ fn kind_is_validated(compiled: &CompiledConfig, api_version: &str, kind: &str) -
                 .watched_resources
                 .get(name)
                 .is_some_and(|w| w.enable_validation_webhook)
+                && compiled.namespace_selector(name).is_none()
         })
 }
 
@@ -310,7 +316,13 @@ pub fn admit_change_validated(
             ));
         }
     };
-    match validator.validate_after(running.baseline, rendered) {
+    // The baseline spares `haproxy -c` only when the render differs from it in runtime
+    // values alone; a line comparison says so without parsing, and a structural change
+    // goes straight to the three phases.
+    let baseline = running
+        .baseline
+        .filter(|baseline| runtime_only_by_lines(baseline, &rendered));
+    match validator.validate_after(baseline, rendered) {
         Ok(validated) => Ok((Verdict::allow(), Some(validated.rendered))),
         Err(PipelineError::Invalid(invalid)) => {
             let first = invalid

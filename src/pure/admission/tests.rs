@@ -358,3 +358,37 @@ fn a_config_whose_validation_tests_fail_is_denied_naming_the_test() {
         "{reason}"
     );
 }
+
+#[test]
+fn a_resource_with_a_namespace_selector_is_not_judged_by_the_webhook() {
+    let mut selected = spec(true);
+    if let Some(services) = selected.watched_resources.get_mut("services") {
+        services.namespace_selector = Some("team=web".into());
+    }
+    let compiled = CompiledConfig::compile(selected).expect("compiles");
+    let stores = compiled.new_stores().expect("stores");
+    let checker = Arc::new(SimulatedHaproxy::default());
+    let validator = Validator::new(checker.clone(), 8);
+    let object = service("front", Some("missing"));
+    let change = ProposedChange {
+        operation: Operation::Create,
+        api_version: "v1",
+        kind: "Service",
+        namespace: "default",
+        name: "front",
+        object: Some(&object),
+        old_object: None,
+    };
+    let running = RunningState {
+        compiled: &compiled,
+        stores: &stores,
+        synced: true,
+        baseline: None,
+    };
+    // Its namespace's labels are not in the stores: no render, allowed.
+    assert_eq!(
+        admit_change(running, &change, &validator).expect("decided"),
+        Verdict::allow()
+    );
+    assert_eq!(checker.runs.load(Ordering::SeqCst), 0);
+}

@@ -288,6 +288,25 @@ pub fn plan(
     Ok(plan)
 }
 
+/// Whether `to` differs from `from` only in server lines' runtime values and map contents,
+/// judged by comparing lines, with no section parsed: the cheap form of "`plan(from, to)`
+/// needs no reload", which answers `false` wherever the full plan would parse sections
+/// (a what-if admission of a structural change then goes straight to full validation
+/// instead of parsing half the configuration twice to learn it must).
+pub fn runtime_only_by_lines(from: &RenderedConfig, to: &RenderedConfig) -> bool {
+    let config_ok = from.haproxy_cfg == to.haproxy_cfg
+        || server_line_changes(&from.haproxy_cfg, &to.haproxy_cfg).is_some();
+    config_ok
+        && from.aux_files.len() == to.aux_files.len()
+        && to
+            .aux_files
+            .iter()
+            .all(|(path, file)| match from.aux_files.get(path) {
+                Some(previous) => previous.content == file.content || file.kind == AuxKind::Map,
+                None => false,
+            })
+}
+
 /// Map file text to entries: one `key value` per line, `#` comments and blank lines skipped.
 pub fn map_entries(content: &str) -> Vec<(String, String)> {
     content

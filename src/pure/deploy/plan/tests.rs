@@ -423,3 +423,42 @@ fn a_change_deep_in_a_large_config_is_planned_from_its_own_lines() {
         ]
     );
 }
+
+#[test]
+fn the_line_check_of_runtime_only_changes_agrees_with_the_plan_and_gives_up_on_structure() {
+    let from = with_map(cfg("  server s1 10.0.0.1:80 check\n"), "a.example be\n");
+    let moved = with_map(cfg("  server s1 10.0.0.2:80 check\n"), "a.example be\n");
+    let remapped = with_map(cfg("  server s1 10.0.0.1:80 check\n"), "b.example be\n");
+    let grown = with_map(
+        cfg("  server s1 10.0.0.1:80 check\n  server s2 10.0.0.3:80 check\n"),
+        "a.example be\n",
+    );
+    let new_file = with_map(cfg("  server s1 10.0.0.1:80 check\n"), "a.example be\n");
+    let mut new_file = new_file;
+    new_file.aux_files.insert(
+        "files/x".into(),
+        AuxFile {
+            kind: AuxKind::File,
+            name: "x".into(),
+            path: "files/x".into(),
+            content: "x".into(),
+        },
+    );
+    for (to, runtime_only) in [
+        (&from, true),
+        (&moved, true),
+        (&remapped, true),
+        (&grown, false),
+        (&new_file, false),
+    ] {
+        assert_eq!(
+            runtime_only_by_lines(&from, to),
+            runtime_only,
+            "{}",
+            to.haproxy_cfg
+        );
+        if runtime_only {
+            assert!(!plan(Some(&from), to).expect("plans").reload);
+        }
+    }
+}
