@@ -33,6 +33,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -298,6 +299,21 @@ async fn the_api_server_denies_what_breaks_the_configuration_and_allows_the_rest
         &certificates.ca_pem("ca"),
     );
     configuration.metadata.name = Some(format!("haptor-{ns}"));
+    // The kit is shared by this binary's tests: both webhooks are narrowed to this test's
+    // namespaces (the chart's resources webhook excludes only haptor's own), so no other
+    // test's objects wait for this replica. Rules, client config, CA, failure policy and
+    // timeout stay the chart's.
+    for webhook in configuration.webhooks.iter_mut().flatten() {
+        let mut selector = webhook.namespace_selector.clone().unwrap_or_default();
+        let mut expressions = selector.match_expressions.unwrap_or_default();
+        expressions.push(LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "In".into(),
+            values: Some(vec![ns.clone(), apps.clone()]),
+        });
+        selector.match_expressions = Some(expressions);
+        webhook.namespace_selector = Some(selector);
+    }
     webhooks
         .create(&PostParams::default(), &configuration)
         .await
