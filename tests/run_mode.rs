@@ -183,6 +183,8 @@ async fn an_invalid_config_change_is_reported_in_status_and_an_event_and_the_las
     let problem = &status.validation_errors[0];
     assert_eq!(problem.template, "haproxy.cfg", "{status:?}");
     assert!(problem.line.is_some(), "the line is given: {status:?}");
+    // What the ConfigInvalid alert reads.
+    assert_eq!(replica.metric("haptor_config_invalid").await, Some(1.0));
 
     let events = Api::<Event>::namespaced(client.clone(), &ns);
     let event = wait_for("a ConfigInvalid Event", &[&replica], || async {
@@ -224,6 +226,20 @@ async fn an_invalid_config_change_is_reported_in_status_and_an_event_and_the_las
         replica.log_text().contains("config invalid"),
         "the log says so"
     );
+
+    // Fixed: valid again, and the gauge falls back.
+    let mut fixed = config_object(&client, &ns).await;
+    fixed.spec = library_config(&ns, no_election()).spec;
+    api.replace("haptor-config", &PostParams::default(), &fixed)
+        .await
+        .expect("the fixed config is stored");
+    wait_for("haptor_config_invalid 0", &[&replica], || async {
+        replica
+            .metric("haptor_config_invalid")
+            .await
+            .filter(|v| *v == 0.0)
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -301,6 +301,14 @@ async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_w
         code, 200,
         "a pod behind does not make the controller unready: {body}"
     );
+    // What the pods-on-an-old-checksum alert reads.
+    wait_for("haptor_instances_behind 1", &[&replica], || async {
+        replica
+            .metric("haptor_instances_behind")
+            .await
+            .filter(|v| *v == 1.0)
+    })
+    .await;
     wait_for(
         "the down pod's error in HAProxyCfg status",
         &[&replica],

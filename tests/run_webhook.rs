@@ -509,14 +509,6 @@ async fn post_review(client: &reqwest::Client, port: u16, review: &Value) -> Val
     answer["response"].clone()
 }
 
-async fn metric(replica: &Replica, series: &str) -> Option<f64> {
-    let (_, body) = replica.get(replica.metrics, "/metrics").await?;
-    body.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 /// A replica of the library config in a namespace of its own, serving the webhook with
 /// `extra` flags; returns it with its webhook port once ready.
 async fn webhook_replica(
@@ -580,11 +572,9 @@ async fn a_request_not_decided_within_the_timeout_is_answered_by_the_failure_pol
                 && said.contains(&format!("failure policy is {policy}")),
             "{response}"
         );
-        let timeouts = metric(
-            &replica,
-            "haptor_webhook_requests_total{resource=\"resources\",result=\"timeout\"}",
-        )
-        .await;
+        let timeouts = replica
+            .metric("haptor_webhook_requests_total{resource=\"resources\",result=\"timeout\"}")
+            .await;
         assert_eq!(timeouts, Some(1.0));
     }
 }
@@ -605,7 +595,7 @@ async fn a_repeated_admission_is_answered_from_the_admission_cache() {
     let second_took = started.elapsed();
     assert_eq!(second["allowed"], true, "{second}");
     assert_eq!(
-        metric(&replica, "haptor_webhook_cache_hits_total").await,
+        replica.metric("haptor_webhook_cache_hits_total").await,
         Some(1.0),
         "the repeat is a cache hit (first {first_took:?}, repeat {second_took:?})"
     );
@@ -621,7 +611,7 @@ async fn a_repeated_admission_is_answered_from_the_admission_cache() {
     let again = post_review(&client, port, &review("u-4", &ns, &broken)).await;
     assert_eq!(again["status"]["message"], denied["status"]["message"]);
     assert_eq!(
-        metric(&replica, "haptor_webhook_cache_hits_total").await,
+        replica.metric("haptor_webhook_cache_hits_total").await,
         Some(2.0)
     );
 }
@@ -662,12 +652,10 @@ async fn a_rotated_certificate_serves_without_a_restart_and_a_broken_one_is_not_
     // A key that does not match: logged and counted, the serving pair stays.
     std::fs::copy(certificates.path("ca.key"), certificates.path("server.key")).expect("copy");
     wait_for("the broken pair to be refused", &[&replica], || async {
-        metric(
-            &replica,
-            "haptor_webhook_certificate_reloads_total{result=\"failure\"}",
-        )
-        .await
-        .filter(|n| *n >= 1.0)
+        replica
+            .metric("haptor_webhook_certificate_reloads_total{result=\"failure\"}")
+            .await
+            .filter(|n| *n >= 1.0)
     })
     .await;
     post_review(&new_client, port, &review("u-4", &ns, &object)).await;

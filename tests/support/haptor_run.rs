@@ -115,6 +115,16 @@ impl Replica {
         Some((status, response.text().await.ok()?))
     }
 
+    /// The value of one series of `/metrics`, written as it appears there
+    /// (`haptor_config_invalid`, `name{label="value"}`).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get(self.metrics, "/metrics").await?;
+        body.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
     pub async fn readyz(&self) -> Option<(u16, String)> {
         self.get(self.health, "/readyz").await
     }
