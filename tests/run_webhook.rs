@@ -734,3 +734,62 @@ async fn the_follower_answers_admissions_as_the_leader_does() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_config_change_is_admitted_once_it_renders_and_its_validation_tests_pass() {
+    let kit = Kit::shared();
+    let certificates = Certificates::new();
+    let client = client_trusting(&certificates.ca_pem("ca"));
+    let (replica, port, ns) = webhook_replica(kit, "webhook-config", &certificates, &[]).await;
+    let post = |config: HAProxyTemplateConfig, uid: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let review = json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": uid,
+                    "kind": { "group": "haptor.dev", "version": "v1alpha1", "kind": "HAProxyTemplateConfig" },
+                    "resource": { "group": "haptor.dev", "version": "v1alpha1", "resource": "haproxytemplateconfigs" },
+                    "name": "haptor-config",
+                    "namespace": ns,
+                    "operation": "UPDATE",
+                    "userInfo": { "username": "test" },
+                    "object": config,
+                }
+            });
+            let started = Instant::now();
+            let answer: Value = client
+                .post(format!(
+                    "https://127.0.0.1:{port}/validate/haproxytemplateconfigs"
+                ))
+                .json(&review)
+                .send()
+                .await
+                .expect("the webhook answers")
+                .json()
+                .await
+                .expect("JSON");
+            (answer["response"].clone(), started.elapsed())
+        }
+    };
+    // The library as it is: compiles, renders against the current objects, its 40-odd
+    // validationTests pass.
+    let (allowed, took) = post(library_config(&ns, no_election()), "c-1").await;
+    assert_eq!(allowed["allowed"], true, "{allowed}");
+    eprintln!("the Ingress library's config admission took {took:?}");
+    // A validation test that no longer holds denies the change, naming the test.
+    let mut failing = library_config(&ns, no_election());
+    let template = failing
+        .spec
+        .haproxy_config
+        .template
+        .replace("monitor-uri /healthz", "monitor-uri /health");
+    failing.spec.haproxy_config.template = template;
+    let (denied, _) = post(failing, "c-2").await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    let message = denied["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("validation test '"), "{message}");
+    assert!(!replica.log_text().contains("panicked"));
+}
