@@ -793,3 +793,62 @@ async fn a_config_change_is_admitted_once_it_renders_and_its_validation_tests_pa
     assert!(message.contains("validation test '"), "{message}");
     assert!(!replica.log_text().contains("panicked"));
 }
+
+#[tokio::test]
+async fn a_webhook_started_before_its_certificate_exists_serves_once_the_files_appear() {
+    let kit = Kit::shared();
+    let certificates = Certificates::new();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("webhook-late").await;
+    Api::<HAProxyTemplateConfig>::namespaced(client, &ns)
+        .create(&PostParams::default(), &library_config(&ns, no_election()))
+        .await
+        .expect("the config is created");
+    let port = free_port();
+    let (cert, key) = (certificates.path("late.crt"), certificates.path("late.key"));
+    let args = [
+        "--webhook-addr".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--webhook-cert-file".into(),
+        cert.display().to_string(),
+        "--webhook-key-file".into(),
+        key.display().to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let replica = Replica::start_with_args(kit.admin_kubeconfig(), &ns, "late", &args);
+    // The controller runs without the certificate (the chart's Secret volume is optional).
+    wait_for("/readyz 200", &[&replica], || async {
+        replica.readyz().await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let https = client_trusting(&certificates.ca_pem("ca"));
+    let object = ingress("any", "any.example", None, json!({}));
+    assert!(
+        https
+            .post(format!("https://127.0.0.1:{port}/validate/resources"))
+            .json(&review("u-1", &ns, &object))
+            .send()
+            .await
+            .is_err(),
+        "no certificate, no TLS"
+    );
+    assert!(
+        replica
+            .log_text()
+            .contains("the webhook certificate does not load yet"),
+        "{}",
+        replica.log_text()
+    );
+    std::fs::copy(certificates.path("server.key"), &key).expect("key");
+    std::fs::copy(certificates.path("server.crt"), &cert).expect("cert");
+    wait_for("the webhook to serve", &[&replica], || async {
+        client_trusting(&certificates.ca_pem("ca"))
+            .post(format!("https://127.0.0.1:{port}/validate/resources"))
+            .json(&review("u-2", &ns, &object))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == 200)
+    })
+    .await;
+}
