@@ -61,6 +61,15 @@ const SERVER_TIME_PARAMS: &[&str] = &[
 /// Server parameters whose value is a count that must be at least 1.
 const SERVER_POSITIVE_PARAMS: &[&str] = &["fall", "rise"];
 
+/// The rule keywords HAProxy 2.6 refuses in an anonymous `defaults` section.
+const RULE_KEYWORDS: &[&str] = &[
+    "http-request",
+    "http-response",
+    "http-after-response",
+    "tcp-request",
+    "tcp-response",
+];
+
 /// `global` directives whose value is a size.
 const GLOBAL_SIZE_KEYWORDS: &[&str] = &["tune.bufsize", "tune.maxrewrite"];
 
@@ -115,6 +124,20 @@ impl Checker {
             self.report(
                 directive.line,
                 format!("'{modifier}' cannot prefix a directive in a '{section_keyword}' section"),
+            );
+            return;
+        }
+        if section.kind == SectionKind::Defaults
+            && RULE_KEYWORDS.contains(&keyword)
+            && section.name.as_deref().is_none_or(|name| name == "from")
+        {
+            // HAProxy 2.6 refuses rules in an anonymous defaults section: every proxy after
+            // it would inherit them, and a rule set shared that way cannot be told apart.
+            self.report(
+                directive.line,
+                format!(
+                    "'{keyword}' rules are not allowed in an anonymous 'defaults' section; name the section (defaults NAME) and have the proxies that need them use it with 'from NAME'"
+                ),
             );
             return;
         }
@@ -376,6 +399,21 @@ mod tests {
             found[0].message.contains(message),
             "{found:?} should contain {message:?}"
         );
+    }
+
+    #[test]
+    fn rules_in_an_anonymous_defaults_section_are_refused_and_allowed_in_a_named_one() {
+        assert_one_problem(
+            "defaults\n    mode http\n    http-request deny\n",
+            3,
+            "not allowed in an anonymous 'defaults' section",
+        );
+        assert_one_problem(
+            "defaults from base\n    tcp-request inspect-delay 5s\n",
+            2,
+            "anonymous 'defaults'",
+        );
+        assert!(problems("defaults web\n    mode http\n    http-request deny\n").is_empty());
     }
 
     const VALID: &str = r#"
