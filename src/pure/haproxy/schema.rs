@@ -61,6 +61,16 @@ const SERVER_TIME_PARAMS: &[&str] = &[
 /// Server parameters whose value is a count that must be at least 1.
 const SERVER_POSITIVE_PARAMS: &[&str] = &["fall", "rise"];
 
+/// The syslog facilities a `log` line may name.
+const LOG_FACILITIES: &[&str] = &[
+    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "auth2",
+    "ftp", "ntp", "audit", "alert", "cron2", "local0", "local1", "local2", "local3", "local4",
+    "local5", "local6", "local7",
+];
+
+/// `tcp-request session` actions of later HAProxy versions, which 2.6 refuses.
+const LATER_TCP_SESSION_ACTIONS: &[&str] = &["attach-srv"];
+
 /// The rule keywords HAProxy 2.6 refuses in an anonymous `defaults` section.
 const RULE_KEYWORDS: &[&str] = &[
     "http-request",
@@ -101,6 +111,27 @@ impl Checker {
                 format!("unknown keyword '{keyword}': HAProxy 2.6 has no '{keyword}' section (it came in a later version)"),
             );
             return;
+        }
+        if matches!(
+            section.kind,
+            SectionKind::Frontend
+                | SectionKind::Backend
+                | SectionKind::Listen
+                | SectionKind::Defaults
+        ) && let Some(name) = section
+            .name
+            .as_deref()
+            .filter(|n| *n != "from" && !n.contains('$'))
+            && let Some(bad) = name
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+        {
+            self.report(
+                section.line,
+                format!(
+                    "character '{bad}' is not permitted in '{keyword}' name '{name}' (HAProxy allows letters, digits, '-', '_', '.' and ':')"
+                ),
+            );
         }
         if section.kind.needs_name() && section.name.is_none() {
             self.report(
@@ -172,8 +203,39 @@ impl Checker {
             "option" if is_proxy => {
                 if let Some(option) = value(1) {
                     self.check_option(directive.line, section_keyword, option);
+                    // option httpchk [<method>] [<uri>] [<version>]
+                    if option == "httpchk"
+                        && modifier.is_none()
+                        && let Some(extra) = words.get(5)
+                    {
+                        self.report(
+                            directive.line,
+                            format!(
+                                "'option httpchk' takes at most a method, a URI and an HTTP version in HAProxy 2.6, not '{extra}' (send a Host header with 'http-check send hdr Host ...')"
+                            ),
+                        );
+                    }
                 }
             }
+            "compression" if is_proxy => {
+                if let Some(what) = value(1)
+                    && !matches!(what, "algo" | "type" | "offload")
+                {
+                    self.report(
+                        directive.line,
+                        format!("'compression' expects 'algo', 'type' or 'offload' in HAProxy 2.6, not '{what}'"),
+                    );
+                }
+            }
+            "tcp-request" if is_proxy && value(1) == Some("session") => {
+                if let Some(action) = value(2).filter(|a| LATER_TCP_SESSION_ACTIONS.contains(a)) {
+                    self.report(
+                        directive.line,
+                        format!("'tcp-request session {action}' is not an action of HAProxy 2.6 (it came in a later version)"),
+                    );
+                }
+            }
+            "log" if modifier.is_none() => self.check_log(directive.line, words, &value),
             "timeout" => self.check_timeout(directive.line, is_proxy, words, value(1), value(2)),
             "balance" if is_proxy => {
                 if let Some(algorithm) = value(1)
@@ -205,6 +267,36 @@ impl Checker {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `log <target> [len <n>] [format <f>] [sample <r>:<s>] <facility> [<level> [<min>]]`:
+    /// the facility must be one HAProxy knows (`log global` has none).
+    fn check_log<'w>(
+        &mut self,
+        line: usize,
+        words: &'w [String],
+        value: &dyn Fn(usize) -> Option<&'w str>,
+    ) {
+        if words.get(1).is_none_or(|target| target == "global") {
+            return;
+        }
+        let mut index = 2;
+        while let Some(word) = words.get(index)
+            && matches!(word.as_str(), "len" | "format" | "sample")
+        {
+            index += 2;
+        }
+        if let Some(facility) = value(index)
+            && !LOG_FACILITIES.contains(&facility)
+        {
+            self.report(
+                line,
+                format!(
+                    "unknown log facility '{facility}' (HAProxy 2.6 knows {})",
+                    LOG_FACILITIES.join(", ")
+                ),
+            );
         }
     }
 
@@ -414,6 +506,42 @@ mod tests {
             "anonymous 'defaults'",
         );
         assert!(problems("defaults web\n    mode http\n    http-request deny\n").is_empty());
+    }
+
+    #[test]
+    fn proxy_names_allow_only_the_characters_haproxy_allows() {
+        assert_one_problem(
+            "frontend www.example.net:8002/x\n    mode http\n",
+            1,
+            "character '/' is not permitted in 'frontend' name",
+        );
+        assert!(problems("backend be_web-1.example:80\n    mode http\n").is_empty());
+    }
+
+    #[test]
+    fn arity_and_values_of_log_compression_httpchk_and_tcp_session_rules_are_those_of_2_6() {
+        assert_one_problem(
+            "global\n    log udp@127.0.0.1:514 format rfc5424 profile p local0\n",
+            2,
+            "unknown log facility 'profile'",
+        );
+        assert!(problems("global\n    log 127.0.0.1:514 len 8192 format raw local0 info\n    log stdout local7\n").is_empty());
+        assert_one_problem(
+            "backend be\n    compression direction both\n",
+            2,
+            "'compression' expects 'algo', 'type' or 'offload'",
+        );
+        assert_one_problem(
+            "backend be\n    option httpchk GET /status HTTP/1.1 www.example.org\n",
+            2,
+            "takes at most a method, a URI and an HTTP version",
+        );
+        assert!(problems("backend be\n    option httpchk GET /status HTTP/1.1\n").is_empty());
+        assert_one_problem(
+            "frontend fe\n    tcp-request session attach-srv be/s1\n",
+            2,
+            "not an action of HAProxy 2.6",
+        );
     }
 
     const VALID: &str = r#"
