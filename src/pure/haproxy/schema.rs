@@ -68,6 +68,13 @@ const LOG_FACILITIES: &[&str] = &[
     "local5", "local6", "local7",
 ];
 
+/// Address family prefixes of later HAProxy versions, which 2.6 refuses: reverse HTTP
+/// (`rhttp@`), zero-terminated abstract sockets (`abnsz@`), MPTCP, QUIC over a named
+/// transport (`quic+`), and log targets that are backends (`backend@`).
+const LATER_ADDRESS_PREFIXES: &[&str] = &[
+    "rhttp@", "abnsz@", "mptcp@", "mptcp4@", "mptcp6@", "quic+", "backend@",
+];
+
 /// `tcp-request session` actions of later HAProxy versions, which 2.6 refuses.
 const LATER_TCP_SESSION_ACTIONS: &[&str] = &["attach-srv"];
 
@@ -251,6 +258,9 @@ impl Checker {
                 self.check_server_line(section.kind, directive, offset, words);
             }
             "bind" if matches!(section.kind, SectionKind::Frontend | SectionKind::Listen) => {
+                if let Some(address) = value(1) {
+                    self.check_address_family(directive.line, "bind", address);
+                }
                 self.check_bind_line(directive, offset, words);
             }
             size_keyword
@@ -281,6 +291,9 @@ impl Checker {
         if words.get(1).is_none_or(|target| target == "global") {
             return;
         }
+        if let Some(target) = value(1) {
+            self.check_address_family(line, "log", target);
+        }
         let mut index = 2;
         while let Some(word) = words.get(index)
             && matches!(word.as_str(), "len" | "format" | "sample")
@@ -297,6 +310,25 @@ impl Checker {
                     LOG_FACILITIES.join(", ")
                 ),
             );
+        }
+    }
+
+    /// An address (each of a comma-separated list) whose family prefix came in a later
+    /// HAProxy version.
+    fn check_address_family(&mut self, line: usize, keyword: &str, addresses: &str) {
+        for address in addresses.split(',') {
+            if let Some(prefix) = LATER_ADDRESS_PREFIXES
+                .iter()
+                .find(|prefix| address.starts_with(**prefix))
+            {
+                self.report(
+                    line,
+                    format!(
+                        "'{keyword}' address '{address}': HAProxy 2.6 has no '{prefix}' address family (it came in a later version)"
+                    ),
+                );
+                return;
+            }
         }
     }
 
@@ -537,6 +569,17 @@ mod tests {
             "takes at most a method, a URI and an HTTP version",
         );
         assert!(problems("backend be\n    option httpchk GET /status HTTP/1.1\n").is_empty());
+        assert_one_problem(
+            "frontend fe\n    bind mptcp@[::]:5000\n",
+            2,
+            "no 'mptcp@' address family",
+        );
+        assert_one_problem(
+            "global\n    log backend@mylog local0\n",
+            2,
+            "no 'backend@' address family",
+        );
+        assert!(problems("frontend fe\n    bind ipv4@127.0.0.1:80,unix@/run/s.sock\n").is_empty());
         assert_one_problem(
             "frontend fe\n    tcp-request session attach-srv be/s1\n",
             2,
