@@ -23,7 +23,9 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use haptor_run::{Replica, fast_election, library_config, no_election, repo, wait_for};
+use haptor_run::{
+    Replica, fast_election, lease_holder, library_config, no_election, repo, wait_for,
+};
 use kube_kit::{CuttableProxy, Kit, KitOptions};
 
 /// A Service `web` with an EndpointSlice and an Ingress `web` of class haptor for `host`.
@@ -81,14 +83,6 @@ async fn config_object(client: &Client, ns: &str) -> HAProxyTemplateConfig {
         .get("haptor-config")
         .await
         .expect("the config")
-}
-
-async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
-    let lease = Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt("haptor-leader")
-        .await
-        .ok()??;
-    lease.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
 #[tokio::test]

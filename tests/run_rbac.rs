@@ -160,48 +160,18 @@ fn manifest(ns: &str, without: Option<Without>) -> Vec<Value> {
     documents
 }
 
-/// Creates the manifest's objects as the admin.
-async fn apply(admin: &Client, ns: &str, documents: Vec<Value>) {
-    fn typed<T: serde::de::DeserializeOwned>(document: Value) -> T {
-        let text = document.to_string();
-        serde_json::from_value(document).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
-    let params = PostParams::default();
-    let mut kinds = Vec::new();
-    for document in documents {
-        let kind = document["kind"].as_str().unwrap_or_default().to_string();
-        let name = document["metadata"]["name"].to_string();
-        let result = match kind.as_str() {
-            "ServiceAccount" => Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-                .create(&params, &typed(document))
-                .await
-                .map(drop),
-            "Role" => Api::<Role>::namespaced(admin.clone(), ns)
-                .create(&params, &typed(document))
-                .await
-                .map(drop),
-            "RoleBinding" => Api::<RoleBinding>::namespaced(admin.clone(), ns)
-                .create(&params, &typed(document))
-                .await
-                .map(drop),
-            "ClusterRole" => Api::<ClusterRole>::all(admin.clone())
-                .create(&params, &typed(document))
-                .await
-                .map(drop),
-            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(admin.clone())
-                .create(&params, &typed(document))
-                .await
-                .map(drop),
-            other => panic!("{MANIFEST}: the test does not apply a {other}"),
-        };
-        result.unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
-        kinds.push(kind);
-    }
+/// Creates the manifest's objects as the admin (their namespace is already `ns`).
+async fn apply(admin: &Client, documents: Vec<Value>) {
+    let mut kinds: Vec<&str> = documents
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
     kinds.sort();
     assert_eq!(
         kinds, RBAC_KINDS,
         "{MANIFEST} holds one object of each RBAC kind (the chart's default, cluster-wide install)"
     );
+    apply_where_they_belong(admin, &documents).await;
 }
 
 /// A kubeconfig at `path` for ServiceAccount `haptor` of `ns`: the kit's server and CA (from
@@ -251,7 +221,7 @@ async fn namespace_under_rbac(
     without: Option<Without>,
 ) -> (String, tempfile::TempDir, PathBuf) {
     let ns = kit.temp_ns(prefix).await;
-    apply(admin, &ns, manifest(&ns, without)).await;
+    apply(admin, manifest(&ns, without)).await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let kubeconfig = dir.path().join("haptor.kubeconfig");
     service_account_kubeconfig(kit, admin, &ns, &kubeconfig).await;

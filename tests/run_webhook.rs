@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use haptor::pure::config::HAProxyTemplateConfig;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
@@ -38,7 +37,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use haptor_run::{Replica, library_config, no_election, repo, wait_for};
+use haptor_run::{Replica, lease_holder, library_config, no_election, repo, wait_for};
 use kube_kit::Kit;
 use support::free_port;
 
@@ -664,17 +663,6 @@ async fn a_rotated_certificate_serves_without_a_restart_and_a_broken_one_is_not_
         "{}",
         replica.log_text()
     );
-}
-
-/// The Lease holder of `ns`, once there is one.
-async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt("haptor-leader")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
 }
 
 #[tokio::test]

@@ -165,6 +165,17 @@ where
     }
 }
 
+/// The holder of Lease `haptor-leader` in `ns`, once it has one.
+pub async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
+    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), ns)
+        .get_opt("haptor-leader")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

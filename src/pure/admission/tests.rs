@@ -1,52 +1,17 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
 use super::*;
 use crate::pure::config::{HAProxyTemplateConfigSpec, HaproxyConfigTemplate, WatchedResource};
-use crate::pure::validate::semantic::{CheckReport, SemanticCheck, SemanticCheckError};
-use crate::pure::validate::{ValidationError, ValidationPhase};
+// The pipeline's stand-in for `haproxy -c`: rejects a `default_backend` naming no backend
+// of the file, on its line, and counts its runs.
+use crate::pure::pipeline::tests::SimulatedHaproxy;
 
 /// Every Service is a backend; the one labelled `default: "true"` names the default backend
 /// from its `backend` annotation (so an object can name a backend that does not exist).
 const TEMPLATE: &str = "global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend fe\n  bind 127.0.0.1:18999\n{{#each (resources \"services\")}}{{#if metadata.labels.default}}  default_backend {{metadata.annotations.backend}}\n{{/if}}{{/each}}\n{{#each (resources \"services\")}}backend {{metadata.name}}\n  server s1 127.0.0.1:80\n{{/each}}";
-
-/// A stand-in for `haproxy -c`: rejects a `default_backend` naming no backend of the file,
-/// on its line, and counts its runs.
-#[derive(Debug, Default)]
-struct SimulatedHaproxy {
-    runs: AtomicUsize,
-}
-
-impl SemanticCheck for SimulatedHaproxy {
-    fn identity(&self) -> Result<String, SemanticCheckError> {
-        Ok("simulated".into())
-    }
-
-    fn check_blocking(&self, rendered: &RenderedConfig) -> Result<CheckReport, SemanticCheckError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        let lines: Vec<&str> = rendered.haproxy_cfg.lines().collect();
-        let backends: Vec<&str> = lines
-            .iter()
-            .filter_map(|l| l.trim().strip_prefix("backend "))
-            .collect();
-        for (number, line) in lines.iter().enumerate() {
-            if let Some(name) = line.trim().strip_prefix("default_backend ")
-                && !backends.contains(&name.trim())
-            {
-                return Err(ValidationError::single(
-                    ValidationPhase::Semantic,
-                    "haproxy.cfg",
-                    Some(number + 1),
-                    format!("unable to find required default_backend: '{}'", name.trim()),
-                )
-                .into());
-            }
-        }
-        Ok(CheckReport::default())
-    }
-}
 
 fn spec(webhook: bool) -> HAProxyTemplateConfigSpec {
     let mut spec = HAProxyTemplateConfigSpec {

@@ -605,4 +605,4 @@ impl Validator {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -46,8 +46,8 @@ fn with_service(config: &CompiledConfig, name: &str, port: u16) -> Stores {
 /// `tests/semantic_check.rs`): it rejects a `default_backend` that names no backend of the
 /// file, on its line, as HAProxy does, and counts its runs.
 #[derive(Debug, Default)]
-struct SimulatedHaproxy {
-    runs: std::sync::atomic::AtomicUsize,
+pub(crate) struct SimulatedHaproxy {
+    pub(crate) runs: std::sync::atomic::AtomicUsize,
 }
 
 impl crate::pure::validate::semantic::SemanticCheck for SimulatedHaproxy {
