@@ -7,13 +7,14 @@
 //! are meant for; its pods are hardened; its webhook configuration is what the controller
 //! serves.
 
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/kube.rs"]
 mod kube_kit;
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use haptor::pure::config::{
@@ -25,11 +26,10 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
+use helm::{CHART, documents, run_helm, template};
 use kube_kit::Kit;
 
 /// The environment variable naming the helm binary.
-const HELM_VAR: &str = "TEST_ASSET_HELM";
-const CHART: &str = "deploy/chart/haptor";
 const MANIFEST: &str = "deploy/manifests/haptor.yaml";
 const ALL_OPTIONS: &str = "deploy/chart/haptor/ci/all-options-values.yaml";
 const NAMESPACED: &str = "deploy/chart/haptor/ci/namespaced-values.yaml";
@@ -42,63 +42,6 @@ fn repo(path: &str) -> PathBuf {
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// The helm binary: `TEST_ASSET_HELM`. Never skipped: without it the test fails, naming the
-/// command that builds it.
-fn helm() -> PathBuf {
-    let path = std::env::var_os(HELM_VAR).unwrap_or_else(|| {
-        panic!(
-            "{HELM_VAR} is not set: these tests need the real helm; run `export $(./scripts/test-peers helm)` (./scripts/test does)"
-        )
-    });
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "{HELM_VAR}={} names no file: run `export $(./scripts/test-peers helm)`",
-        path.display()
-    );
-    path
-}
-
-/// Runs helm with `args` in the repository; its standard output, or a panic with its
-/// standard error.
-fn run_helm(args: &[&str]) -> String {
-    let output = Command::new(helm())
-        .args(args)
-        .current_dir(repo(""))
-        // No user configuration, no repositories, no plugins: the chart only.
-        .env("HELM_CONFIG_HOME", repo("target/chart-test-helm/config"))
-        .env("HELM_CACHE_HOME", repo("target/chart-test-helm/cache"))
-        .env("HELM_DATA_HOME", repo("target/chart-test-helm/data"))
-        .output()
-        .expect("helm runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "helm {} failed ({}):\n{stdout}\n{}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
-/// `helm template RELEASE deploy/chart/haptor --namespace NS` with `extra` arguments.
-fn template(release: &str, ns: &str, extra: &[&str]) -> String {
-    let mut args = vec!["template", release, CHART, "--namespace", ns];
-    args.extend_from_slice(extra);
-    run_helm(&args)
-}
-
-/// The documents of a multi-document YAML text (empty ones left out).
-fn documents(text: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|document| {
-            serde::Deserialize::deserialize(document).unwrap_or_else(|e| panic!("YAML: {e}"))
-        })
-        .filter(|value: &Value| !value.is_null())
-        .collect()
 }
 
 fn kind_of(document: &Value) -> &str {

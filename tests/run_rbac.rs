@@ -18,6 +18,8 @@
 
 #[path = "support/haptor_run.rs"]
 mod haptor_run;
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/kube.rs"]
 mod kube_kit;
 mod support;
@@ -745,27 +747,9 @@ async fn without_the_cluster_role_events_rule_haptor_is_refused_and_says_which_r
 /// `watchNamespace=apps` and release namespace `ns`; its cluster-scoped objects named for the
 /// test (the kit is shared).
 fn namespaced_manifest(ns: &str, apps: &str) -> Vec<Value> {
-    let helm = std::env::var_os("TEST_ASSET_HELM")
-        .expect("TEST_ASSET_HELM names no helm binary: run `export $(./scripts/test-peers helm)`");
-    let output = std::process::Command::new(helm)
-        .args(["template", "haptor"])
-        .arg(repo("deploy/chart/haptor"))
-        .args([
-            "--namespace",
-            ns,
-            "--set",
-            &format!("watchNamespace={apps}"),
-        ])
-        .output()
-        .expect("helm runs");
-    assert!(
-        output.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|document| serde::Deserialize::deserialize(document).expect("YAML"))
+    let watch = format!("watchNamespace={apps}");
+    helm::documents(&helm::template("haptor", ns, &["--set", &watch]))
+        .into_iter()
         .filter(|value: &Value| {
             value["kind"]
                 .as_str()

@@ -20,6 +20,8 @@
 
 #[path = "support/haptor_run.rs"]
 mod haptor_run;
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/kube.rs"]
 mod kube_kit;
 mod support;
@@ -37,7 +39,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use haptor_run::{Replica, lease_holder, library_config, no_election, repo, wait_for};
+use haptor_run::{Replica, lease_holder, library_config, no_election, wait_for};
 use kube_kit::Kit;
 use support::free_port;
 
@@ -157,27 +159,11 @@ fn base64(text: &str) -> String {
 
 /// The chart's documents, rendered by the real `helm` with `values` (`--set` pairs).
 fn helm_template(ns: &str, values: &[String]) -> Vec<Value> {
-    let helm = std::env::var_os("TEST_ASSET_HELM")
-        .expect("TEST_ASSET_HELM names no helm binary: run `export $(./scripts/test-peers helm)`");
-    let mut command = Command::new(helm);
-    command
-        .args(["template", "haptor"])
-        .arg(repo("deploy/chart/haptor"))
-        .args(["--namespace", ns]);
+    let mut extra = Vec::new();
     for value in values {
-        command.args(["--set", value]);
+        extra.extend(["--set", value.as_str()]);
     }
-    let output = command.output().expect("helm runs");
-    assert!(
-        output.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|document| serde::Deserialize::deserialize(document).expect("YAML"))
-        .filter(|value: &Value| !value.is_null())
-        .collect()
+    helm::documents(&helm::template("haptor", ns, &extra))
 }
 
 /// The chart's ValidatingWebhookConfiguration, pointed at `url` and trusting `ca`.
