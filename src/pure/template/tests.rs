@@ -1143,3 +1143,42 @@ fn a_reused_template_replays_its_outcomes_and_a_rendered_one_replaces_them() {
         render_stores(&full, &[&ingresses, &services], json!({}))
     );
 }
+
+#[test]
+fn a_trial_render_leaves_the_memos_and_server_slots_the_next_real_render_starts_from() {
+    let set = memo_test_set();
+    let (slices, services) = slice_and_service_stores();
+    slices.apply(web_slice(&["10.0.0.1"])).unwrap();
+    services.apply(named_service("web", 80)).unwrap();
+    let first = render_stores(&set, &[&slices, &services], json!({}));
+
+    // What if the slice moved? (The admission webhook's render.)
+    let mut overlay = StoresSnapshot::new();
+    overlay.insert(
+        slices
+            .snapshot_with_applied(web_slice(&["10.0.0.9", "10.0.0.8"]))
+            .unwrap(),
+    );
+    overlay.insert(services.snapshot());
+    let trial = set
+        .render_trial(
+            &RenderContext::new(overlay, PathResolver::default()).with_extra_context(json!({})),
+        )
+        .unwrap();
+    assert!(
+        trial
+            .aux_files
+            .values()
+            .any(|f| f.content.contains("10.0.0.9"))
+    );
+
+    // The live stores did not change: the next real render reuses every memo of the first.
+    let next = render_stores(&set, &[&slices, &services], json!({}));
+    assert_eq!(
+        set.reused_in_last_render().len(),
+        2,
+        "{:?}",
+        set.reused_in_last_render()
+    );
+    assert_eq!(next, first);
+}
