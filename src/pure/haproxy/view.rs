@@ -520,8 +520,11 @@ fn function_file_arguments(word: &str) -> Vec<(FileKind, &str)> {
     let mut search_from = 0;
     while let Some(open) = word[search_from..].find('(').map(|at| at + search_from) {
         search_from = open + 1;
-        let name_start = word[..open]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+        // By bytes: every byte of a non-ASCII character ends the name, so the name starts
+        // after the last such byte, on a character boundary.
+        let name_start = bytes[..open]
+            .iter()
+            .rposition(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')))
             .map_or(0, |at| at + 1);
         let name = &word[name_start..open];
         let kind = if is_map_converter(name) || name == "set-map" || name == "del-map" {

@@ -191,6 +191,19 @@ fn map_actions_and_typed_map_converters_are_found() {
 }
 
 #[test]
+fn a_word_with_a_multibyte_character_before_a_function_name_is_viewed_without_panicking() {
+    // Found by fuzzing (haproxy_schema): the name before `(` was cut one byte after the
+    // character ending it, inside `\u{feff}` or `é`.
+    let text = "frontend f\n    http-request set-header X %[\u{feff}hdr(Host),host_only]\n    \
+                http-request return string \"café(1) née·map(/m.map)\"\n";
+    let config = parse_config(text).expect("test config parses");
+    let view = view(&config);
+    let paths: Vec<&str> = view.map_files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["/m.map"]);
+    assert!(function_file_arguments("é(x)").is_empty());
+}
+
+#[test]
 fn addresses_split_at_the_last_colon_except_sockets() {
     let ipv6 = Endpoint::parse("ipv6@::1:8443");
     assert_eq!(
