@@ -6,6 +6,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of glibc's malloc: haptor's renders and deployment plans allocate and
+/// free large transient trees, and glibc's arenas kept that memory (see `scripts/soak`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = haptor::cli::Cli::parse();
     // kube, reqwest and the HTTPS servers all use rustls; exactly one provider (ring) is

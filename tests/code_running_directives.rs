@@ -157,9 +157,10 @@ spec:
 }
 
 #[test]
-fn an_ingress_name_that_smuggles_a_global_lua_load_is_refused_at_its_line_and_nothing_runs() {
-    // An API server would refuse this name; a manifest folder (`haptor local`, `render
-    // --fixtures`) does not, and the library writes Ingress names into backend names.
+fn an_ingress_name_that_would_smuggle_a_global_lua_load_is_refused_where_it_is_read_and_nothing_runs()
+ {
+    // An API server refuses this name, and so does the manifest loader of a folder
+    // (`haptor local`, `render --fixtures`): no template ever sees it.
     let dir = tempfile::tempdir().expect("tempdir");
     let (lua, marker) = lua_that_leaves_a_marker(dir.path());
     let ingress = format!(
@@ -168,7 +169,6 @@ kind: Ingress
 metadata:
   name: "web\nglobal\n  lua-load {lua}\nbackend smuggled"
   namespace: default
-  annotations: {{haproxy.org/timeout-server: 5s}}
 spec:
   ingressClassName: haptor
   rules:
@@ -182,10 +182,92 @@ spec:
     let fixtures = fixtures(dir.path(), &ingress);
     let (output, cfg_path) = render_library(dir.path(), &fixtures);
     let out = text(&output);
+    assert!(
+        out.contains("app.yaml:22: metadata.name")
+            && out.contains("is not a name Kubernetes accepts for kind Ingress"),
+        "the fixture is refused at its file and line: {out}"
+    );
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap_or_default();
+    assert!(lines_starting_with(&cfg, "lua-load").is_empty(), "{cfg}");
+    assert!(
+        !marker.exists(),
+        "the smuggled Lua ran: {}",
+        marker.display()
+    );
+}
+
+/// A config whose template writes a watched object's annotation into a comment as it is:
+/// a newline in the value starts a line of its own.
+fn config_writing_an_annotation_raw(dir: &Path) -> PathBuf {
+    let config = dir.join("raw.yaml");
+    std::fs::write(
+        &config,
+        r#"apiVersion: haptor.dev/v1alpha1
+kind: HAProxyTemplateConfig
+metadata: {name: raw, namespace: default}
+spec:
+  watchedResources:
+    ingresses:
+      apiVersion: networking.k8s.io/v1
+      resources: ingresses
+      indexBy: ["metadata.namespace", "metadata.name"]
+  haproxyConfig:
+    template: |
+      global
+        maxconn 100
+      defaults
+        mode http
+        timeout connect 1s
+        timeout client 1s
+        timeout server 1s
+      frontend fe
+        bind 127.0.0.1:0
+      {{#resources "ingresses" as |ing|}}
+        # note: {{ing.metadata.annotations.note}}
+      {{/resources}}
+"#,
+    )
+    .expect("write the config");
+    config
+}
+
+#[test]
+fn a_value_whose_newline_injects_a_lua_load_is_refused_at_its_line_while_plain_haproxy_c_would_run_it()
+ {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (lua, marker) = lua_that_leaves_a_marker(dir.path());
+    let fixtures = dir.path().join("fixtures");
+    std::fs::create_dir_all(&fixtures).expect("fixtures");
+    std::fs::write(
+        fixtures.join("ing.yaml"),
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\n  namespace: default\n  annotations: {{note: \"x\\nglobal\\n  lua-load {}\"}}\nspec: {{}}\n",
+            lua.display()
+        ),
+    )
+    .expect("write the Ingress");
+    let config = config_writing_an_annotation_raw(dir.path());
+    let out_dir = dir.path().join("out");
+    let output = haptor(&[
+        "render",
+        "-f",
+        config.to_str().expect("utf-8"),
+        "--fixtures",
+        fixtures.to_str().expect("utf-8"),
+        "--out",
+        out_dir.to_str().expect("utf-8"),
+        "--validate",
+    ]);
+    let out = text(&output);
     assert_eq!(output.status.code(), Some(1), "{out}");
-    let cfg = std::fs::read_to_string(&cfg_path).expect("haproxy.cfg was written");
+    let cfg =
+        std::fs::read_to_string(out_dir.join("haproxy.cfg")).expect("haproxy.cfg was written");
     let smuggled = lines_starting_with(&cfg, "lua-load");
-    assert_eq!(smuggled.len(), 1, "the name made a line of its own:\n{cfg}");
+    assert_eq!(
+        smuggled.len(),
+        1,
+        "the value made a line of its own:\n{cfg}"
+    );
     let line = smuggled[0];
     assert!(
         out.contains(&format!(
@@ -200,21 +282,10 @@ spec:
         marker.display()
     );
     // The refusal is what stood between the render and the Lua: HAProxy itself runs the
-    // file as soon as it reads the line. (Its paths resolve in the folder `--out` wrote.)
-    let out_dir = cfg_path.parent().expect("the output folder");
-    let unguarded = out_dir.join("unguarded.cfg");
-    std::fs::write(
-        &unguarded,
-        cfg.replacen(
-            "default-path origin /etc/haproxy",
-            &format!("default-path origin {}", out_dir.display()),
-            1,
-        ),
-    )
-    .expect("write the unguarded copy");
+    // file as soon as it reads the line.
     let check = Command::new(haproxy_binary())
         .args(["-c", "-f"])
-        .arg(&unguarded)
+        .arg(out_dir.join("haproxy.cfg"))
         .output()
         .expect("haproxy runs");
     assert!(

@@ -742,7 +742,7 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons() {
             "haptor",
             json!([rule("d.example", &["/with space"])]),
         ),
-        // One rule skipped, another served: served wins.
+        // One rule skipped, another served: served wins, and the skipped rule's reason is kept.
         classed_ingress(
             "partly",
             "haptor",
@@ -767,7 +767,7 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons() {
         namespace: "default".into(),
         name: name.into(),
     };
-    let ignored = |reason: &str| Outcome::Ignored(reason.into());
+    let ignored = Outcome::ignored;
     let expected = BTreeMap::from([
         (key("served"), Outcome::Served),
         (
@@ -788,7 +788,10 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons() {
             key("bad-path"),
             ignored("path '/with space' is not an absolute path without spaces, '#' or '?'"),
         ),
-        (key("partly"), Outcome::Served),
+        (
+            key("partly"),
+            Outcome::PartlyServed(vec!["host 'a b' is not a valid DNS name".into()]),
+        ),
         (key("default-only"), Outcome::Served),
     ]);
     assert_eq!(rendered.outcomes, expected);

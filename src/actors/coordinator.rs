@@ -7,8 +7,9 @@
 //! Renders are numbered from the process-wide counter in `Services`, so a render of a new
 //! iteration or a new leadership term is newer than anything deployed before it.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -19,6 +20,8 @@ use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind,
     ReconcilerMsg, ValidatedRender,
 };
+use crate::pure::certificates::expired_certificates;
+use crate::pure::rendered::{Outcomes, RenderedConfig, newly_left_out};
 use crate::pure::validate::ValidationPhase;
 
 #[derive(Clone)]
@@ -33,7 +36,15 @@ pub struct CoordinatorState {
     /// The checksum this coordinator last handed on; starts empty so a new leader deploys
     /// the replayed state even when it equals the previous leader's render.
     last_checksum: Option<String>,
+    /// The outcomes of the last render that passed validation: what the templates left
+    /// out is reported when it is new.
+    last_outcomes: Outcomes,
+    /// The expired certificate files already reported (path, notAfter).
+    expired_reported: BTreeSet<(String, String)>,
 }
+
+/// How many objects one render reports as left out one by one; the rest are counted.
+const LEFT_OUT_REPORTED_ONE_BY_ONE: usize = 20;
 
 impl Coordinator {
     fn start_render(
@@ -78,11 +89,66 @@ impl Coordinator {
         });
     }
 
+    /// Logs and records (in `/debug/vars/errors`) each object the templates newly left out,
+    /// wholly or in part, with their reasons; in a cluster the Ingress status driver also
+    /// records an `IngressIgnored` Event for an ignored Ingress.
+    fn report_left_out(&self, state: &mut CoordinatorState, outcomes: &Outcomes) {
+        let newly = newly_left_out(&state.last_outcomes, outcomes);
+        state.last_outcomes = outcomes.clone();
+        let services = &self.iteration.services;
+        for (key, outcome) in newly.iter().take(LEFT_OUT_REPORTED_ONE_BY_ONE) {
+            let reasons = outcome.reasons().join("; ");
+            let message = if outcome.is_served() {
+                format!("{key} is served without some of its parts: {reasons}")
+            } else {
+                format!("{key} is not served: {reasons}")
+            };
+            tracing::warn!(object = %key, reasons = %reasons, "{message}");
+            services
+                .introspection
+                .record_error(ErrorRecord::new("templates", message));
+        }
+        if newly.len() > LEFT_OUT_REPORTED_ONE_BY_ONE {
+            tracing::warn!(
+                more = newly.len() - LEFT_OUT_REPORTED_ONE_BY_ONE,
+                "more objects are left out by the templates than are logged one by one"
+            );
+        }
+    }
+
+    /// Logs and records each certificate file of a good render that holds an expired
+    /// certificate (HAProxy serves it; clients refuse it), once per file and date.
+    fn report_expired(&self, state: &mut CoordinatorState, rendered: &RenderedConfig) {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or_default();
+        let expired = expired_certificates(rendered, now);
+        let current: BTreeSet<(String, String)> = expired
+            .iter()
+            .map(|e| (e.path.clone(), e.not_after.clone()))
+            .collect();
+        for key in current.difference(&state.expired_reported) {
+            let message = format!(
+                "{}: the certificate expired at {}; HAProxy serves it and clients will refuse the connection (renew the Secret it comes from)",
+                key.0, key.1
+            );
+            tracing::warn!(file = %key.0, not_after = %key.1, "{message}");
+            self.iteration
+                .services
+                .introspection
+                .record_error(ErrorRecord::new("certificates", message));
+        }
+        state.expired_reported = current;
+    }
+
     fn finish(&self, state: &mut CoordinatorState, outcome: RenderOutcome) {
         let services = &self.iteration.services;
         let correlation = Some(outcome.correlation);
         match outcome.result {
             Ok(done) => {
+                self.report_left_out(state, &done.rendered.outcomes);
+                self.report_expired(state, &done.rendered);
                 services.fanout.publish(
                     correlation,
                     EventKind::RenderSucceeded {
@@ -178,6 +244,8 @@ impl Actor for Coordinator {
             pending: None,
             renders: 0,
             last_checksum: None,
+            last_outcomes: Outcomes::new(),
+            expired_reported: BTreeSet::new(),
         })
     }
 

@@ -104,6 +104,13 @@ impl Deployer {
                     .readiness
                     .update(|r| r.instance_deployed(&self.instance));
                 tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, took_ms = started.elapsed().as_millis() as u64, "deployed");
+                if let Some(degraded) = &outcome.degraded {
+                    tracing::warn!(instance = %self.instance, problem = %degraded, "deployed, around a problem");
+                    services.introspection.record_error(ErrorRecord::new(
+                        format!("deploy:{}", self.instance),
+                        degraded.clone(),
+                    ));
+                }
             }
             Err(error @ DeployError::Fenced { accepted, .. }) => {
                 state.fenced = true;

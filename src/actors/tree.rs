@@ -48,8 +48,18 @@ fn same_watches(a: &HAProxyTemplateConfigSpec, b: &HAProxyTemplateConfigSpec) ->
         && a.watched_resources_ignore_fields == b.watched_resources_ignore_fields
 }
 
-/// Reports a config that cannot be used; the running configuration stays.
-fn reject(services: &Services, errors: Vec<String>) {
+/// Reports a config that cannot be used, each error naming the config object; the running
+/// configuration stays.
+fn reject(services: &Services, config: &HAProxyTemplateConfig, errors: Vec<String>) {
+    let object = format!(
+        "HAProxyTemplateConfig {}/{}",
+        config.metadata.namespace.as_deref().unwrap_or("default"),
+        config.metadata.name.as_deref().unwrap_or("<unnamed>")
+    );
+    let errors: Vec<String> = errors
+        .into_iter()
+        .map(|e| format!("{object}: {e}"))
+        .collect();
     for error in &errors {
         tracing::warn!(%error, "config rejected; the previous configuration keeps running");
         services
@@ -137,13 +147,13 @@ impl Actor for ConfigLoader {
         .await;
         let problems: Vec<String> = verdicts.into_iter().flat_map(|v| v.problems).collect();
         if !problems.is_empty() {
-            reject(services, problems);
+            reject(services, &config, problems);
             return Ok(());
         }
         let compiled = match CompiledConfig::compile(config.spec.clone()) {
             Ok(compiled) => Arc::new(compiled),
             Err(e) => {
-                reject(services, vec![e.to_string()]);
+                reject(services, &config, vec![e.to_string()]);
                 return Ok(());
             }
         };
@@ -321,7 +331,7 @@ impl Actor for IterationManager {
                             let _ = myself.cast(IterationManagerMsg::Rebuild(Arc::new(compiled)));
                             return;
                         }
-                        Err(e) => reject(&services, vec![e.to_string()]),
+                        Err(e) => reject(&services, &config, vec![e.to_string()]),
                     }
                 }
                 if source.changed().await.is_err() {

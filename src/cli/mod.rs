@@ -9,8 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::drivers::haproxy_check::installed_haproxy;
+use crate::drivers::haproxy_check::{installed_haproxy, parse_checker};
 use crate::output::outln;
+use crate::pure::haproxy::HaproxyVersion;
 use crate::telemetry::{LogFormat, LogLevelHandle};
 
 /// Exit code of a command that found problems in its input.
@@ -96,6 +97,8 @@ pub struct RunArgs {
     /// The haproxy binary used for `haproxy -c`.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
     /// The address written to `status.loadBalancer.ingress` of every Ingress the templates
     /// serve: an IP or a host name; repeat the flag or separate with commas for several.
     /// Without it or --publish-service no Ingress status is written (IngressIgnored Events
@@ -175,6 +178,8 @@ pub struct ValidateArgs {
     /// The haproxy binary used by `haproxy_valid` assertions.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
     /// Print the rendered files of failing tests.
     #[arg(long)]
     pub dump_rendered: bool,
@@ -197,6 +202,8 @@ pub struct RenderArgs {
     /// The haproxy binary used with --validate.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -210,6 +217,8 @@ pub struct LintArgs {
     /// The haproxy binary used with --haproxy.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
     /// Print the structured view of each file.
     #[arg(long, value_enum)]
     pub dump: Option<DumpFormat>,
@@ -224,6 +233,32 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
     pub output: OutputFormat,
+}
+
+/// The target's HAProxy version and the `haproxy -c` checker of each version.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VersionArgs {
+    /// The HAProxy version (major.minor) the configuration is for: the schema check accepts
+    /// what came after 2.6 from the version that added it, and `haproxy -c` must be of this
+    /// version (default: the version of the --haproxy-bin binary, else 2.6).
+    #[arg(long, value_name = "X.Y")]
+    pub haproxy_version: Option<HaproxyVersion>,
+    /// The haproxy that checks configurations for targets of one version, as VERSION=PATH
+    /// (e.g. 3.0=/usr/local/bin/haproxy-3.0); repeat for several. Default: the --haproxy-bin
+    /// binary, for its own version. A target whose version has no checker is reported as a
+    /// mismatch, never checked with another version.
+    #[arg(long = "haproxy-checker", value_name = "X.Y=PATH", value_parser = parse_checker)]
+    pub haproxy_checkers: Vec<(HaproxyVersion, PathBuf)>,
+}
+
+impl VersionArgs {
+    /// The target's version: --haproxy-version, else the version of `binary`, else 2.6.
+    pub fn target(&self, binary: &str) -> HaproxyVersion {
+        crate::drivers::haproxy_check::target_version(
+            self.haproxy_version,
+            std::path::Path::new(binary),
+        )
+    }
 }
 
 /// Format of `lint --dump`.
@@ -301,6 +336,8 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
         metrics_addr: args.metrics_addr,
         debug_addr: args.debug_addr,
         health_addr: args.health_addr,
+        haproxy_version: args.versions.target(&args.haproxy_bin),
+        haproxy_checkers: args.versions.haproxy_checkers,
         haproxy_bin: args.haproxy_bin,
         identity: args.identity,
         log_level,

@@ -10,9 +10,10 @@ use super::{
     DumpFormat, EXIT_PROBLEMS, EXIT_UNUSABLE, LintArgs, OutputFormat, PlanArgs, RenderArgs,
     ValidateArgs,
 };
+use crate::drivers::haproxy_check::{CheckerSettings, VersionedChecker};
 use crate::output::{out, outln};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
-use crate::pure::haproxy::{check_schema, parse_config, view};
+use crate::pure::haproxy::{check_schema_for, parse_config, view};
 use crate::pure::pipeline::{CompiledConfig, PipelineError};
 use crate::pure::rendered::{AuxFile, RenderedConfig};
 use crate::pure::selector::NamespaceLabels;
@@ -90,7 +91,12 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let validator = crate::drivers::haproxy_check::validator(&args.haproxy_bin, 64);
+    let validator = crate::drivers::haproxy_check::versioned_validator(
+        args.versions.target(&args.haproxy_bin),
+        &args.versions.haproxy_checkers,
+        &args.haproxy_bin,
+        64,
+    );
     let report = run_suite(&compiled, &validator, &args.tests);
     match args.output {
         OutputFormat::Json => {
@@ -209,7 +215,12 @@ pub fn render(args: &RenderArgs) -> ExitCode {
         None => print_rendered(&rendered),
     }
     if args.validate {
-        let validator = crate::drivers::haproxy_check::validator(&args.haproxy_bin, 1);
+        let validator = crate::drivers::haproxy_check::versioned_validator(
+            args.versions.target(&args.haproxy_bin),
+            &args.versions.haproxy_checkers,
+            &args.haproxy_bin,
+            1,
+        );
         match validator.validate(rendered) {
             Ok(validated) => {
                 for warning in &validated.warnings {
@@ -306,6 +317,25 @@ fn write_rendered(out: &Path, rendered: &RenderedConfig) -> Result<(), String> {
 }
 
 pub fn lint(args: &LintArgs) -> ExitCode {
+    let target = args.versions.target(&args.haproxy_bin);
+    // `haproxy -c` of the target's version, or none at all.
+    let checker = if args.haproxy {
+        let checkers = VersionedChecker::new(
+            target,
+            &args.versions.haproxy_checkers,
+            Path::new(&args.haproxy_bin),
+            CheckerSettings::default(),
+        );
+        match checkers.chosen() {
+            Ok(chosen) => Some(chosen.settings().binary.display().to_string()),
+            Err(e) => {
+                eprintln!("haptor lint: {e}");
+                return ExitCode::from(EXIT_UNUSABLE);
+            }
+        }
+    } else {
+        None
+    };
     let mut problems = 0usize;
     let mut dumps = Vec::new();
     for file in &args.files {
@@ -329,12 +359,12 @@ pub fn lint(args: &LintArgs) -> ExitCode {
         // The keyword tables only: the code-running guard (`pure::haproxy::guard`) is for
         // renders of templates, which carry objects' values; a hand-written file has neither,
         // so all of it is its author's and `lua-load` or `program` in it are accepted.
-        for problem in check_schema(&parsed) {
+        for problem in check_schema_for(&parsed, target) {
             outln!("{name}:{}: {}", problem.line, problem.message);
             problems += 1;
         }
-        if args.haproxy {
-            match haproxy_check_in_place(&args.haproxy_bin, file) {
+        if let Some(binary) = &checker {
+            match haproxy_check_in_place(binary, file) {
                 Ok(messages) => {
                     for message in messages.iter().filter(|m| m.severity == Severity::Alert) {
                         match &message.location {

@@ -10,6 +10,14 @@
 //! the check therefore runs in a separate empty working directory, so such a rule fails here
 //! as it would in a pod whose HAProxy does not start from its configuration directory;
 //! [`CheckerSettings::run_in_config_dir`] turns that off.
+//!
+//! `haproxy -c` must be of the target's HAProxy version (major.minor): a
+//! [`VersionedChecker`] holds the checkers configured per version (`--haproxy-checker
+//! 3.0=/usr/local/bin/haproxy-3.0`, repeatable; by default the one `haproxy` binary, for its
+//! own version), checks with the one of the target's version after confirming it with
+//! `haproxy -v`, and fails with [`SemanticCheckError::VersionMismatch`] when there is none:
+//! a render is never checked with another version's binary. Its version is also the one
+//! the schema phase judges for.
 
 use std::fs;
 use std::io::{self, Read};
@@ -21,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
+use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::pipeline::Validator;
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::validate::cache::{CacheKey, ValidationCache};
@@ -462,6 +471,11 @@ impl SemanticCheck for HaproxyChecker {
         self.version()
     }
 
+    /// The checker's own version: a lone checker judges for the version it is.
+    fn haproxy_version(&self) -> Option<HaproxyVersion> {
+        self.version().ok().and_then(|v| HaproxyVersion::parse(&v))
+    }
+
     fn check_blocking(&self, rendered: &RenderedConfig) -> Result<CheckReport, SemanticCheckError> {
         HaproxyChecker::check_blocking(self, rendered)
     }
@@ -475,4 +489,133 @@ pub fn validator(binary: impl Into<PathBuf>, cache_entries: usize) -> Validator 
         ..CheckerSettings::default()
     };
     Validator::new(Arc::new(HaproxyChecker::new(settings)), cache_entries)
+}
+
+/// The major.minor version of `binary` (`haproxy -v`), or `None` when it does not run or
+/// prints no version.
+pub fn binary_version(binary: &Path) -> Option<HaproxyVersion> {
+    haproxy_version_with_timeout(binary, DEFAULT_TIMEOUT)
+        .ok()
+        .and_then(|version| HaproxyVersion::parse(&version))
+}
+
+/// The target's HAProxy version where nothing reports one: `explicit` (`--haproxy-version`),
+/// else the version of `binary` (the `haproxy` found), else [`HaproxyVersion::DEFAULT`].
+pub fn target_version(explicit: Option<HaproxyVersion>, binary: &Path) -> HaproxyVersion {
+    explicit
+        .or_else(|| binary_version(binary))
+        .unwrap_or_default()
+}
+
+/// Reads a `--haproxy-checker` value, `VERSION=PATH` (`3.0=/usr/local/bin/haproxy-3.0`).
+pub fn parse_checker(text: &str) -> Result<(HaproxyVersion, PathBuf), String> {
+    let (version, path) = text.split_once('=').ok_or_else(|| {
+        format!("'{text}' is not VERSION=PATH (e.g. 3.0=/usr/local/bin/haproxy-3.0)")
+    })?;
+    let version = version.trim().parse::<HaproxyVersion>()?;
+    if path.trim().is_empty() {
+        return Err(format!("'{text}' names no haproxy binary after '='"));
+    }
+    Ok((version, PathBuf::from(path.trim())))
+}
+
+/// The `haproxy -c` checkers per HAProxy version and the target's version: checks run with
+/// the checker of the target's major.minor, confirmed by its `haproxy -v`, and fail with
+/// [`SemanticCheckError::VersionMismatch`] when no checker has it. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct VersionedChecker {
+    target: HaproxyVersion,
+    /// Each with the version it was configured for (`None`: whatever it reports).
+    checkers: Vec<(Option<HaproxyVersion>, HaproxyChecker)>,
+}
+
+impl VersionedChecker {
+    /// Checkers for `target`: the `configured` ones (version, binary), or when there are
+    /// none `default_binary` for its own version; each runs with `settings` but its binary.
+    pub fn new(
+        target: HaproxyVersion,
+        configured: &[(HaproxyVersion, PathBuf)],
+        default_binary: &Path,
+        settings: CheckerSettings,
+    ) -> VersionedChecker {
+        let with_binary = |binary: &Path| {
+            HaproxyChecker::new(CheckerSettings {
+                binary: binary.to_path_buf(),
+                ..settings.clone()
+            })
+        };
+        let checkers = if configured.is_empty() {
+            vec![(None, with_binary(default_binary))]
+        } else {
+            configured
+                .iter()
+                .map(|(version, binary)| (Some(*version), with_binary(binary)))
+                .collect()
+        };
+        VersionedChecker { target, checkers }
+    }
+
+    /// The HAProxy version of the target.
+    pub fn target(&self) -> HaproxyVersion {
+        self.target
+    }
+
+    /// The checker of the target's version: configured for it (when configured with a
+    /// version) and reporting it in `haproxy -v`.
+    pub fn chosen(&self) -> Result<&HaproxyChecker, SemanticCheckError> {
+        let mut seen = Vec::new();
+        for (configured, checker) in &self.checkers {
+            let binary = checker.settings().binary.display().to_string();
+            if let Some(other) = configured.filter(|version| *version != self.target) {
+                seen.push(format!("{other} ({binary})"));
+                continue;
+            }
+            let reported = checker.version()?;
+            match HaproxyVersion::parse(&reported) {
+                Some(version) if version == self.target => return Ok(checker),
+                _ => seen.push(match configured {
+                    Some(configured) => {
+                        format!("{configured} ({binary}, whose haproxy -v says {reported})")
+                    }
+                    None => format!("{reported} ({binary})"),
+                }),
+            }
+        }
+        Err(SemanticCheckError::VersionMismatch {
+            target: self.target,
+            checkers: seen.join(", "),
+        })
+    }
+}
+
+impl SemanticCheck for VersionedChecker {
+    fn identity(&self) -> Result<String, SemanticCheckError> {
+        self.chosen()?.version()
+    }
+
+    fn haproxy_version(&self) -> Option<HaproxyVersion> {
+        Some(self.target)
+    }
+
+    fn check_blocking(&self, rendered: &RenderedConfig) -> Result<CheckReport, SemanticCheckError> {
+        self.chosen()?.check_blocking(rendered)
+    }
+}
+
+/// A validation pipeline for a target running HAProxy `target`: its schema phase judges for
+/// that version and its semantic phase runs the checker of that version (see
+/// [`VersionedChecker::new`]), with a validation cache of `cache_entries` renders.
+pub fn versioned_validator(
+    target: HaproxyVersion,
+    configured: &[(HaproxyVersion, PathBuf)],
+    default_binary: impl Into<PathBuf>,
+    cache_entries: usize,
+) -> Validator {
+    let checker = VersionedChecker::new(
+        target,
+        configured,
+        &default_binary.into(),
+        CheckerSettings::default(),
+    );
+    Validator::new(Arc::new(checker), cache_entries)
 }

@@ -27,10 +27,57 @@ struct Stamp {
 #[derive(Debug, Default)]
 struct FileContent {
     stamp: Option<Stamp>,
-    /// The file's objects by identity, with a hash of their content: the objects themselves
-    /// live in the resource source only, so a large folder is held in memory once.
-    objects: HashMap<ObjectKey, u64>,
+    /// The file's objects by identity, with a hash of their content and the line their
+    /// document starts at: the objects themselves live in the resource source only, so a
+    /// large folder is held in memory once.
+    objects: HashMap<ObjectKey, (u64, usize)>,
     configs: Vec<(usize, Value)>,
+    /// The path became a directory; reported once, its last good objects kept.
+    shadowed: bool,
+}
+
+/// The largest manifest file a scan reads. The API server stores objects of at most about
+/// 1.5 MiB and takes request bodies of at most 3 MiB, so a larger file of many objects is
+/// plausible and one of this size is not.
+pub const MAX_MANIFEST_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A file's text, or the problem that keeps it from being read: too large, unreadable, or
+/// not UTF-8 (named by the line of its first bad byte). With the problem comes whether the
+/// same content is worth reading again (an unreadable file may become readable without
+/// changing; a large or non-UTF-8 one stays so until it is rewritten).
+fn read_manifest_text(path: &Path, len: Option<u64>) -> Result<String, (ManifestError, bool)> {
+    let problem = |line: Option<usize>, message: String| ManifestError {
+        file: path.to_path_buf(),
+        line,
+        message,
+    };
+    if let Some(len) = len.filter(|len| *len > MAX_MANIFEST_FILE_BYTES) {
+        return Err((
+            problem(
+                None,
+                format!(
+                    "the file is {} MiB; haptor local reads manifest files of up to {} MiB (an API server takes objects of at most 3 MiB)",
+                    len / (1024 * 1024),
+                    MAX_MANIFEST_FILE_BYTES / (1024 * 1024)
+                ),
+            ),
+            false,
+        ));
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| (problem(None, format!("cannot read: {e}")), true))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|b| **b == b'\n').count() + 1;
+        let byte = e.as_bytes().get(good.len()).copied().unwrap_or_default();
+        (
+            problem(
+                Some(line),
+                format!("not UTF-8 text: byte 0x{byte:02x} cannot start a character; manifests are UTF-8"),
+            ),
+            false,
+        )
+    })
 }
 
 fn content_hash(object: &CompactObject) -> u64 {
@@ -81,6 +128,9 @@ pub struct ManifestFolder {
     /// What the source holds: each object's content hash.
     published: BTreeMap<ObjectKey, u64>,
     config: Option<Arc<HAProxyTemplateConfig>>,
+    /// Why the folder itself could not be read at the last scan (it is gone, say): reported
+    /// once, not on every scan, until it can be read again.
+    unreadable: Option<String>,
 }
 
 impl ManifestFolder {
@@ -90,6 +140,7 @@ impl ManifestFolder {
             files: BTreeMap::new(),
             published: BTreeMap::new(),
             config: None,
+            unreadable: None,
         }
     }
 
@@ -109,11 +160,31 @@ impl ManifestFolder {
         let paths = match crate::drivers::manifest_dir::manifest_files(&self.dir) {
             Ok(paths) => paths,
             Err(e) => {
-                report.problems.push(e);
+                // Nothing is taken as deleted: what was read last stays published.
+                if self.unreadable.as_deref() != Some(e.message.as_str()) {
+                    self.unreadable = Some(e.message.clone());
+                    report.problems.push(e);
+                }
                 return report;
             }
         };
+        self.unreadable = None;
         let mut changed = false;
+        // A file that became a directory keeps its last good objects: a folder where a
+        // manifest was is more likely a mistake than a deletion.
+        for (path, content) in &mut self.files {
+            if path.is_dir() {
+                seen.push(path.clone());
+                if !content.shadowed {
+                    content.shadowed = true;
+                    report.problems.push(ManifestError {
+                        file: path.clone(),
+                        line: None,
+                        message: "is a directory now, not a manifest file; its last good objects stay until a file is back or the directory is removed".into(),
+                    });
+                }
+            }
+        }
         // Objects of the files read in this scan (compact: a folder of 10 000 objects must
         // not be held as trees), and the keys those files held before.
         let mut incoming: BTreeMap<ObjectKey, (u64, CompactObject)> = BTreeMap::new();
@@ -129,14 +200,14 @@ impl ManifestFolder {
                 continue;
             }
             report.files_read += 1;
-            let text = match std::fs::read_to_string(&path) {
+            let text = match read_manifest_text(&path, stamp.map(|s| s.len)) {
                 Ok(text) => text,
-                Err(e) => {
-                    report.problems.push(ManifestError {
-                        file: path.clone(),
-                        line: None,
-                        message: format!("cannot read: {e}"),
-                    });
+                Err((problem, retry)) => {
+                    if !retry {
+                        // Reported once for this content, like a malformed document.
+                        entry.stamp = stamp;
+                    }
+                    report.problems.push(problem);
                     continue;
                 }
             };
@@ -148,7 +219,7 @@ impl ManifestFolder {
                 } else {
                     let key = object_key(&manifest.object);
                     let object = CompactObject::from(manifest.object);
-                    read.push((key, content_hash(&object), object));
+                    read.push((key, content_hash(&object), manifest.line, object));
                 }
             });
             drop(text);
@@ -159,9 +230,19 @@ impl ManifestFolder {
                 report.problems.extend(problems);
                 continue;
             }
-            let mut objects = HashMap::new();
-            for (key, hash, object) in read {
-                objects.insert(key.clone(), hash);
+            let mut objects: HashMap<ObjectKey, (u64, usize)> = HashMap::new();
+            for (key, hash, line, object) in read {
+                // As `kubectl apply` of the file would: the later document wins.
+                if let Some((_, first_line)) = objects.insert(key.clone(), (hash, line)) {
+                    report.problems.push(ManifestError {
+                        file: path.clone(),
+                        line: Some(line),
+                        message: format!(
+                            "{} is defined twice in this file (first at line {first_line}); this later one is used",
+                            display_key(&key)
+                        ),
+                    });
+                }
                 incoming.insert(key, (hash, object));
             }
             dropped.extend(
@@ -175,6 +256,7 @@ impl ManifestFolder {
                 stamp,
                 objects,
                 configs,
+                shadowed: false,
             };
             changed = true;
         }
@@ -190,6 +272,7 @@ impl ManifestFolder {
                 changed = true;
             }
         }
+        report.problems.extend(self.defined_in_two_files(&incoming));
         if !changed {
             return report;
         }
@@ -245,6 +328,76 @@ impl ManifestFolder {
             }),
         }
         report
+    }
+}
+
+impl ManifestFolder {
+    /// One problem per object read in this scan that another file also defines: which of
+    /// the two the cluster stand-in holds depends on which was written last, so the user
+    /// is told where both are.
+    fn defined_in_two_files(
+        &self,
+        incoming: &BTreeMap<ObjectKey, (u64, CompactObject)>,
+    ) -> Vec<ManifestError> {
+        let mut problems = Vec::new();
+        for key in incoming.keys() {
+            let holders: Vec<(&PathBuf, usize)> = self
+                .files
+                .iter()
+                .filter_map(|(path, content)| content.objects.get(key).map(|(_, l)| (path, *l)))
+                .collect();
+            if let [(first, first_line), rest @ ..] = holders.as_slice() {
+                for (path, line) in rest {
+                    problems.push(ManifestError {
+                        file: (*path).clone(),
+                        line: Some(*line),
+                        message: format!(
+                            "{} is also defined at {}:{first_line}; keep it in one file (the one written last is used)",
+                            display_key(key),
+                            first.display()
+                        ),
+                    });
+                }
+            }
+        }
+        problems
+    }
+
+    /// Each object in the folder that no watched resource of the config reads, with where
+    /// it is: `watched` holds `(apiVersion, kind)` pairs.
+    pub fn unwatched(&self, watched: &BTreeSet<(String, String)>) -> Vec<(String, ManifestError)> {
+        let mut found = Vec::new();
+        for (path, content) in &self.files {
+            for (key, (_, line)) in &content.objects {
+                if watched.contains(&(key.0.clone(), key.1.clone())) {
+                    continue;
+                }
+                found.push((
+                    display_key(key),
+                    ManifestError {
+                        file: path.clone(),
+                        line: Some(*line),
+                        message: format!(
+                            "{} is not read by the config: no watched resource has apiVersion {} and kind {}",
+                            display_key(key),
+                            key.0,
+                            key.1
+                        ),
+                    },
+                ));
+            }
+        }
+        found.sort_by(|a, b| (&a.1.file, a.1.line).cmp(&(&b.1.file, b.1.line)));
+        found
+    }
+}
+
+/// `Kind namespace/name` (`Kind name` when cluster-scoped), for messages.
+fn display_key(key: &ObjectKey) -> String {
+    if key.2.is_empty() {
+        format!("{} {}", key.1, key.3)
+    } else {
+        format!("{} {}/{}", key.1, key.2, key.3)
     }
 }
 
@@ -420,5 +573,42 @@ mod tests {
             next_events(&mut stream, 1).await[0],
             ResourceEvent::Apply(_)
         ));
+    }
+
+    #[test]
+    fn a_folder_that_went_missing_is_reported_once_keeps_its_objects_and_is_read_again_when_back() {
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dir = parent.path().join("manifests");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(&dir);
+        write(&dir.join("a.yaml"), &svc("web", 80));
+        assert_eq!(folder.scan(&source).applied, 1);
+
+        std::fs::remove_dir_all(&dir).expect("rm -rf");
+        let gone = folder.scan(&source);
+        assert_eq!(gone.problems.len(), 1, "{:?}", gone.problems);
+        assert!(gone.problems[0].message.contains("cannot read the folder"));
+        assert_eq!(gone.deleted, 0, "nothing is taken as deleted");
+        for _ in 0..3 {
+            let again = folder.scan(&source);
+            assert!(
+                again.problems.is_empty(),
+                "reported once, not on every scan: {:?}",
+                again.problems
+            );
+        }
+
+        std::fs::create_dir(&dir).expect("mkdir");
+        write(&dir.join("a.yaml"), &svc("web", 8080));
+        let back = folder.scan(&source);
+        assert_eq!((back.applied, back.deleted), (1, 0));
+        assert!(back.problems.is_empty());
+        std::fs::remove_dir_all(&dir).expect("rm -rf");
+        assert_eq!(
+            folder.scan(&source).problems.len(),
+            1,
+            "gone again: reported again"
+        );
     }
 }

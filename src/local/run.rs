@@ -2,7 +2,7 @@
 //! the local deploy target and the same actor tree as in a cluster, until Ctrl-C or SIGTERM;
 //! then everything stops, haproxy included.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
 use crate::actors::controller::{ServerAddresses, start_controller};
 use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
-use crate::actors::introspection::ErrorRecord;
+use crate::actors::introspection::{ErrorRecord, Introspection};
 use crate::actors::publisher::InMemorySink;
 use crate::actors::sources::MemorySource;
 use crate::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
@@ -106,6 +106,8 @@ pub async fn run(
             Arc::new(embedded_default()?)
         }
     };
+    let mut unwatched = UnwatchedReport::default();
+    let mut current_config = Arc::clone(&config);
     let (config_tx, config_rx) = watch::channel(Some(config));
 
     let mut process = HaproxyProcess::start(&options.haproxy_bin, &work_dir)
@@ -172,6 +174,7 @@ pub async fn run(
             .introspection
             .record_error(ErrorRecord::new("manifest", problem.to_string()));
     }
+    unwatched.report(&folder, &current_config, &controller.services.introspection);
 
     let metrics = bound_address(&controller.root, METRICS_SERVER_NAME).await;
     let debug = bound_address(&controller.root, DEBUG_SERVER_NAME).await;
@@ -198,6 +201,9 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut printed_binds = false;
     let mut printed_ready = false;
+    // Scans a socket has been seen missing; below zero after a failed replacement, so the
+    // next attempt waits about two seconds.
+    let mut missing_ticks = 0i32;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -205,6 +211,14 @@ pub async fn run(
         }
         if !process.is_running() {
             tracing::warn!("haproxy exited; starting it again on the last deployed files");
+            controller.services.introspection.record_error(ErrorRecord::new(
+                "haproxy",
+                format!(
+                    "haproxy exited (master pid {}); starting it again on the last deployed files",
+                    process.master_pid()
+                ),
+            ));
+            missing_ticks = 0;
             match HaproxyProcess::start(&options.haproxy_bin, &work_dir).await {
                 Ok(restarted) => process = restarted,
                 Err(e) => {
@@ -215,6 +229,31 @@ pub async fn run(
                         .record_error(ErrorRecord::new("haproxy", e.to_string()));
                 }
             }
+        }
+        // A socket haptor reaches haproxy through was deleted (or the whole work directory
+        // with it): the running haproxy serves on, but no deployment can reach it, and only
+        // a new process binds the sockets again. Seen on two scans in a row, so a socket
+        // being replaced is not taken for a missing one.
+        match missing_socket(&work_dir) {
+            Some(socket) if process.is_running() => {
+                missing_ticks += 1;
+                if missing_ticks >= 2
+                    && replace_unreachable(
+                        &mut process,
+                        &socket,
+                        &options.haproxy_bin,
+                        &work_dir,
+                        &target,
+                        &controller.services.introspection,
+                    )
+                    .await
+                {
+                    missing_ticks = 0;
+                } else if missing_ticks >= 2 {
+                    missing_ticks = -18;
+                }
+            }
+            _ => missing_ticks = 0,
         }
         let report = folder.scan(&memory);
         for problem in &report.problems {
@@ -227,7 +266,11 @@ pub async fn run(
         if report.config_changed
             && let Some(config) = folder.config()
         {
+            current_config = Arc::clone(&config);
             let _ = config_tx.send(Some(config));
+        }
+        if report.applied > 0 || report.config_changed {
+            unwatched.report(&folder, &current_config, &controller.services.introspection);
         }
         if !printed_ready && controller.services.readiness.is_ready() {
             printed_ready = true;
@@ -259,6 +302,117 @@ pub async fn run(
         .await
         .map_err(|e| LocalError::Haproxy(e.to_string()))?;
     Ok(())
+}
+
+/// Tells the user, once per object, about objects in the folder the config does not watch
+/// (a kind it names no watched resource for, or a typo in `apiVersion`): they are held,
+/// like a cluster holds them, and no template sees them.
+#[derive(Default)]
+struct UnwatchedReport {
+    reported: std::collections::BTreeSet<String>,
+}
+
+impl UnwatchedReport {
+    fn report(
+        &mut self,
+        folder: &ManifestFolder,
+        config: &HAProxyTemplateConfig,
+        introspection: &Introspection,
+    ) {
+        let mut watched: std::collections::BTreeSet<(String, String)> = config
+            .spec
+            .watched_resources
+            .values()
+            .map(|w| (w.api_version.clone(), w.kind_name()))
+            .collect();
+        if config
+            .spec
+            .watched_resources
+            .values()
+            .any(|w| w.namespace_selector.is_some())
+        {
+            watched.insert(("v1".into(), "Namespace".into()));
+        }
+        let found = folder.unwatched(&watched);
+        let now: std::collections::BTreeSet<String> =
+            found.iter().map(|(object, _)| object.clone()).collect();
+        for (object, problem) in found {
+            if self.reported.contains(&object) {
+                continue;
+            }
+            tracing::warn!(%problem, "object not watched");
+            introspection.record_error(ErrorRecord::new("manifest", problem.to_string()));
+        }
+        // An object watched again (the config changed), or removed, is told of again when
+        // it is unwatched again.
+        self.reported = now;
+    }
+}
+
+/// The master or runtime socket of the work directory, when it is gone.
+fn missing_socket(work_dir: &WorkDir) -> Option<PathBuf> {
+    [work_dir.master_socket(), work_dir.runtime_socket()]
+        .into_iter()
+        .find(|socket| !socket.exists())
+}
+
+/// Replaces a running haproxy whose `socket` is gone: writes the last deployment's files
+/// back if the work directory went with it, starts a new haproxy on them beside the old one
+/// (its listeners share the ports) and stops the old one gracefully, so no connection is
+/// refused meanwhile. Returns whether the new one runs. While the work directory's parent
+/// (the manifest folder, for the default work directory) is gone too, it waits: creating it
+/// would bring back an empty manifest folder, read as every object deleted.
+async fn replace_unreachable(
+    process: &mut HaproxyProcess,
+    socket: &Path,
+    haproxy_bin: &str,
+    work_dir: &WorkDir,
+    target: &LocalTarget,
+    introspection: &Introspection,
+) -> bool {
+    let root = work_dir.root();
+    if !root.exists() && !root.parent().is_some_and(Path::exists) {
+        tracing::debug!(
+            work_dir = %root.display(),
+            "the work directory and its parent are gone; waiting for the folder to come back"
+        );
+        return false;
+    }
+    let message = format!(
+        "{} is gone (deleted?), so haproxy (master pid {}) cannot be reached through it; \
+         starting a new haproxy on the last deployed files and stopping the old one gracefully",
+        socket.display(),
+        process.master_pid()
+    );
+    tracing::warn!(socket = %socket.display(), master_pid = process.master_pid(), "{message}");
+    introspection.record_error(ErrorRecord::new("haproxy", message));
+    if let Err(e) = target.restore_files().await {
+        tracing::error!(error = %e, "the last deployment's files could not be written back");
+        introspection.record_error(ErrorRecord::new("haproxy", e.to_string()));
+        return false;
+    }
+    // The pid file names the old master, which `start` would take for one still running.
+    if let Err(e) = std::fs::remove_file(work_dir.pid_file())
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(error = %e, "cannot remove the old haproxy's pid file");
+    }
+    match HaproxyProcess::start(haproxy_bin, work_dir).await {
+        Ok(started) => {
+            let mut old = std::mem::replace(process, started);
+            tokio::spawn(async move {
+                if let Err(e) = old.soft_stop().await {
+                    tracing::warn!(error = %e, "the old haproxy did not stop");
+                }
+            });
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "a new haproxy did not start; retrying");
+            introspection.record_error(ErrorRecord::new("haproxy", e.to_string()));
+            false
+        }
+    }
 }
 
 /// Completes on Ctrl-C (SIGINT) or SIGTERM.

@@ -180,11 +180,11 @@ impl IngressStatusBook {
         let mut ignored = BTreeMap::new();
         for (ingress, outcome) in ingress_outcomes(outcomes) {
             match outcome {
-                Outcome::Served => {
-                    served.insert(ingress);
+                Outcome::Ignored(reasons) => {
+                    ignored.insert(ingress, reasons.join("; "));
                 }
-                Outcome::Ignored(reason) => {
-                    ignored.insert(ingress, reason.clone());
+                Outcome::Served | Outcome::PartlyServed(_) => {
+                    served.insert(ingress);
                 }
             }
         }
@@ -318,7 +318,7 @@ mod tests {
                     key(name),
                     match reason {
                         None => Outcome::Served,
-                        Some(reason) => Outcome::Ignored((*reason).to_string()),
+                        Some(reason) => Outcome::ignored(*reason),
                     },
                 )
             })
@@ -452,7 +452,7 @@ mod tests {
         let mut other = key("svc");
         other.kind = "Service".into();
         other.api_version = "v1".into();
-        all.insert(other, Outcome::Ignored("x".into()));
+        all.insert(other, Outcome::ignored("x"));
         assert!(book.apply_outcomes(&all).is_empty());
         assert!(book.writes(&ip("10.0.0.1")).is_empty());
     }

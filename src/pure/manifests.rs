@@ -214,19 +214,82 @@ fn push_object(
     .filter(|(_, present)| !present)
     .map(|(field, _)| field)
     .collect();
-    if missing.is_empty() {
-        on_manifest(Manifest {
-            object,
-            file: file.to_path_buf(),
-            line,
-        });
-    } else {
+    if !missing.is_empty() {
         problems.push(ManifestError {
             file: file.to_path_buf(),
             line: Some(line),
             message: format!("the document has no {}", missing.join(", ")),
         });
+    } else if let Some(problem) = invalid_name(&object) {
+        problems.push(ManifestError {
+            file: file.to_path_buf(),
+            line: Some(line),
+            message: problem,
+        });
+    } else {
+        on_manifest(Manifest {
+            object,
+            file: file.to_path_buf(),
+            line,
+        });
     }
+}
+
+/// Kinds whose names Kubernetes checks only as path segments (no `/` or `%`, not `.` or
+/// `..`) rather than as DNS subdomains.
+const PATH_SEGMENT_NAMED_KINDS: &[&str] =
+    &["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+
+/// What the API server would refuse in the object's `metadata.name` and
+/// `metadata.namespace`: a folder holds objects as a cluster would, so a template never
+/// sees a name a cluster could not hold (a newline, a space, a quote, `#`).
+fn invalid_name(object: &serde_json::Value) -> Option<String> {
+    let kind = object
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    let name = object.pointer("/metadata/name").and_then(|v| v.as_str())?;
+    let name_ok = if PATH_SEGMENT_NAMED_KINDS.contains(&kind) {
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
+    } else {
+        is_dns_subdomain(name)
+    };
+    if !name_ok {
+        return Some(format!(
+            "metadata.name {name:?} is not a name Kubernetes accepts for kind {kind} (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+        ));
+    }
+    match object
+        .pointer("/metadata/namespace")
+        .and_then(|v| v.as_str())
+    {
+        Some(namespace) if !is_dns_label(namespace) => Some(format!(
+            "metadata.namespace {namespace:?} is not a namespace name Kubernetes accepts (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"
+        )),
+        _ => None,
+    }
+}
+
+/// An RFC 1123 label as Kubernetes checks it (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63
+/// characters).
+fn is_dns_label(text: &str) -> bool {
+    text.len() <= 63 && is_label_shaped(text)
+}
+
+/// An RFC 1123 subdomain as Kubernetes checks it: label-shaped parts joined by `.`, at most
+/// 253 characters in all.
+fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_label_shaped)
+}
+
+fn is_label_shaped(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
 }
 
 /// Whether a path names a manifest file by its extension.
@@ -267,6 +330,39 @@ fn strip_location(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_named_as_no_cluster_would_accept_is_a_problem_at_its_line_and_the_rest_load() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: ok}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: \"bad\\nglobal\"}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: fine, namespace: \"has space\"}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: \"system:haptor\"}\n";
+        let set = parse_manifests(Path::new("m.yaml"), text);
+        let names: Vec<String> = set.manifests.iter().map(Manifest::display_name).collect();
+        assert_eq!(
+            names,
+            ["Service default/ok", "ClusterRole default/system:haptor"]
+        );
+        let problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("m.yaml:5: metadata.name \"bad\\nglobal\" is not a name"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("m.yaml:9: metadata.namespace \"has space\""),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn kubernetes_names_are_lower_case_labels_joined_by_dots() {
+        assert!(is_dns_subdomain("app-a.v2"));
+        assert!(is_dns_subdomain(&"a".repeat(100)));
+        for bad in ["", "App", "a_b", "-a", "a-", "a..b", "a b", "a#b", "a\"b"] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+        }
+        assert!(is_dns_label("default"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(!is_dns_label("a.b"));
+    }
 
     #[test]
     fn every_document_of_a_multi_document_file_is_read_with_its_start_line() {

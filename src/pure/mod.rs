@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod assertions;
+pub mod certificates;
 pub mod config;
 pub mod config_status;
 pub mod deploy;

@@ -83,25 +83,83 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// What a template did with one object: served it (`{{served obj}}`) or skipped it
-/// (`{{ignored obj "reason"}}`).
+/// What a template did with one object: served it (`{{served obj}}`), skipped it
+/// (`{{ignored obj "reason"}}`), or served it with parts skipped (both recorded: a host, a
+/// path, a TLS entry or an annotation left out, each with its reason).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Served,
-    /// Skipped, with the template author's reason.
-    Ignored(String),
+    /// Skipped, with the template author's reasons (at least one), in the order first
+    /// recorded; the first is the one a Kubernetes Event reports.
+    Ignored(Vec<String>),
+    /// Served, with the reasons of the parts left out, in the order first recorded.
+    PartlyServed(Vec<String>),
 }
 
 impl Outcome {
     /// The outcome of an object that already had `self` and is now recorded with `next`:
     /// served wins over ignored (a template may skip one rule of an Ingress and serve
-    /// another), and among ignored records the first reason is kept.
+    /// another) and keeps the skipped parts' reasons; all reasons are kept, each once, in
+    /// the order first recorded.
     pub fn merged(self, next: Outcome) -> Outcome {
-        match (self, next) {
-            (Outcome::Served, _) | (_, Outcome::Served) => Outcome::Served,
-            (first @ Outcome::Ignored(_), Outcome::Ignored(_)) => first,
+        let served = self.is_served() || next.is_served();
+        if let (Outcome::Served, Outcome::Served) = (&self, &next) {
+            return Outcome::Served;
+        }
+        let mut reasons = self.into_reasons();
+        for reason in next.into_reasons() {
+            if !reasons.contains(&reason) {
+                reasons.push(reason);
+            }
+        }
+        if served {
+            Outcome::PartlyServed(reasons)
+        } else {
+            Outcome::Ignored(reasons)
         }
     }
+
+    /// An object skipped for one reason.
+    pub fn ignored(reason: impl Into<String>) -> Outcome {
+        Outcome::Ignored(vec![reason.into()])
+    }
+
+    /// Whether the object is served (wholly or in part).
+    pub fn is_served(&self) -> bool {
+        !matches!(self, Outcome::Ignored(_))
+    }
+
+    /// The reasons recorded for what was left out: the object's, or its parts'.
+    pub fn reasons(&self) -> &[String] {
+        match self {
+            Outcome::Served => &[],
+            Outcome::Ignored(reasons) | Outcome::PartlyServed(reasons) => reasons,
+        }
+    }
+
+    fn into_reasons(self) -> Vec<String> {
+        match self {
+            Outcome::Served => Vec::new(),
+            Outcome::Ignored(reasons) | Outcome::PartlyServed(reasons) => reasons,
+        }
+    }
+}
+
+/// What changed in what the templates left out between two renders' outcomes: each object
+/// with a reason `current` gives that `previous` did not, with that reason, in object
+/// order. An object skipped for the same reasons as before is not repeated.
+pub fn newly_left_out(previous: &Outcomes, current: &Outcomes) -> Vec<(ObjectKey, Outcome)> {
+    current
+        .iter()
+        .filter(|(key, outcome)| {
+            let before = previous.get(*key).map(Outcome::reasons).unwrap_or_default();
+            outcome
+                .reasons()
+                .iter()
+                .any(|reason| !before.contains(reason))
+        })
+        .map(|(key, outcome)| (key.clone(), outcome.clone()))
+        .collect()
 }
 
 /// The outcomes of one render, by object.
@@ -324,11 +382,42 @@ mod tests {
     #[test]
     fn served_wins_over_ignored_in_either_order_and_the_first_reason_is_kept() {
         let mut outcomes = Outcomes::new();
-        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("first".into()));
-        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("second".into()));
-        assert_eq!(outcomes[&key("a")], Outcome::Ignored("first".into()));
+        record_outcome(&mut outcomes, key("a"), Outcome::ignored("first"));
+        record_outcome(&mut outcomes, key("a"), Outcome::ignored("second"));
+        assert_eq!(
+            outcomes[&key("a")],
+            Outcome::Ignored(vec!["first".into(), "second".into()])
+        );
         record_outcome(&mut outcomes, key("a"), Outcome::Served);
-        record_outcome(&mut outcomes, key("a"), Outcome::Ignored("third".into()));
-        assert_eq!(outcomes[&key("a")], Outcome::Served);
+        record_outcome(&mut outcomes, key("a"), Outcome::ignored("third"));
+        assert_eq!(
+            outcomes[&key("a")],
+            Outcome::PartlyServed(vec!["first".into(), "second".into(), "third".into()])
+        );
+        assert!(outcomes[&key("a")].is_served());
+    }
+
+    #[test]
+    fn only_objects_left_out_for_a_new_reason_are_reported_again() {
+        let before = Outcomes::from([
+            (key("a"), Outcome::ignored("class nginx")),
+            (key("b"), Outcome::PartlyServed(vec!["host 'x y'".into()])),
+            (key("c"), Outcome::Served),
+        ]);
+        let after = Outcomes::from([
+            (key("a"), Outcome::ignored("class nginx")),
+            (
+                key("b"),
+                Outcome::PartlyServed(vec!["host 'x y'".into(), "path 'p q'".into()]),
+            ),
+            (key("c"), Outcome::Served),
+            (key("d"), Outcome::ignored("no class")),
+        ]);
+        let reported: Vec<String> = newly_left_out(&before, &after)
+            .into_iter()
+            .map(|(key, _)| key.name)
+            .collect();
+        assert_eq!(reported, ["b", "d"]);
+        assert!(newly_left_out(&after, &after).is_empty());
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::pure::assertions::{self, AssertionEnvironment, AssertionOutcome};
 use crate::pure::config::{NAMESPACE_FIXTURES, ValidationTest};
-use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator, check_offline};
+use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator, check_offline_for};
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
@@ -213,7 +213,8 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
             outcomes: Default::default(),
             trusted_lines: self.config.trusted_lines().clone(),
         };
-        let parsed = check_offline(&rendered).map_err(|e| e.to_string())?;
+        let parsed = check_offline_for(&rendered, self.validator.haproxy_version())
+            .map_err(|e| e.to_string())?;
         serde_json::to_value(crate::pure::haproxy::view(&parsed)).map_err(|e| e.to_string())
     }
 }

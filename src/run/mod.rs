@@ -45,6 +45,7 @@ use crate::drivers::kube::publish::KubePublishSink;
 use crate::drivers::kube::resources::KubeResources;
 use crate::messages::{EventKind, Instance, Leadership, ObservedEvent};
 use crate::pure::config::{HAProxyTemplateConfig, LeaderElectionSettings};
+use crate::pure::haproxy::HaproxyVersion;
 use crate::telemetry::LogLevelHandle;
 
 /// What `haptor run` was asked to do.
@@ -60,6 +61,12 @@ pub struct RunOptions {
     pub debug_addr: String,
     pub health_addr: String,
     pub haproxy_bin: String,
+    /// The HAProxy version (major.minor) of the HAProxy pods (`--haproxy-version`, else the
+    /// version of `haproxy_bin`): renders are schema-checked for it and `haproxy -c` runs the
+    /// checker of that version; a pod whose Data Plane API reports another is not deployed to.
+    pub haproxy_version: HaproxyVersion,
+    /// `--haproxy-checker VERSION=PATH`; empty: `haproxy_bin` for its own version.
+    pub haproxy_checkers: Vec<(HaproxyVersion, PathBuf)>,
     /// The Lease holder identity; else `POD_NAME`, then the host name.
     pub identity: Option<String>,
     pub log_level: Option<LogLevelHandle>,
@@ -217,7 +224,12 @@ pub async fn run(
         status: ingress_status,
     });
     // End of the Ingress status wiring.
-    let validator = crate::drivers::haproxy_check::validator(&options.haproxy_bin, 64);
+    let validator = crate::drivers::haproxy_check::versioned_validator(
+        options.haproxy_version,
+        &options.haproxy_checkers,
+        &options.haproxy_bin,
+        64,
+    );
     let sources = Sources {
         config: config_rx.clone(),
         resources: Arc::new(resources.clone()),
@@ -251,6 +263,8 @@ pub async fn run(
                 timeout: settings.timeout,
                 failure_policy: settings.failure_policy,
                 haproxy_bin: options.haproxy_bin.clone(),
+                haproxy_version: options.haproxy_version,
+                haproxy_checkers: options.haproxy_checkers.clone(),
             };
             let webhook_metrics = run_metrics.webhook.clone();
             Some(crate::actors::controller::TlsServing {
@@ -342,6 +356,7 @@ pub async fn run(
         discovery: None,
         credentials: credentials_rx,
         instances: instances_tx,
+        haproxy_version: options.haproxy_version,
     };
 
     tracing::info!(
@@ -461,6 +476,8 @@ struct Edges {
     )>,
     credentials: watch::Receiver<DataplaneCredentials>,
     instances: watch::Sender<Vec<Instance>>,
+    /// The HAProxy version every pod must report (renders are validated for it).
+    haproxy_version: HaproxyVersion,
 }
 
 /// What a pod discovery watches (compared to see whether it must restart).
@@ -506,6 +523,7 @@ impl Edges {
                 match_labels: wanted.match_labels.clone(),
                 port: wanted.port,
                 credentials_required: wanted.credentials_required,
+                haproxy_version: Some(self.haproxy_version),
             },
             self.credentials.clone(),
             discovered_tx,

@@ -36,13 +36,14 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::actors::context::Services;
-use crate::drivers::haproxy_check::{CheckerSettings, HaproxyChecker};
+use crate::drivers::haproxy_check::{CheckerSettings, VersionedChecker};
 use crate::observability::metrics::Metrics;
 use crate::pure::admission::{
     AdmissionCache, FailurePolicy, Operation, ProposedChange, RunningState, Undecided, Verdict,
     admission_key, admit_change_validated, admit_config, change_key_parts, undecided_verdict,
 };
 use crate::pure::config::HAProxyTemplateConfig;
+use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::pipeline::{CompiledConfig, Validator};
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::store::Stores;
@@ -66,6 +67,10 @@ pub struct WebhookSettings {
     pub timeout: Duration,
     pub failure_policy: FailurePolicy,
     pub haproxy_bin: String,
+    /// The HAProxy pods' version and the checkers per version (as `haptor run`'s own
+    /// validator has them).
+    pub haproxy_version: HaproxyVersion,
+    pub haproxy_checkers: Vec<(HaproxyVersion, std::path::PathBuf)>,
 }
 
 impl WebhookSettings {
@@ -198,13 +203,17 @@ impl StateIds {
 impl Admission {
     /// The service over a controller's services.
     pub fn new(services: &Services, settings: WebhookSettings, metrics: WebhookMetrics) -> Self {
-        let checker = HaproxyChecker::new(CheckerSettings {
-            binary: settings.haproxy_bin.clone().into(),
-            max_concurrent: CONCURRENT_DECISIONS,
-            timeout: settings.check_deadline(),
-            clean_env: true,
-            ..CheckerSettings::default()
-        });
+        let checker = VersionedChecker::new(
+            settings.haproxy_version,
+            &settings.haproxy_checkers,
+            std::path::Path::new(&settings.haproxy_bin),
+            CheckerSettings {
+                max_concurrent: CONCURRENT_DECISIONS,
+                timeout: settings.check_deadline(),
+                clean_env: true,
+                ..CheckerSettings::default()
+            },
+        );
         Admission {
             inner: Arc::new(Inner {
                 services: services.clone(),

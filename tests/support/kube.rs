@@ -189,6 +189,9 @@ pub struct Kit {
     dir: PathBuf,
     launcher: Mutex<Option<Launcher>>,
     pids: KitPids,
+    /// A kube-apiserver started again by [`Kit::start_apiserver`] (the launcher's first one
+    /// stopped), under a guard of its own.
+    restarted_apiserver: Mutex<Option<RestartedApiserver>>,
     /// `https://127.0.0.1:PORT` of the apiserver.
     pub url: String,
     /// The apiserver's port.
@@ -306,6 +309,7 @@ impl Kit {
             dir,
             launcher: Mutex::new(Some(launcher)),
             pids,
+            restarted_apiserver: Mutex::new(None),
             url,
             port,
             etcd_url,
@@ -325,6 +329,100 @@ impl Kit {
             kit.crds_in.as_secs_f64()
         );
         kit
+    }
+
+    /// The pid of the kube-apiserver running now (the launcher's, or the one
+    /// [`Kit::start_apiserver`] started last).
+    pub fn apiserver_pid(&self) -> u32 {
+        self.restarted_apiserver
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map_or(self.pids.kube_apiserver, |restarted| restarted.pid)
+    }
+
+    /// Stops the kube-apiserver (SIGTERM, SIGKILL once `grace` has passed: with watches
+    /// open its graceful shutdown takes about 30 s) and waits until it is gone; etcd keeps
+    /// running, with everything the apiserver wrote. Until [`Kit::start_apiserver`] its
+    /// port refuses connections. Returns how long it took.
+    pub fn stop_apiserver(&self, grace: Duration) -> Duration {
+        let started = Instant::now();
+        let pid = self.apiserver_pid();
+        let signal = |name: &str| {
+            let _ = Command::new("kill")
+                .args([name, &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        signal("-TERM");
+        while process_alive(pid) && started.elapsed() < grace {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if process_alive(pid) {
+            signal("-KILL");
+        }
+        while process_alive(pid) {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "kube-apiserver (pid {pid}) does not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    }
+
+    /// Starts the kube-apiserver again after [`Kit::stop_apiserver`], from the same script:
+    /// the same port, etcd, serving certificate (its `--cert-dir` keeps it) and tokens, so
+    /// every kubeconfig and client of the kit works again. Its output is appended to its
+    /// log. Blocks until it is ready; returns how long that took. The new process is stopped
+    /// with the kit, or when the test process exits however it exits (it runs under a guard
+    /// holding a pipe, like the launcher).
+    pub fn start_apiserver(&self) -> Duration {
+        let started = Instant::now();
+        let mut slot = self
+            .restarted_apiserver
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The previous restart's guard, if any (its apiserver was stopped).
+        drop(slot.take());
+        let _ = std::fs::remove_file(self.dir.join("kube-apiserver.pid"));
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(RESTARTED_APISERVER)
+            .arg("haptor-test-apiserver")
+            .arg(&self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh runs the restarted apiserver's guard");
+        let stdin = child.stdin.take();
+        let pid = read_pid(&self.dir, "kube-apiserver");
+        *slot = Some(RestartedApiserver { child, stdin, pid });
+        drop(slot);
+        block_on(async {
+            let deadline = Instant::now() + READY_TIMEOUT;
+            loop {
+                assert!(
+                    process_alive(pid),
+                    "the restarted kube-apiserver (pid {pid}) exited; its log ends:\n{}",
+                    log_tail(&self.dir, "kube-apiserver")
+                );
+                let last = match self.probe_ready().await {
+                    Ok(()) => return,
+                    Err(e) => e,
+                };
+                assert!(
+                    Instant::now() < deadline,
+                    "the restarted kube-apiserver is not ready within {READY_TIMEOUT:?} (last: \
+                     {last}); its log ends:\n{}",
+                    log_tail(&self.dir, "kube-apiserver")
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        started.elapsed()
     }
 
     /// The kit's directory (removed by the launcher when the kit stops).
@@ -662,12 +760,45 @@ impl Kit {
 
 impl Drop for Kit {
     fn drop(&mut self) {
+        // A restarted apiserver first: the launcher removes the directory it logs into.
+        drop(
+            self.restarted_apiserver
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take(),
+        );
         let launcher = self
             .launcher
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         drop(launcher);
+    }
+}
+
+/// The guard of a restarted kube-apiserver (argument: the kit's directory): starts
+/// `DIR/kube-apiserver.sh` with its output appended to its log, writes its pid, and kills it
+/// when its standard input closes.
+const RESTARTED_APISERVER: &str = r#"dir=$1
+sh "$dir/kube-apiserver.sh" </dev/null >>"$dir/kube-apiserver.log" 2>&1 &
+pid=$!
+echo $pid >"$dir/kube-apiserver.pid.new" && mv "$dir/kube-apiserver.pid.new" "$dir/kube-apiserver.pid"
+cat >/dev/null
+kill -KILL $pid 2>/dev/null
+wait
+"#;
+
+/// A kube-apiserver started again, under [`RESTARTED_APISERVER`]; dropping it stops it.
+struct RestartedApiserver {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    pid: u32,
+}
+
+impl Drop for RestartedApiserver {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
     }
 }
 

@@ -84,8 +84,19 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> O
 }
 
 pub fn master_cli(work: &Path, command: &str) -> String {
-    let mut stream =
-        std::os::unix::net::UnixStream::connect(work.join("master.sock")).expect("master socket");
+    // Right after a reload the master may refuse a connection for a moment (seen with
+    // haproxy 2.6 on a loaded machine): try again for up to 2 s.
+    let socket = work.join("master.sock");
+    let started = Instant::now();
+    let mut stream = loop {
+        match std::os::unix::net::UnixStream::connect(&socket) {
+            Ok(stream) => break stream,
+            Err(_) if started.elapsed() < Duration::from_secs(2) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("master socket {}: {e}", socket.display()),
+        }
+    };
     stream
         .write_all(format!("{command}\n").as_bytes())
         .expect("write");
@@ -164,12 +175,20 @@ pub struct Local {
     pub debug: u16,
     pub metrics: u16,
     pub env: Vec<(String, String)>,
+    /// Arguments added after the ones every run gets (`--work-dir DIR`, ...).
+    pub args: Vec<String>,
     pub _tmp: tempfile::TempDir,
 }
 
 /// Starts `haptor local DIR` with its output appended to `haptor.out` and `haptor.log`
 /// beside the folder.
-fn spawn_haptor(dir: &Path, metrics: u16, debug: u16, env: &[(String, String)]) -> Child {
+fn spawn_haptor(
+    dir: &Path,
+    metrics: u16,
+    debug: u16,
+    env: &[(String, String)],
+    args: &[String],
+) -> Child {
     let append = |name: &str| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -182,6 +201,7 @@ fn spawn_haptor(dir: &Path, metrics: u16, debug: u16, env: &[(String, String)]) 
         .args(["local", dir.to_str().expect("utf-8")])
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--debug-addr", &format!("127.0.0.1:{debug}")])
+        .args(args)
         .env("HAPROXY_BIN", super::support::haproxy_binary())
         .stdin(Stdio::null())
         .stdout(append("haptor.out"))
@@ -196,11 +216,17 @@ impl Local {
     /// Starts haptor again on the same folder (after the previous one exited or was
     /// killed), with the same addresses.
     pub fn respawn(&mut self) {
-        self.child = spawn_haptor(&self.dir, self.metrics, self.debug, &self.env);
+        self.child = spawn_haptor(&self.dir, self.metrics, self.debug, &self.env, &self.args);
     }
 
+    /// The haproxy work directory: `--work-dir` when given, else `DIR/.haptor`.
     pub fn work(&self) -> PathBuf {
-        self.dir.join(".haptor")
+        self.args
+            .iter()
+            .position(|a| a == "--work-dir")
+            .and_then(|at| self.args.get(at + 1))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.dir.join(".haptor"))
     }
 
     /// Writes a manifest file, with a modification time a scan cannot miss.
@@ -338,6 +364,8 @@ pub struct Setup {
     pub env: Vec<(String, String)>,
     /// Files written into the folder (replacing the quickstart's) before haptor starts.
     pub files: Vec<(String, String)>,
+    /// Arguments added to `haptor local DIR --metrics-addr .. --debug-addr ..`.
+    pub args: Vec<String>,
 }
 
 impl Setup {
@@ -350,6 +378,7 @@ impl Setup {
             spec_prefix: "  dataplane:\n    driftPreventionInterval: 500ms\n".into(),
             env: Vec::new(),
             files: Vec::new(),
+            args: Vec::new(),
         }
     }
 
@@ -391,7 +420,7 @@ impl Setup {
         } else {
             (18080, 18443, free_port(), free_port())
         };
-        let child = spawn_haptor(&dir, metrics, debug, &self.env);
+        let child = spawn_haptor(&dir, metrics, debug, &self.env, &self.args);
         Local {
             child,
             dir,
@@ -400,6 +429,7 @@ impl Setup {
             debug,
             metrics,
             env: self.env,
+            args: self.args,
             _tmp: tmp,
         }
     }

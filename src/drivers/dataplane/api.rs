@@ -274,6 +274,17 @@ impl Api {
             .to_string())
     }
 
+    /// `GET /services/haproxy/runtime/info`: the HAProxy process information, whose
+    /// `info.version` is the HAProxy version the pod runs.
+    pub async fn haproxy_info(&self) -> Result<Value, ApiError> {
+        let url = self.url(&["services", "haproxy", "runtime", "info"], &[]);
+        let answer = self.call(Method::GET, url, Body::Empty).await?;
+        serde_json::from_str(&answer.body).map_err(|e| ApiError::Status {
+            status: answer.status.as_u16(),
+            message: format!("/services/haproxy/runtime/info is not JSON: {e}"),
+        })
+    }
+
     /// `GET /services/haproxy/configuration/version`: a JSON integer.
     pub async fn configuration_version(&self) -> Result<u64, ApiError> {
         let url = self.url(&["services", "haproxy", "configuration", "version"], &[]);

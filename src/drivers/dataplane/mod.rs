@@ -7,7 +7,10 @@
 //! 1. fences in memory: a request from an epoch lower than the highest this target accepted
 //!    is refused before any request is sent, and the same epoch with an older generation is
 //!    stale;
-//! 2. reads `/v3/info` once and refuses APIs older than v3;
+//! 2. reads `/v3/info` once and refuses APIs older than v3; when the settings name the
+//!    HAProxy version renders are validated for ([`DataplaneSettings::haproxy_version`]),
+//!    reads the pod's from `/v3/services/haproxy/runtime/info` once and refuses a pod whose
+//!    major.minor differs (`/v3/info` describes the API and the system, not HAProxy);
 //! 3. fences on the pod: the epoch is also kept in the general storage file [`EPOCH_FILE`],
 //!    read back before every deployment and raised when a newer leader arrives, so a
 //!    restarted controller, or a deposed leader in another process, is refused by the pod
@@ -70,6 +73,7 @@ use crate::pure::deploy::dataplane::{
 };
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::rendered::RenderedConfig;
 
 pub use crate::pure::deploy::dataplane::EPOCH_FILE;
@@ -92,6 +96,9 @@ pub struct DataplaneSettings {
     pub reload_poll_interval: Duration,
     /// How many times a configuration push is retried after a version conflict.
     pub max_version_retries: u32,
+    /// The HAProxy version (major.minor) renders are validated for: a pod reporting
+    /// another is not deployed to. `None` (the default): not asked.
+    pub haproxy_version: Option<HaproxyVersion>,
 }
 
 impl DataplaneSettings {
@@ -111,6 +118,7 @@ impl DataplaneSettings {
             reload_timeout: Duration::from_secs(60),
             reload_poll_interval: Duration::from_millis(500),
             max_version_retries: 3,
+            haproxy_version: None,
         }
     }
 
@@ -148,6 +156,7 @@ impl fmt::Debug for DataplaneSettings {
             .field("reload_timeout", &self.reload_timeout)
             .field("reload_poll_interval", &self.reload_poll_interval)
             .field("max_version_retries", &self.max_version_retries)
+            .field("haproxy_version", &self.haproxy_version)
             .finish()
     }
 }
@@ -167,6 +176,8 @@ pub enum DataplaneSetupError {
 #[derive(Debug, Default)]
 struct TargetState {
     api_version: Option<ApiVersion>,
+    /// The pod reported the expected HAProxy version.
+    haproxy_version_confirmed: bool,
     accepted_epoch: u64,
     deployed_generation: u64,
     /// The render the pod runs, when this target knows it.
@@ -201,6 +212,7 @@ pub struct DataplaneTarget {
     reload_timeout: Duration,
     reload_poll_interval: Duration,
     max_version_retries: u32,
+    haproxy_version: Option<HaproxyVersion>,
     /// Deployments to one pod run one at a time.
     deploy_lock: tokio::sync::Mutex<()>,
     state: Mutex<TargetState>,
@@ -240,6 +252,7 @@ impl DataplaneTarget {
             reload_timeout: settings.reload_timeout,
             reload_poll_interval: settings.reload_poll_interval,
             max_version_retries: settings.max_version_retries,
+            haproxy_version: settings.haproxy_version,
             deploy_lock: tokio::sync::Mutex::new(()),
             state: Mutex::default(),
         })
@@ -382,6 +395,35 @@ impl DataplaneTarget {
         Ok(version)
     }
 
+    /// Confirms, once, that the pod runs the HAProxy version renders are validated for.
+    async fn confirm_haproxy_version(&self) -> Result<(), DeployError> {
+        let Some(expected) = self.haproxy_version else {
+            return Ok(());
+        };
+        if self.lock().haproxy_version_confirmed {
+            return Ok(());
+        }
+        let info = self
+            .api
+            .haproxy_info()
+            .await
+            .map_err(|e| self.failure("reading the HAProxy version", e))?;
+        let at = format!("{} ({})", self.name, self.api.base());
+        let Some(reported) = HaproxyVersion::from_dataplane_json(&info) else {
+            return Err(DeployError::Rejected(format!(
+                "{at}: /services/haproxy/runtime/info names no HAProxy version, so haptor cannot tell whether its renders (validated for HAProxy {expected}) suit this pod; not deployed"
+            )));
+        };
+        if reported != expected {
+            return Err(DeployError::Rejected(format!(
+                "{at}: the pod runs HAProxy {reported}, but haptor validates renders for HAProxy {expected} (--haproxy-version, --haproxy-checker); not deployed, as a configuration checked with another version's haproxy -c may not load"
+            )));
+        }
+        tracing::debug!(target_name = %self.name, haproxy = %reported, "HAProxy version confirmed");
+        self.lock().haproxy_version_confirmed = true;
+        Ok(())
+    }
+
     /// What the pod runs, as far as its `haproxy.cfg` tells: `None` when it is empty.
     async fn running_configuration(&self) -> Result<Option<RenderedConfig>, DeployError> {
         let raw = self
@@ -402,6 +444,7 @@ impl DataplaneTarget {
         let _one_at_a_time = self.deploy_lock.lock().await;
         self.fence_in_memory(request)?;
         let version = self.api_version().await?;
+        self.confirm_haproxy_version().await?;
         self.fence_on_instance(request).await?;
 
         let to = &request.rendered;
@@ -731,6 +774,7 @@ impl DataplaneTarget {
             reloaded,
             runtime_changes: 0,
             unchanged: false,
+            degraded: None,
         })
     }
 

@@ -23,6 +23,7 @@ use crate::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
 use crate::messages::Instance;
 use crate::pure::deploy::DeployTarget;
 use crate::pure::discovery::{ObservedPod, PodEndpoint, pod_endpoints};
+use crate::pure::haproxy::HaproxyVersion;
 
 /// The Data Plane API credentials every pod is reached with.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -51,6 +52,9 @@ pub struct PodDiscoverySettings {
     /// Whether the pods need credentials (the config names a credentials Secret): until
     /// they are known no pod is published, so no Deployer calls a pod without them.
     pub credentials_required: bool,
+    /// The HAProxy version each pod must report before it is deployed to (renders are
+    /// validated for it); `None`: not checked.
+    pub haproxy_version: Option<HaproxyVersion>,
 }
 
 impl PodDiscoverySettings {
@@ -76,6 +80,7 @@ fn instances(
     endpoints: &[PodEndpoint],
     previous: &BTreeMap<PodEndpoint, Arc<dyn DeployTarget>>,
     credentials: &DataplaneCredentials,
+    haproxy_version: Option<HaproxyVersion>,
 ) -> BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> {
     let mut next = BTreeMap::new();
     for endpoint in endpoints {
@@ -83,8 +88,9 @@ fn instances(
             next.insert(endpoint.clone(), Arc::clone(target));
             continue;
         }
-        let settings =
+        let mut settings =
             DataplaneSettings::new(&endpoint.url, &credentials.username, &credentials.password);
+        settings.haproxy_version = haproxy_version;
         match DataplaneTarget::new(&endpoint.name, settings) {
             Ok(target) => {
                 next.insert(endpoint.clone(), Arc::new(target) as Arc<dyn DeployTarget>);
@@ -168,7 +174,7 @@ pub fn spawn(
             if published.as_ref() == Some(&endpoints) {
                 continue;
             }
-            targets = instances(&endpoints, &targets, &creds);
+            targets = instances(&endpoints, &targets, &creds, settings.haproxy_version);
             let instances: Vec<Instance> = targets
                 .iter()
                 .map(|(endpoint, target)| Instance {

@@ -227,6 +227,48 @@ impl LocalTarget {
         files::read_back(&self.work_dir)
     }
 
+    /// Writes the last deployment's files back when `haproxy.cfg` is gone (the work
+    /// directory was deleted under a running haproxy), so that a haproxy started again runs
+    /// what the deleted files held rather than the bootstrap configuration: `haproxy.cfg`,
+    /// every auxiliary file, the manifest and the accepted epoch (the fencing record).
+    /// Returns whether it wrote anything; does nothing while the files are there or before
+    /// anything was deployed.
+    pub async fn restore_files(&self) -> Result<bool, LocalTargetError> {
+        let mut state = self.state.lock().await;
+        if self.work_dir.config_file().exists() {
+            return Ok(false);
+        }
+        let Some(last) = state.last_deployed.clone() else {
+            return Ok(false);
+        };
+        if state.accepted_epoch > 0 {
+            files::write_epoch(&self.work_dir, state.accepted_epoch)?;
+        }
+        for (path, file) in &last.aux_files {
+            let target = self.work_dir.aux_file(path)?;
+            if file.kind == AuxKind::Cert {
+                files::write_private(&target, file.content.as_bytes())?;
+            } else {
+                files::write_atomic(&target, file.content.as_bytes())?;
+            }
+        }
+        files::write_atomic(
+            &self.work_dir.config_file(),
+            files::config_text(&last, &self.work_dir).as_bytes(),
+        )?;
+        files::write_atomic(
+            &self.work_dir.manifest_file(),
+            files::manifest_for(&last).as_bytes(),
+        )?;
+        state.written = Some(files::WrittenStamps::take(&self.work_dir, &last)?);
+        tracing::info!(
+            target_name = %self.name,
+            work_dir = %self.work_dir.root().display(),
+            "wrote the last deployment's files back into the work directory"
+        );
+        Ok(true)
+    }
+
     /// `show proc` on the master CLI.
     pub async fn show_proc(&self) -> Result<ProcInfo, LocalTargetError> {
         let reply = exchange(
@@ -289,6 +331,7 @@ impl LocalTarget {
         }
 
         let mut runtime_changes = 0;
+        let mut degraded = None;
         if !plan.reload {
             // The runtime API answering is proof enough that HAProxy runs.
             match self.apply_runtime(&plan).await {
@@ -306,9 +349,24 @@ impl LocalTarget {
                         reloaded: false,
                         runtime_changes: applied,
                         unchanged: false,
+                        degraded: None,
                     });
                 }
-                Err(RuntimeStop::Unreachable(error)) => return Err(error.into()),
+                Err(RuntimeStop::Unreachable(error)) => {
+                    // The runtime socket is gone or dead while HAProxy may still run: when
+                    // the master answers, a reload's new worker binds the socket again.
+                    if self.show_proc().await.is_err() {
+                        return Err(error.into());
+                    }
+                    tracing::warn!(
+                        target_name = %self.name,
+                        error = %error,
+                        "the runtime API cannot be reached; reloading through the master instead"
+                    );
+                    degraded = Some(format!(
+                        "{error}; deployed with a reload through the master CLI instead"
+                    ));
+                }
                 Err(RuntimeStop::Failed { applied, error }) => {
                     tracing::warn!(
                         target_name = %self.name,
@@ -316,6 +374,9 @@ impl LocalTarget {
                         "a runtime API change failed; reloading instead"
                     );
                     runtime_changes = applied;
+                    degraded = Some(format!(
+                        "the runtime API refused a change ({error}); deployed with a reload instead"
+                    ));
                 }
             }
         }
@@ -342,6 +403,7 @@ impl LocalTarget {
                     reloaded: true,
                     runtime_changes,
                     unchanged: false,
+                    degraded,
                 })
             }
             Err(error) => {

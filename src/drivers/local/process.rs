@@ -7,8 +7,8 @@
 //! If haptor itself dies without stopping HAProxy (SIGKILL, the OOM killer), the master
 //! lives on without its owner. The next start on the same work directory recognises such a
 //! master (it answers on the work directory's socket, but its parent is no longer a process
-//! running haptor's program), stops it and starts afresh; a master whose owner is alive is
-//! left alone and the start fails.
+//! running haptor's program), starts a new master beside it and then soft-stops it, so no
+//! connection is refused; a master whose owner is alive is left alone and the start fails.
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -55,19 +55,45 @@ impl HaproxyProcess {
             Ok(reply) => parse_show_proc(&reply).map(|info| info.master_pid),
             Err(_) => None,
         };
-        if let Some(master_pid) = answering.or_else(|| master_from_pid_file(work_dir)) {
-            if has_live_owner(master_pid) {
-                return Err(LocalTargetError::AlreadyRunning {
-                    socket: work_dir.master_socket(),
-                    master_pid,
-                });
-            }
-            stop_orphan(master_pid, work_dir).await?;
+        let orphan = answering.or_else(|| master_from_pid_file(work_dir));
+        if let Some(master_pid) = orphan
+            && has_live_owner(master_pid)
+        {
+            return Err(LocalTargetError::AlreadyRunning {
+                socket: work_dir.master_socket(),
+                master_pid,
+            });
         }
         let config = work_dir.config_file();
         if !config.exists() {
             files::write_atomic(&config, bootstrap_config(work_dir).as_bytes())?;
         }
+        let Some(orphan) = orphan else {
+            return HaproxyProcess::launch(binary, work_dir).await;
+        };
+        // The new master starts beside the orphan (their listeners share the ports), which
+        // then finishes its connections and goes, so none is refused meanwhile. One that
+        // cannot start beside it (a port without `SO_REUSEPORT`, say) starts once it is gone.
+        let process = match HaproxyProcess::launch(binary, work_dir).await {
+            Ok(process) => process,
+            Err(e) => {
+                tracing::warn!(
+                    master_pid = orphan,
+                    error = %e,
+                    "haproxy did not start beside the orphaned one; starting it once that one is gone"
+                );
+                stop_orphan(orphan, work_dir).await?;
+                return HaproxyProcess::launch(binary, work_dir).await;
+            }
+        };
+        stop_orphan(orphan, work_dir).await?;
+        Ok(process)
+    }
+
+    /// Spawns the master on the work directory's `haproxy.cfg` and waits until it answers
+    /// `show proc` with a worker.
+    async fn launch(binary: &Path, work_dir: &WorkDir) -> Result<HaproxyProcess, LocalTargetError> {
+        let config = work_dir.config_file();
         let log_path = work_dir.log_file();
         let open_log = || {
             OpenOptions::new()
@@ -205,6 +231,35 @@ impl HaproxyProcess {
         Ok(())
     }
 
+    /// Stops HAProxy gracefully, for a new master started beside it to take over: SIGUSR1 to
+    /// the master, whose workers stop accepting, finish the connections they hold and exit,
+    /// and the master with them; SIGKILL after [`STOP_TIMEOUT`]. Stopping a stopped process
+    /// does nothing.
+    pub async fn soft_stop(&mut self) -> Result<(), LocalTargetError> {
+        if self.exit_status().is_some() || self.child.is_none() {
+            return Ok(());
+        }
+        if let Err(e) = send_signal(self.master_pid, "USR1") {
+            tracing::warn!(master_pid = self.master_pid, error = %e, "cannot send SIGUSR1 to haproxy; killing it");
+            self.kill();
+            return Ok(());
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if self.exit_status().is_some() {
+                tracing::info!(master_pid = self.master_pid, "haproxy stopped gracefully");
+                return Ok(());
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        tracing::warn!(
+            master_pid = self.master_pid,
+            "haproxy did not finish its connections within {STOP_TIMEOUT:?}; killing it"
+        );
+        self.kill();
+        Ok(())
+    }
+
     /// Kills the master at once (SIGKILL) and reaps it; its workers exit when they see it
     /// gone. Killing a stopped process does nothing.
     pub fn kill(&mut self) {
@@ -274,8 +329,9 @@ fn parent_pid(pid: u32) -> Option<u32> {
     after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Stops a master left running by a haptor that died: SIGTERM, then SIGKILL after
-/// [`STOP_TIMEOUT`]; returns once it is gone.
+/// Stops a master left running by a haptor that died, once a new one serves beside it:
+/// SIGUSR1 (a soft stop: its workers finish their connections and exit, and the master with
+/// them), then SIGKILL after [`STOP_TIMEOUT`]; returns once it is gone.
 async fn stop_orphan(pid: u32, work_dir: &WorkDir) -> Result<(), LocalTargetError> {
     tracing::warn!(
         master_pid = pid,
@@ -283,7 +339,7 @@ async fn stop_orphan(pid: u32, work_dir: &WorkDir) -> Result<(), LocalTargetErro
         "stopping the haproxy left running by an earlier haptor on this work directory"
     );
     let alive = || Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid);
-    send_signal(pid, "TERM")?;
+    send_signal(pid, "USR1")?;
     let deadline = Instant::now() + STOP_TIMEOUT;
     while alive() && Instant::now() < deadline {
         tokio::time::sleep(POLL_INTERVAL).await;

@@ -73,6 +73,9 @@ pub struct HAProxyTemplateConfigSpec {
     /// Log settings, changeable at run time.
     #[serde(default)]
     pub logging: LoggingSettings,
+    /// Guards on one render: how long it may take and how much it may write.
+    #[serde(default)]
+    pub rendering: RenderingSettings,
     /// The Kubernetes resources to watch, by the name templates use (`resources "name"`).
     #[serde(default)]
     pub watched_resources: BTreeMap<String, WatchedResource>,
@@ -185,6 +188,26 @@ impl Default for LeaderElectionSettings {
             lease_duration: "15s".into(),
             renew_deadline: "10s".into(),
             retry_period: "2s".into(),
+        }
+    }
+}
+
+/// Guards on one render. A render past either fails with the template it was in, and the
+/// last good configuration keeps serving.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RenderingSettings {
+    /// How long one render of every template may take (Go duration syntax).
+    pub timeout: String,
+    /// Total bytes one render may write, across `haproxy.cfg` and every auxiliary file.
+    pub max_output_bytes: u64,
+}
+
+impl Default for RenderingSettings {
+    fn default() -> Self {
+        RenderingSettings {
+            timeout: "30s".into(),
+            max_output_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -86,6 +86,16 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
             );
     }
 
+    let rendering = &spec.rendering;
+    if let Some(timeout) = problems.duration("spec.rendering.timeout", &rendering.timeout)
+        && timeout.is_zero()
+    {
+        problems.push("spec.rendering.timeout", "must be longer than zero");
+    }
+    if rendering.max_output_bytes == 0 {
+        problems.push("spec.rendering.maxOutputBytes", "must be at least 1");
+    }
+
     if let Some(level) = &spec.logging.level
         && !level.is_empty()
         && !LOG_LEVELS.contains(&level.to_ascii_uppercase().as_str())

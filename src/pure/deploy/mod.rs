@@ -56,6 +56,9 @@ pub struct DeployOutcome {
     pub runtime_changes: usize,
     /// Nothing had to change (the instance already ran this configuration).
     pub unchanged: bool,
+    /// What went wrong on the way that the target got around (the runtime API could not be
+    /// reached, so it reloaded): the deployment succeeded, and the user is told.
+    pub degraded: Option<String>,
 }
 
 /// Why a deployment did not happen.
@@ -182,6 +185,7 @@ impl RecordingState {
             reloaded: !unchanged,
             runtime_changes: 0,
             unchanged,
+            degraded: None,
         })
     }
 }
@@ -317,7 +321,8 @@ mod tests {
                     Ok(DeployOutcome {
                         reloaded: true,
                         runtime_changes: 0,
-                        unchanged: false
+                        unchanged: false,
+                        degraded: None
                     })
                 ),
                 (

@@ -11,6 +11,8 @@
 
 use super::sections::SectionKind;
 
+pub mod samples;
+
 /// How a directive keyword relates to the section it is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeywordStatus {

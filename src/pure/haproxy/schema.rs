@@ -1,11 +1,22 @@
 //! The schema check: compares a parsed configuration with HAProxy 2.6's keyword tables (in
 //! [`keywords`](super::keywords)) and reports what HAProxy would reject or silently
 //! misread: unknown or misplaced directives and options, unknown `bind`/`server` parameters,
-//! unknown `balance` algorithms, malformed times and sizes, sections without a name.
+//! unknown `balance` algorithms, malformed times and sizes, sections without a name. Three
+//! submodules add rule families: `expressions` (sample fetches and converters wherever an
+//! expression appears, ACL names and matching methods, variable names, the words allowed
+//! after an action's arguments; 2.6 targets only, as the sample tables are 2.6's),
+//! `inheritance` (what may inherit from a defaults section holding rules, and `from` naming
+//! one defined above) and `values` (log target ports, `proto`, ignored certificate errors,
+//! global SSL default options, the words after a frontend's name).
 //!
 //! The check is strict only where it is certain. Lines inside `.if` blocks are not checked
 //! (conditions are not evaluated, and such blocks often hold keywords of other versions),
 //! nor are words holding environment references, whose values are only known at run time.
+//!
+//! [`check_schema_for`] judges for a target's HAProxy version: a section, address family,
+//! action or argument that came after 2.6 ([`versions`](super::versions)) is a problem for
+//! an older target ("needs HAProxy 3.0 or later; the target runs 2.6") and accepted for one
+//! that has it. [`check_schema`] judges for 2.6.
 
 use serde::Serialize;
 
@@ -15,6 +26,14 @@ use super::keywords::{
     parse_size_bytes, parse_time_ms, proxy_option_status, section_keyword_allowed, suggest_keyword,
 };
 use super::sections::SectionKind;
+use super::versions::{
+    HaproxyVersion, LATER_LOG_ARGUMENTS, LATER_TCP_SESSION_ACTIONS, later_address_prefix, needs,
+    section_since, since,
+};
+
+mod expressions;
+mod inheritance;
+mod values;
 
 /// One thing HAProxy 2.6 would not accept (or would ignore), with the 1-based line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,11 +50,22 @@ impl std::fmt::Display for SchemaProblem {
 
 /// Checks `config` against HAProxy 2.6's keywords; an empty list means nothing was found.
 pub fn check_schema(config: &Config) -> Vec<SchemaProblem> {
-    let mut checker = Checker::default();
+    check_schema_for(config, HaproxyVersion::DEFAULT)
+}
+
+/// Checks `config` for a target running HAProxy `target`: HAProxy 2.6's keywords, and what
+/// later versions added accepted from the version that added it.
+pub fn check_schema_for(config: &Config, target: HaproxyVersion) -> Vec<SchemaProblem> {
+    let mut checker = Checker {
+        target,
+        ..Checker::default()
+    };
     for directive in &config.preamble {
         checker.track_block(directive);
     }
+    let mut inheritance = inheritance::Inheritance::default();
     for section in &config.sections {
+        checker.check_inheritance(&mut inheritance, section, checker.depth == 0);
         if checker.depth == 0 {
             checker.check_header(section);
         }
@@ -68,16 +98,6 @@ const LOG_FACILITIES: &[&str] = &[
     "local5", "local6", "local7",
 ];
 
-/// Address family prefixes of later HAProxy versions, which 2.6 refuses: reverse HTTP
-/// (`rhttp@`), zero-terminated abstract sockets (`abnsz@`), MPTCP, QUIC over a named
-/// transport (`quic+`), and log targets that are backends (`backend@`).
-const LATER_ADDRESS_PREFIXES: &[&str] = &[
-    "rhttp@", "abnsz@", "mptcp@", "mptcp4@", "mptcp6@", "quic+", "backend@",
-];
-
-/// `tcp-request session` actions of later HAProxy versions, which 2.6 refuses.
-const LATER_TCP_SESSION_ACTIONS: &[&str] = &["attach-srv"];
-
 /// The rule keywords HAProxy 2.6 refuses in an anonymous `defaults` section.
 const RULE_KEYWORDS: &[&str] = &[
     "http-request",
@@ -90,11 +110,20 @@ const RULE_KEYWORDS: &[&str] = &[
 /// `global` directives whose value is a size.
 const GLOBAL_SIZE_KEYWORDS: &[&str] = &["tune.bufsize", "tune.maxrewrite"];
 
+/// The first character of `name` that HAProxy 2.6 does not allow in the name of a proxy,
+/// userlist, peers section, server or ACL: it allows letters, digits, '-', '_', '.' and ':'.
+fn invalid_name_character(name: &str) -> Option<char> {
+    name.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+}
+
 #[derive(Default)]
 struct Checker {
     problems: Vec<SchemaProblem>,
     /// How many `.if` blocks are open at the current line.
     depth: usize,
+    /// The HAProxy version of the target.
+    target: HaproxyVersion,
 }
 
 impl Checker {
@@ -112,10 +141,14 @@ impl Checker {
 
     fn check_header(&mut self, section: &Section) {
         let keyword = section.keyword();
-        if !section.kind.in_haproxy_2_6() {
+        let introduced = section_since(section.kind);
+        if introduced > self.target {
             self.report(
                 section.line,
-                format!("unknown keyword '{keyword}': HAProxy 2.6 has no '{keyword}' section (it came in a later version)"),
+                format!(
+                    "unknown keyword '{keyword}': the '{keyword}' section {}",
+                    needs(introduced, self.target)
+                ),
             );
             return;
         }
@@ -125,13 +158,13 @@ impl Checker {
                 | SectionKind::Backend
                 | SectionKind::Listen
                 | SectionKind::Defaults
+                | SectionKind::Userlist
+                | SectionKind::Peers
         ) && let Some(name) = section
             .name
             .as_deref()
             .filter(|n| *n != "from" && !n.contains('$'))
-            && let Some(bad) = name
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+            && let Some(bad) = invalid_name_character(name)
         {
             self.report(
                 section.line,
@@ -146,6 +179,7 @@ impl Checker {
                 format!("'{}' section needs a name", section.keyword()),
             );
         }
+        self.check_header_words(section);
     }
 
     fn check_directive(&mut self, section: &Section, directive: &Directive) {
@@ -205,6 +239,10 @@ impl Checker {
             let word = words.get(index)?;
             (!directive.word_has_env_ref(offset + index)).then_some(word.as_str())
         };
+        if modifier.is_none() {
+            self.check_expressions(section, directive, offset, words);
+            self.check_values(section, directive, offset, words);
+        }
         let is_proxy = section.kind.is_proxy();
         match keyword {
             "option" if is_proxy => {
@@ -235,10 +273,16 @@ impl Checker {
                 }
             }
             "tcp-request" if is_proxy && value(1) == Some("session") => {
-                if let Some(action) = value(2).filter(|a| LATER_TCP_SESSION_ACTIONS.contains(a)) {
+                if let Some(action) = value(2)
+                    && let Some(introduced) = since(LATER_TCP_SESSION_ACTIONS, action)
+                    && introduced > self.target
+                {
                     self.report(
                         directive.line,
-                        format!("'tcp-request session {action}' is not an action of HAProxy 2.6 (it came in a later version)"),
+                        format!(
+                            "'tcp-request session {action}' {}",
+                            needs(introduced, self.target)
+                        ),
                     );
                 }
             }
@@ -296,7 +340,8 @@ impl Checker {
         }
         let mut index = 2;
         while let Some(word) = words.get(index)
-            && matches!(word.as_str(), "len" | "format" | "sample")
+            && (matches!(word.as_str(), "len" | "format" | "sample")
+                || since(LATER_LOG_ARGUMENTS, word).is_some_and(|from| from <= self.target))
         {
             index += 2;
         }
@@ -313,18 +358,18 @@ impl Checker {
         }
     }
 
-    /// An address (each of a comma-separated list) whose family prefix came in a later
-    /// HAProxy version.
+    /// An address (each of a comma-separated list) whose family prefix came in an HAProxy
+    /// version later than the target's.
     fn check_address_family(&mut self, line: usize, keyword: &str, addresses: &str) {
         for address in addresses.split(',') {
-            if let Some(prefix) = LATER_ADDRESS_PREFIXES
-                .iter()
-                .find(|prefix| address.starts_with(**prefix))
+            if let Some((prefix, introduced)) = later_address_prefix(address)
+                && introduced > self.target
             {
                 self.report(
                     line,
                     format!(
-                        "'{keyword}' address '{address}': HAProxy 2.6 has no '{prefix}' address family (it came in a later version)"
+                        "'{keyword}' address '{address}': the '{prefix}' address family {}",
+                        needs(introduced, self.target)
                     ),
                 );
                 return;
@@ -533,8 +578,8 @@ mod tests {
             "not allowed in an anonymous 'defaults' section",
         );
         assert_one_problem(
-            "defaults from base\n    tcp-request inspect-delay 5s\n",
-            2,
+            "defaults base\ndefaults from base\n    tcp-request inspect-delay 5s\n",
+            3,
             "anonymous 'defaults'",
         );
         assert!(problems("defaults web\n    mode http\n    http-request deny\n").is_empty());
@@ -572,18 +617,18 @@ mod tests {
         assert_one_problem(
             "frontend fe\n    bind mptcp@[::]:5000\n",
             2,
-            "no 'mptcp@' address family",
+            "the 'mptcp@' address family needs HAProxy 3.1 or later; the target runs 2.6",
         );
         assert_one_problem(
             "global\n    log backend@mylog local0\n",
             2,
-            "no 'backend@' address family",
+            "the 'backend@' address family needs HAProxy 2.9 or later; the target runs 2.6",
         );
         assert!(problems("frontend fe\n    bind ipv4@127.0.0.1:80,unix@/run/s.sock\n").is_empty());
         assert_one_problem(
             "frontend fe\n    tcp-request session attach-srv be/s1\n",
             2,
-            "not an action of HAProxy 2.6",
+            "'tcp-request session attach-srv' needs HAProxy 2.9 or later; the target runs 2.6",
         );
     }
 
@@ -756,7 +801,64 @@ backend be
         assert_one_problem(
             "crt-store web\n    load crt a.pem\n",
             1,
-            "HAProxy 2.6 has no 'crt-store' section",
+            "unknown keyword 'crt-store': the 'crt-store' section needs HAProxy 3.0 or later; the target runs 2.6",
+        );
+    }
+
+    fn problems_for(text: &str, target: HaproxyVersion) -> Vec<SchemaProblem> {
+        check_schema_for(&parse_config(text).expect("test config parses"), target)
+    }
+
+    #[test]
+    fn a_later_section_is_an_error_for_an_older_target_and_accepted_for_a_newer_one() {
+        let traces = "global\n    maxconn 100\ntraces\n    trace h1 sink stderr level user\n";
+        assert_eq!(
+            problems_for(traces, HaproxyVersion::V2_6),
+            [SchemaProblem {
+                line: 3,
+                message: "unknown keyword 'traces': the 'traces' section needs HAProxy 3.1 or later; the target runs 2.6".into(),
+            }]
+        );
+        assert_eq!(
+            problems_for(traces, HaproxyVersion::V3_0)[0].message,
+            "unknown keyword 'traces': the 'traces' section needs HAProxy 3.1 or later; the target runs 3.0"
+        );
+        assert_eq!(problems_for(traces, HaproxyVersion::V3_1), []);
+        assert_eq!(problems_for(traces, HaproxyVersion::new(3, 3)), []);
+        let crt_store =
+            "crt-store web\n    load crt site.pem key site.key\nfrontend fe\n    bind :80\n";
+        assert_eq!(problems_for(crt_store, HaproxyVersion::V2_6).len(), 1);
+        assert_eq!(problems_for(crt_store, HaproxyVersion::V3_0), []);
+        let acme = "acme le\n    directory https://acme.example/dir\n";
+        assert_eq!(problems_for(acme, HaproxyVersion::V3_1)[0].line, 1);
+        assert_eq!(problems_for(acme, HaproxyVersion::V3_2), []);
+        // The check without a version is the one for 2.6.
+        assert_eq!(problems(traces), problems_for(traces, HaproxyVersion::V2_6));
+    }
+
+    #[test]
+    fn later_actions_address_families_and_log_arguments_follow_the_target_version() {
+        let attach = "frontend fe\n    tcp-request session attach-srv be/s1\n";
+        let found = problems_for(attach, HaproxyVersion::V2_6);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].line, 2);
+        assert!(
+            found[0].message.contains(
+                "'tcp-request session attach-srv' needs HAProxy 2.9 or later; the target runs 2.6"
+            ),
+            "{found:?}"
+        );
+        assert_eq!(problems_for(attach, HaproxyVersion::V3_0), []);
+        let mptcp = "frontend fe\n    bind mptcp4@0.0.0.0:443\n";
+        assert_eq!(problems_for(mptcp, HaproxyVersion::V3_0).len(), 1);
+        assert_eq!(problems_for(mptcp, HaproxyVersion::V3_1), []);
+        let profile = "global\n    log 127.0.0.1:514 profile p local0\nlog-profile p\n";
+        assert_eq!(problems_for(profile, HaproxyVersion::V3_1), []);
+        let old = problems_for(profile, HaproxyVersion::V3_0);
+        assert_eq!(
+            old.iter().map(|p| p.line).collect::<Vec<_>>(),
+            [2, 3],
+            "{old:?}"
         );
     }
 

@@ -29,12 +29,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::pure::config::{HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validate_spec};
-use crate::pure::haproxy::{self, TrustedLines, check_code_running, check_schema, parse_config};
+use crate::pure::haproxy::{
+    self, HaproxyVersion, TrustedLines, check_code_running, check_schema_for, parse_config,
+};
 use crate::pure::rendered::{PathResolver, RenderedConfig};
 use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{
-    RenderContext, TemplateError, TemplateSet, TemplateSetInput, literal_lines,
+    RenderContext, RenderLimits, TemplateError, TemplateSet, TemplateSetInput, literal_lines,
 };
 use crate::pure::validate::cache::ValidationCache;
 use crate::pure::validate::semantic::{CheckReport, SemanticCheck, SemanticCheckError};
@@ -198,7 +200,8 @@ impl CompiledConfig {
         if !problems.is_empty() {
             return Err(ConfigError::Structure(problems));
         }
-        let templates = TemplateSet::compile(template_input(&spec))?;
+        let templates =
+            TemplateSet::compile(template_input(&spec))?.with_limits(render_limits(&spec));
         // Index paths compile here so a bad path is a config error, not a watcher failure.
         build_stores(&spec)?;
         let mut selectors = BTreeMap::new();
@@ -428,6 +431,17 @@ fn trusted_lines(spec: &HAProxyTemplateConfigSpec) -> TrustedLines {
 }
 
 /// The template sources of a spec, as the template engine takes them.
+/// The render guards `spec.rendering` sets. Only called on a spec `validate_spec` passed,
+/// whose timeout parses; one that does not (a caller that skipped it) keeps the default.
+pub fn render_limits(spec: &HAProxyTemplateConfigSpec) -> RenderLimits {
+    let defaults = RenderLimits::default();
+    RenderLimits {
+        max_render_time: crate::pure::config::parse_duration(&spec.rendering.timeout)
+            .unwrap_or(defaults.max_render_time),
+        max_output_bytes: usize::try_from(spec.rendering.max_output_bytes).unwrap_or(usize::MAX),
+    }
+}
+
 pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
     TemplateSetInput {
         haproxy_config: spec.haproxy_config.template.clone(),
@@ -459,6 +473,15 @@ pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
 /// at parse or check time on a line that is not one of `rendered.trusted_lines` (the lines
 /// the config's templates wrote literally; see the [module](self) docs).
 pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, ValidationError> {
+    check_offline_for(rendered, HaproxyVersion::DEFAULT)
+}
+
+/// [`check_offline`] for a target running HAProxy `target`: what later versions added
+/// (`crate::pure::haproxy::versions`) is accepted from the version that added it.
+pub fn check_offline_for(
+    rendered: &RenderedConfig,
+    target: HaproxyVersion,
+) -> Result<haproxy::Config, ValidationError> {
     let parsed = parse_config(&rendered.haproxy_cfg).map_err(|e| {
         ValidationError::single(
             ValidationPhase::Syntax,
@@ -468,7 +491,7 @@ pub fn check_offline(rendered: &RenderedConfig) -> Result<haproxy::Config, Valid
         )
     })?;
     let mut problems = check_code_running(&parsed, &rendered.haproxy_cfg, &rendered.trusted_lines);
-    problems.extend(check_schema(&parsed));
+    problems.extend(check_schema_for(&parsed, target));
     // Stable: at one line, the code-running refusal comes first.
     problems.sort_by_key(|problem| problem.line);
     if !problems.is_empty() {
@@ -530,6 +553,12 @@ impl Validator {
         self.checker.as_ref()
     }
 
+    /// The HAProxy version the schema phase judges for: the checker's target
+    /// ([`SemanticCheck::haproxy_version`]), 2.6 when it names none.
+    pub fn haproxy_version(&self) -> HaproxyVersion {
+        self.checker.haproxy_version().unwrap_or_default()
+    }
+
     /// Validates a render. A cache hit (same haproxy version, same bytes, same trusted lines)
     /// skips every phase; failures are never cached. The semantic phase runs only after the
     /// syntax and schema phases passed, so a refused directive never reaches `haproxy -c`.
@@ -550,7 +579,7 @@ impl Validator {
                 duration: started.elapsed(),
             });
         }
-        check_offline(&rendered)?;
+        check_offline_for(&rendered, self.haproxy_version())?;
         let report: CheckReport = self
             .checker
             .check_blocking(&rendered)

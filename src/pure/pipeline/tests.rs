@@ -569,3 +569,62 @@ fn a_success_cached_under_a_trusting_config_does_not_vouch_for_the_same_bytes_un
     assert_eq!(semantic_runs(&checker), 1);
     assert_eq!(validator.cache().hits(), 0);
 }
+
+/// A checker that judges for a given HAProxy version (as `VersionedChecker` does).
+#[derive(Debug)]
+struct CheckerFor(crate::pure::haproxy::HaproxyVersion, SimulatedHaproxy);
+
+impl crate::pure::validate::semantic::SemanticCheck for CheckerFor {
+    fn identity(&self) -> Result<String, crate::pure::validate::semantic::SemanticCheckError> {
+        Ok(format!("simulated {}", self.0))
+    }
+
+    fn haproxy_version(&self) -> Option<crate::pure::haproxy::HaproxyVersion> {
+        Some(self.0)
+    }
+
+    fn check_blocking(
+        &self,
+        rendered: &RenderedConfig,
+    ) -> Result<
+        crate::pure::validate::semantic::CheckReport,
+        crate::pure::validate::semantic::SemanticCheckError,
+    > {
+        self.1.check_blocking(rendered)
+    }
+}
+
+#[test]
+fn the_schema_phase_judges_for_the_checkers_haproxy_version() {
+    use crate::pure::haproxy::HaproxyVersion;
+    let template = format!("crt-store web\n  load crt site.pem\n{VALID_CFG}");
+    let config = compiled(&template);
+    let rendered = config
+        .render(with_service(&config, "web", 8080).snapshot(), None)
+        .expect("renders");
+    // A checker that names no version judges for 2.6, which has no crt-store section.
+    match validator().validate(rendered.clone()) {
+        Err(PipelineError::Invalid(invalid)) => {
+            assert_eq!(invalid.phase, ValidationPhase::Schema);
+            assert_eq!(invalid.problems[0].line, Some(1));
+            assert!(
+                invalid.problems[0]
+                    .message
+                    .contains("needs HAProxy 3.0 or later; the target runs 2.6"),
+                "{invalid:?}"
+            );
+        }
+        other => panic!("a crt-store section is refused for 2.6: {other:?}"),
+    }
+    let for_3_0 = Validator::new(
+        Arc::new(CheckerFor(
+            HaproxyVersion::V3_0,
+            SimulatedHaproxy::default(),
+        )),
+        8,
+    );
+    assert_eq!(for_3_0.haproxy_version(), HaproxyVersion::V3_0);
+    for_3_0
+        .validate(rendered)
+        .expect("a crt-store section is accepted for 3.0");
+}

@@ -731,8 +731,8 @@ impl HelperDef for RegisterFile<'_> {
 
 /// `served obj` and `ignored obj "reason"`: record what the template did with a Kubernetes
 /// object (its apiVersion, kind, `metadata.namespace` and `metadata.name`) and render
-/// nothing. When both are recorded for one object, served wins; among several reasons the
-/// first is kept.
+/// nothing. When both are recorded for one object, served wins and keeps the reasons of
+/// what was skipped; every reason is kept once.
 struct RecordOutcome<'s> {
     state: &'s RenderState<'s>,
     ignored: bool,
@@ -755,7 +755,7 @@ impl HelperDef for RecordOutcome<'_> {
             if reason.trim().is_empty() {
                 return Err(misuse("ignored: the reason (argument 2) is empty").into());
             }
-            Outcome::Ignored(reason.into_owned())
+            Outcome::ignored(reason.into_owned())
         } else {
             Outcome::Served
         };

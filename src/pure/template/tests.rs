@@ -1055,16 +1055,15 @@ fn served_and_ignored_record_an_outcome_per_object_and_render_nothing() {
             (ingress_key("a"), crate::pure::rendered::Outcome::Served),
             (
                 ingress_key("b"),
-                crate::pure::rendered::Outcome::Ignored(
-                    "ingressClassName 'nginx' is not haptor's".into()
-                )
+                crate::pure::rendered::Outcome::ignored("ingressClassName 'nginx' is not haptor's")
             ),
         ]
     );
 }
 
 #[test]
-fn served_wins_over_ignored_for_one_object_within_and_across_templates() {
+fn served_wins_over_ignored_for_one_object_within_and_across_templates_and_keeps_the_skipped_reasons()
+ {
     let mut templates = input(
         "{{#resources \"ing\" as |i|}}{{ignored i \"rule 1 skipped\"}}{{served i}}{{ignored i \"rule 3 skipped\"}}{{/resources}}",
     );
@@ -1079,7 +1078,11 @@ fn served_wins_over_ignored_for_one_object_within_and_across_templates() {
     assert_eq!(out.haproxy_cfg, "");
     assert_eq!(
         out.outcomes.get(&ingress_key("a")),
-        Some(&crate::pure::rendered::Outcome::Served)
+        Some(&crate::pure::rendered::Outcome::PartlyServed(vec![
+            "rule 1 skipped".into(),
+            "rule 3 skipped".into(),
+            "later".into()
+        ]))
     );
 }
 
@@ -1134,8 +1137,8 @@ fn a_reused_template_replays_its_outcomes_and_a_rendered_one_replaces_them() {
     assert_eq!(memoised.reused_in_last_render(), [HAPROXY_CFG]);
     assert_eq!(
         third.outcomes.get(&ingress_key("a")),
-        Some(&crate::pure::rendered::Outcome::Ignored(
-            "ingressClassName 'other' is not haptor's".into()
+        Some(&crate::pure::rendered::Outcome::ignored(
+            "ingressClassName 'other' is not haptor's"
         ))
     );
     assert_eq!(

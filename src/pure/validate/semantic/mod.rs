@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{ConfigProblem, ValidationError, ValidationPhase};
+use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::rendered::RenderedConfig;
 
 /// The name of the main configuration file inside the scratch directory, and the `file` of
@@ -79,6 +80,15 @@ pub enum SemanticCheckError {
     /// HAProxy ended without an exit status (killed by a signal, e.g. out of memory).
     #[error("haproxy -c was killed before it finished ({status}); check memory limits")]
     Killed { status: String },
+    /// No configured checker runs the target's HAProxy version: the render is not checked
+    /// with another version's `haproxy -c`. `checkers` lists what there is (`3.0 (path)`).
+    #[error(
+        "the target runs HAProxy {target}, but no haproxy -c checker of that version is configured (checkers: {checkers}); configure one with --haproxy-checker {target}=PATH; the render is not checked with another version"
+    )]
+    VersionMismatch {
+        target: HaproxyVersion,
+        checkers: String,
+    },
     /// `haproxy -v` printed nothing that looks like a version.
     #[error("could not read the version of haproxy binary '{binary}' from `-v` output: {output:?}")]
     VersionUnreadable { binary: String, output: String },
@@ -118,6 +128,12 @@ pub trait SemanticCheck: Send + Sync + std::fmt::Debug {
     /// What a verdict depends on besides the render, such as the HAProxy version: part of
     /// the validation cache's key, so a different checker never answers from the cache.
     fn identity(&self) -> Result<String, SemanticCheckError>;
+
+    /// The HAProxy version of the target this check judges for: the schema phase accepts
+    /// what that version added over 2.6. `None` (the default): 2.6.
+    fn haproxy_version(&self) -> Option<HaproxyVersion> {
+        None
+    }
 
     /// Checks one render.
     fn check_blocking(&self, rendered: &RenderedConfig) -> Result<CheckReport, SemanticCheckError>;
