@@ -556,11 +556,13 @@ mod tests {
     use super::*;
     use crate::pure::haproxy::parse_config;
 
-    fn problems(text: &str) -> Vec<SchemaProblem> {
+    /// The schema problems of `text` (for 2.6); the submodules' tests use it too.
+    pub(super) fn problems(text: &str) -> Vec<SchemaProblem> {
         check_schema(&parse_config(text).expect("test config parses"))
     }
 
-    fn assert_one_problem(text: &str, line: usize, message: &str) {
+    /// `text` has exactly one problem, at `line`, whose message holds `message`.
+    pub(super) fn assert_one_problem(text: &str, line: usize, message: &str) {
         let found = problems(text);
         assert_eq!(found.len(), 1, "{text:?}: {found:?}");
         assert_eq!(found[0].line, line, "{found:?}");

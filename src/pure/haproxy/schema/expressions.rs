@@ -401,23 +401,9 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{SchemaProblem, check_schema};
     use super::*;
-    use crate::pure::haproxy::parse_config;
 
-    fn problems(text: &str) -> Vec<SchemaProblem> {
-        check_schema(&parse_config(text).expect("test config parses"))
-    }
-
-    fn assert_one_problem(text: &str, line: usize, message: &str) {
-        let found = problems(text);
-        assert_eq!(found.len(), 1, "{text:?}: {found:?}");
-        assert_eq!(found[0].line, line, "{found:?}");
-        assert!(
-            found[0].message.contains(message),
-            "{found:?} should contain {message:?}"
-        );
-    }
+    use super::super::tests::{assert_one_problem, problems};
 
     #[test]
     fn the_action_tables_are_sorted_so_binary_search_finds_every_entry() {

@@ -247,22 +247,8 @@ impl Checker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{SchemaProblem, check_schema};
-    use crate::pure::haproxy::parse_config;
 
-    fn problems(text: &str) -> Vec<SchemaProblem> {
-        check_schema(&parse_config(text).expect("test config parses"))
-    }
-
-    fn assert_one_problem(text: &str, line: usize, message: &str) {
-        let found = problems(text);
-        assert_eq!(found.len(), 1, "{text:?}: {found:?}");
-        assert_eq!(found[0].line, line, "{found:?}");
-        assert!(
-            found[0].message.contains(message),
-            "{found:?} should contain {message:?}"
-        );
-    }
+    use super::super::tests::{assert_one_problem, problems};
 
     #[test]
     fn a_log_target_takes_one_port_not_a_range_or_an_offset() {
