@@ -112,7 +112,7 @@ pub fn visit_manifests(
             Some(Err(e)) => {
                 let line = e
                     .location()
-                    .map(|l| start_line + l.line() - 1)
+                    .map(|location| start_line + newlines_before(doc_text, location.index()))
                     .unwrap_or(start_line);
                 let message = strip_location(&e.to_string());
                 problems.push(problem(Some(line), format!("malformed YAML: {message}")));
@@ -300,6 +300,17 @@ pub fn is_manifest_file(path: &Path) -> bool {
     )
 }
 
+/// The number of line feeds in `text` before byte `index`. The YAML parser counts a lone
+/// carriage return as a line break too, so its line numbers can run past the file's; its
+/// byte offset, counted in line feeds as editors and `str::lines` do, names the right line.
+fn newlines_before(text: &str, index: usize) -> usize {
+    let end = index.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+}
+
 /// Splits YAML text at `---` document markers, returning each document with the 1-based
 /// line it starts on.
 fn split_documents(text: &str) -> Vec<(usize, &str)> {
@@ -399,6 +410,25 @@ mod tests {
         assert!(
             (9..=10).contains(&line),
             "line {line} should point into the second document: {problem}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_document_after_lone_carriage_returns_is_reported_at_the_files_own_line() {
+        // YAML counts each lone `\r` as a line break; editors and the line numbers haptor
+        // prints count line feeds. Found by the manifests fuzz target: the problem named line
+        // 117 of a 43-line file.
+        let carriage_returns = "\r".repeat(50);
+        let text = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: a{carriage_returns}b\n  namespace: [unclosed\n"
+        );
+        let set = parse_manifests(Path::new("m.yaml"), &text);
+        assert_eq!(set.problems.len(), 1, "{:?}", set.problems);
+        let line = set.problems[0].line.expect("a line");
+        assert!(
+            (4..=6).contains(&line),
+            "line {line} should be at the end of the file's 5 lines: {}",
+            set.problems[0]
         );
     }
 

@@ -121,7 +121,19 @@ pub fn write_word<W: fmt::Write + ?Sized>(
         };
         write_double_quoted_text(out, before)?;
         match span.kind {
-            SpanKind::EnvRef { .. } => out.write_str(marked)?,
+            SpanKind::EnvRef { .. } => {
+                out.write_str(marked)?;
+                // An unbraced `$NAME` ends where its name ends; a letter, digit or `_` after it
+                // would be read as part of the name, so the quotes are closed and reopened
+                // (`"$A""b"`), which HAProxy reads as one word.
+                let extends_name = word
+                    .as_bytes()
+                    .get(span.end)
+                    .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+                if !marked.starts_with("${") && extends_name {
+                    out.write_str("\"\"")?;
+                }
+            }
             SpanKind::RawByte { byte } => write!(out, "\\x{byte:02X}")?,
         }
         at = span.end;

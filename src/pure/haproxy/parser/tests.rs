@@ -442,6 +442,22 @@ fn written_lines_read_back_with_their_environment_references_and_raw_bytes() {
     assert_eq!(directive.spans.len(), 3, "{line}");
 }
 
+#[test]
+fn an_unbraced_reference_followed_by_name_characters_keeps_its_name_when_written() {
+    // `"$TLSV"pn`: the closing quote ends the name, so `pn` is text after the reference.
+    // Found by the haproxy_parse_roundtrip fuzz target: the line was written back as
+    // `"streq($TLSVpn"`, which reads as a reference to `TLSVpn`.
+    for text in [
+        "global\n  x \"streq($TLSV\"pn\n",
+        "global\n  x \"$A\"_1\"$B\"\n",
+    ] {
+        let config = parse_config(text).expect("line parses");
+        let written = config.to_config_string();
+        let reparsed = parse_config(&written).expect("written config parses");
+        assert_eq!(config, reparsed, "{text:?} was written as {written:?}");
+    }
+}
+
 /// A small deterministic generator, so the noise test needs no extra crate.
 fn next_random(state: &mut u64) -> u64 {
     *state ^= *state << 13;
