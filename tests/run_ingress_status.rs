@@ -1,4 +1,5 @@
-//! Ingress status and `IngressIgnored` Events of `haptor run`, end to end: the real binary
+//! Ingress status and the `IngressIgnored` and `IngressPartlyServed` Events of `haptor run`,
+//! end to end: the real binary
 //! against the real kube-apiserver of the test kit, with the Ingress library as its config
 //! (whose templates record `served` and `ignored` for every Ingress) and
 //! `--publish-address`, then `--publish-service`. One test, one replica at a time: the replicas of a test binary share one API
@@ -76,6 +77,10 @@ fn published_ips(ingress: &Ingress) -> Vec<String> {
 }
 
 async fn ignored_event(client: &Client, ns: &str, name: &str) -> Option<Event> {
+    event_about(client, ns, name, "IngressIgnored").await
+}
+
+async fn event_about(client: &Client, ns: &str, name: &str, reason: &str) -> Option<Event> {
     Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
@@ -83,7 +88,7 @@ async fn ignored_event(client: &Client, ns: &str, name: &str) -> Option<Event> {
         .items
         .into_iter()
         .find(|e| {
-            e.reason.as_deref() == Some("IngressIgnored")
+            e.reason.as_deref() == Some(reason)
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
         })
 }
@@ -171,6 +176,42 @@ async fn served_ingresses_get_the_publish_address_and_ignored_ones_an_event() {
     assert_eq!(
         after.metadata.resource_version, version,
         "the unchanged status is not written again"
+    );
+
+    // An annotation the library cannot use leaves the Ingress served, with a Warning Event
+    // naming what was left out.
+    Api::<Ingress>::namespaced(client.clone(), &ns)
+        .patch(
+            "second",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                "haproxy.org/timeout-server": "forever",
+            }}})),
+        )
+        .await
+        .expect("the annotation is set");
+    let partly = wait_for("an IngressPartlyServed Event", &[&replica], || {
+        event_about(&client, &ns, "second", "IngressPartlyServed")
+    })
+    .await;
+    assert_eq!(partly.type_.as_deref(), Some("Warning"));
+    let note = partly.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("served by haptor with parts left out")
+            && note.contains("haproxy.org/timeout-server is not a duration"),
+        "the note says what was left out and why: {note}"
+    );
+    let second = get_ingress(&client, &ns, "second")
+        .await
+        .expect("the Ingress");
+    assert_eq!(
+        published_ips(&second),
+        [PUBLISHED],
+        "a partly served Ingress keeps its status"
+    );
+    assert!(
+        ignored_event(&client, &ns, "second").await.is_none(),
+        "a partly served Ingress is not reported as ignored"
     );
 
     // The Ingress moves to another controller's class: haptor clears its status.

@@ -91,7 +91,7 @@ impl Coordinator {
 
     /// Logs and records (in `/debug/vars/errors`) each object the templates newly left out,
     /// wholly or in part, with their reasons; in a cluster the Ingress status driver also
-    /// records an `IngressIgnored` Event for an ignored Ingress.
+    /// records an `IngressIgnored` or `IngressPartlyServed` Event for the Ingress.
     fn report_left_out(&self, state: &mut CoordinatorState, outcomes: &Outcomes) {
         let newly = newly_left_out(&state.last_outcomes, outcomes);
         state.last_outcomes = outcomes.clone();

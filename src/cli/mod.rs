@@ -101,8 +101,8 @@ pub struct RunArgs {
     pub versions: VersionArgs,
     /// The address written to `status.loadBalancer.ingress` of every Ingress the templates
     /// serve: an IP or a host name; repeat the flag or separate with commas for several.
-    /// Without it or --publish-service no Ingress status is written (IngressIgnored Events
-    /// about the Ingresses the templates ignore are recorded either way).
+    /// Without it or --publish-service no Ingress status is written (the IngressIgnored and
+    /// IngressPartlyServed Events about what the templates leave out are recorded either way).
     #[arg(
         long,
         value_name = "IP_OR_HOSTNAME",

@@ -1,7 +1,9 @@
 //! What `haptor run` writes about Ingresses, decided from the outcomes the templates record
 //! (`served`, `ignored`; [`crate::pure::rendered::Outcomes`]): the addresses a served
 //! Ingress's `status.loadBalancer.ingress` carries, when that status is written or cleared,
-//! and which ignored Ingresses get an `IngressIgnored` Event.
+//! and which Ingresses get an Event about what the templates left out: `IngressIgnored` for
+//! one not served at all, `IngressPartlyServed` for one served with parts left out (a host,
+//! a path, a TLS entry or an annotation, each with its reason).
 //!
 //! - The publish address comes from `--publish-address` (IPs and host names, repeatable or
 //!   comma-separated; [`parse_publish_addresses`]) or from the `--publish-service` Service
@@ -11,7 +13,7 @@
 //!   ([`IngressStatusBook::new_term`]), so every served Ingress is read and re-asserted.
 //! - An Ingress served before and no longer served has its status cleared, but only while
 //!   it still carries what haptor wrote (another controller may have taken it over).
-//! - An Ingress is reported as ignored once per reason.
+//! - An Ingress is reported once per outcome and reasons: again only when they change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -23,8 +25,54 @@ use crate::pure::rendered::{Outcome, Outcomes};
 
 /// The reason of the Warning Event about an ignored Ingress.
 pub const IGNORED_REASON: &str = "IngressIgnored";
-/// The action of that Event.
-pub const IGNORED_ACTION: &str = "Render";
+/// The reason of the Warning Event about an Ingress served with parts left out.
+pub const PARTLY_SERVED_REASON: &str = "IngressPartlyServed";
+/// The action of both Events.
+pub const LEFT_OUT_ACTION: &str = "Render";
+
+/// How much of an Ingress the templates left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    /// The Ingress is not served (`Outcome::Ignored`).
+    Wholly,
+    /// It is served, but some of its parts are not (`Outcome::PartlyServed`).
+    InPart,
+}
+
+impl LeftOut {
+    /// The reason of the Event reporting it.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            LeftOut::Wholly => IGNORED_REASON,
+            LeftOut::InPart => PARTLY_SERVED_REASON,
+        }
+    }
+}
+
+/// One Ingress to report: what was left out of it and why (the reasons joined by `; `).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOutReport {
+    pub ingress: IngressRef,
+    pub left_out: LeftOut,
+    pub reason: String,
+}
+
+impl LeftOutReport {
+    /// The note of the Event about it.
+    pub fn note(&self) -> String {
+        let text = match self.left_out {
+            LeftOut::Wholly => format!(
+                "Ingress {} is not served by haptor: {}",
+                self.ingress, self.reason
+            ),
+            LeftOut::InPart => format!(
+                "Ingress {} is served by haptor with parts left out: {}",
+                self.ingress, self.reason
+            ),
+        };
+        crate::pure::kube_events::truncate_note(&text)
+    }
+}
 
 /// One Ingress, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -168,22 +216,26 @@ pub struct IngressStatusBook {
     known: BTreeMap<IngressRef, Addresses>,
     /// The addresses haptor last wrote to each Ingress (kept across terms, for clearing).
     written: BTreeMap<IngressRef, Addresses>,
-    /// The reason each ignored Ingress was last reported with.
-    reported: BTreeMap<IngressRef, String>,
+    /// What was left out of each Ingress when it was last reported, and why.
+    reported: BTreeMap<IngressRef, (LeftOut, String)>,
 }
 
 impl IngressStatusBook {
-    /// Takes the latest outcomes; returns the Ingresses newly ignored (not reported before
-    /// with the same reason), to be reported.
-    pub fn apply_outcomes(&mut self, outcomes: &Outcomes) -> Vec<(IngressRef, String)> {
+    /// Takes the latest outcomes; returns the Ingresses with something newly left out (not
+    /// reported before with the same outcome and reasons), to be reported.
+    pub fn apply_outcomes(&mut self, outcomes: &Outcomes) -> Vec<LeftOutReport> {
         let mut served = BTreeSet::new();
-        let mut ignored = BTreeMap::new();
+        let mut left_out = BTreeMap::new();
         for (ingress, outcome) in ingress_outcomes(outcomes) {
             match outcome {
                 Outcome::Ignored(reasons) => {
-                    ignored.insert(ingress, reasons.join("; "));
+                    left_out.insert(ingress, (LeftOut::Wholly, reasons.join("; ")));
                 }
-                Outcome::Served | Outcome::PartlyServed(_) => {
+                Outcome::PartlyServed(reasons) => {
+                    served.insert(ingress.clone());
+                    left_out.insert(ingress, (LeftOut::InPart, reasons.join("; ")));
+                }
+                Outcome::Served => {
                     served.insert(ingress);
                 }
             }
@@ -195,20 +247,27 @@ impl IngressStatusBook {
             self.clearing.remove(ingress);
         }
         self.served = served;
-        let newly: Vec<(IngressRef, String)> = ignored
+        let newly: Vec<LeftOutReport> = left_out
             .iter()
-            .filter(|(ingress, reason)| self.reported.get(*ingress) != Some(*reason))
-            .map(|(ingress, reason)| (ingress.clone(), reason.clone()))
+            .filter(|(ingress, what)| self.reported.get(*ingress) != Some(*what))
+            .map(|(ingress, (left_out, reason))| LeftOutReport {
+                ingress: ingress.clone(),
+                left_out: *left_out,
+                reason: reason.clone(),
+            })
             .collect();
-        // An Ingress that is no longer ignored may be reported again when it is.
+        // An Ingress with nothing left out any more may be reported again when it has.
         self.reported
-            .retain(|ingress, _| ignored.contains_key(ingress));
+            .retain(|ingress, _| left_out.contains_key(ingress));
         newly
     }
 
-    /// Notes that `ingress` was reported as ignored for `reason`.
-    pub fn reported(&mut self, ingress: &IngressRef, reason: &str) {
-        self.reported.insert(ingress.clone(), reason.to_string());
+    /// Notes that `report` was published.
+    pub fn reported(&mut self, report: &LeftOutReport) {
+        self.reported.insert(
+            report.ingress.clone(),
+            (report.left_out, report.reason.clone()),
+        );
     }
 
     /// The status writes to consider with `addresses` as the publish address: every served
@@ -280,13 +339,6 @@ impl IngressStatusBook {
     pub fn new_term(&mut self) {
         self.known.clear();
     }
-}
-
-/// The note of the `IngressIgnored` Event about `ingress`.
-pub fn ignored_note(ingress: &IngressRef, reason: &str) -> String {
-    crate::pure::kube_events::truncate_note(&format!(
-        "Ingress {ingress} is not served by haptor: {reason}"
-    ))
 }
 
 #[cfg(test)]
@@ -431,18 +483,55 @@ mod tests {
         assert!(book.writes(&ip("10.0.0.1")).is_empty());
     }
 
+    fn report(name: &str, left_out: LeftOut, reason: &str) -> LeftOutReport {
+        LeftOutReport {
+            ingress: ingress(name),
+            left_out,
+            reason: reason.into(),
+        }
+    }
+
     #[test]
     fn an_ignored_ingress_is_reported_once_per_reason() {
         let mut book = IngressStatusBook::default();
         let newly = book.apply_outcomes(&outcomes(&[("a", Some("class nginx")), ("b", None)]));
-        assert_eq!(newly, [(ingress("a"), "class nginx".to_string())]);
-        book.reported(&ingress("a"), "class nginx");
+        assert_eq!(newly, [report("a", LeftOut::Wholly, "class nginx")]);
+        book.reported(&newly[0]);
         assert!(
             book.apply_outcomes(&outcomes(&[("a", Some("class nginx"))]))
                 .is_empty()
         );
         let changed = book.apply_outcomes(&outcomes(&[("a", Some("bad host"))]));
-        assert_eq!(changed, [(ingress("a"), "bad host".to_string())]);
+        assert_eq!(changed, [report("a", LeftOut::Wholly, "bad host")]);
+    }
+
+    #[test]
+    fn a_partly_served_ingress_is_served_and_reported_once_per_reasons() {
+        let mut book = IngressStatusBook::default();
+        let mut partly = outcomes(&[]);
+        partly.insert(
+            key("a"),
+            Outcome::PartlyServed(vec!["bad timeout".into(), "bad realm".into()]),
+        );
+        let newly = book.apply_outcomes(&partly);
+        assert_eq!(
+            newly,
+            [report("a", LeftOut::InPart, "bad timeout; bad realm")]
+        );
+        assert_eq!(book.writes(&ip("10.0.0.1")).len(), 1, "it is served");
+        book.reported(&newly[0]);
+        assert!(book.apply_outcomes(&partly).is_empty());
+        // Wholly served, then partly again: reported again.
+        assert!(book.apply_outcomes(&outcomes(&[("a", None)])).is_empty());
+        assert_eq!(book.apply_outcomes(&partly).len(), 1);
+        // The same reason, now for an Ingress not served at all, is a new report.
+        let mut ignored = outcomes(&[]);
+        ignored.insert(key("a"), Outcome::ignored("bad timeout; bad realm"));
+        book.reported(&report("a", LeftOut::InPart, "bad timeout; bad realm"));
+        assert_eq!(
+            book.apply_outcomes(&ignored),
+            [report("a", LeftOut::Wholly, "bad timeout; bad realm")]
+        );
     }
 
     #[test]
@@ -458,10 +547,26 @@ mod tests {
     }
 
     #[test]
-    fn the_ignored_note_names_the_ingress_and_the_reason() {
+    fn the_notes_name_the_ingress_what_was_left_out_and_why() {
         assert_eq!(
-            ignored_note(&ingress("a"), "ingressClassName 'nginx' is not haptor's"),
+            report(
+                "a",
+                LeftOut::Wholly,
+                "ingressClassName 'nginx' is not haptor's"
+            )
+            .note(),
             "Ingress default/a is not served by haptor: ingressClassName 'nginx' is not haptor's"
         );
+        assert_eq!(
+            report(
+                "a",
+                LeftOut::InPart,
+                "haproxy.org/timeout-server is not a duration"
+            )
+            .note(),
+            "Ingress default/a is served by haptor with parts left out: \
+             haproxy.org/timeout-server is not a duration"
+        );
+        assert_eq!(LeftOut::InPart.event_reason(), "IngressPartlyServed");
     }
 }

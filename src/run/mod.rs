@@ -15,7 +15,8 @@
 //!   (`drivers::kube::credentials`); a change of either restarts that watch;
 //! - the published state: the `HAProxyCfg` (`drivers::kube::publish`) and Kubernetes Events
 //!   (`drivers::kube::events`, fed by the event fan-out's external queue);
-//! - Ingress status and `IngressIgnored` Events (`drivers::kube::ingress_status`), from the
+//! - Ingress status and `IngressIgnored`/`IngressPartlyServed` Events
+//!   (`drivers::kube::ingress_status`), from the
 //!   outcomes (`served`, `ignored`) of each published render, with the address of
 //!   `--publish-address` or `--publish-service` (none: no status is written).
 //!
@@ -202,7 +203,7 @@ pub async fn run(
         options.config_name.clone(),
     );
     let sink = Arc::new(sink);
-    // Ingress status and IngressIgnored Events, from the outcomes of each published render.
+    // Ingress status and the Events about what was left out, from each published render.
     let (ingress_status, ingress_status_task) = crate::drivers::kube::ingress_status::spawn(
         client.clone(),
         kube::runtime::events::Reporter {

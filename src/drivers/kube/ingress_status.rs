@@ -1,5 +1,5 @@
-//! Ingress status and `IngressIgnored` Events in `haptor run`, from the outcomes the
-//! templates record (`served`, `ignored`): the ConfigPublisher hands each published
+//! Ingress status and the `IngressIgnored` / `IngressPartlyServed` Events in `haptor run`,
+//! from the outcomes the templates record (`served`, `ignored`): the ConfigPublisher hands each published
 //! render's outcomes to [`IngressStatus::outcomes`] (through [`WithIngressStatus`], the
 //! publish sink wrapper), and one task acts on the latest of them while this replica leads.
 //! What it writes is decided by `pure::ingress_status::IngressStatusBook`:
@@ -11,8 +11,10 @@
 //!   writes nothing to it;
 //! - an Ingress served before and no longer served has that status cleared while it still
 //!   carries what haptor wrote (the patch is conditional on the resourceVersion read);
-//! - every newly ignored Ingress (per reason) gets a Warning Event `IngressIgnored` with the
-//!   template's reason, published with kube-rs's `Recorder`.
+//! - every Ingress with something newly left out (per outcome and reasons) gets a Warning
+//!   Event with the templates' reasons, published with kube-rs's `Recorder`:
+//!   `IngressIgnored` when it is not served at all, `IngressPartlyServed` when it is served
+//!   with a host, a path, a TLS entry or an annotation left out.
 //!
 //! The publish address is `--publish-address` (fixed) or the `--publish-service` Service's
 //! load balancer addresses, else its cluster IP (watched); with neither, no status is
@@ -39,8 +41,8 @@ use crate::actors::publisher::PublishSink;
 use crate::messages::Leadership;
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
 use crate::pure::ingress_status::{
-    Addresses, IGNORED_ACTION, IGNORED_REASON, IngressRef, IngressStatusBook, StatusWrite,
-    ignored_note, service_addresses,
+    Addresses, IngressRef, IngressStatusBook, LEFT_OUT_ACTION, LeftOutReport, StatusWrite,
+    service_addresses,
 };
 use crate::pure::rendered::Outcomes;
 
@@ -175,11 +177,11 @@ impl Driver {
                 {
                     let newly = self.book.apply_outcomes(&latest);
                     applied = Some(latest);
-                    for (ingress, reason) in newly {
+                    for report in newly {
                         if !leadership.borrow().is_leader {
                             break;
                         }
-                        self.report_ignored(&ingress, &reason).await;
+                        self.report_left_out(&report).await;
                     }
                 }
                 retry = match address.filter(|a| !a.is_empty()) {
@@ -320,7 +322,9 @@ impl Driver {
         }))
     }
 
-    async fn report_ignored(&mut self, ingress: &IngressRef, reason: &str) {
+    async fn report_left_out(&mut self, report: &LeftOutReport) {
+        let ingress = &report.ingress;
+        let event_reason = report.left_out.event_reason();
         let uid = match self.read(ingress).await {
             Ok(Some((_, _, uid))) => uid,
             Ok(None) => return,
@@ -339,32 +343,33 @@ impl Driver {
         };
         let event = Event {
             type_: EventType::Warning,
-            reason: IGNORED_REASON.into(),
-            note: Some(ignored_note(ingress, reason)),
-            action: IGNORED_ACTION.into(),
+            reason: event_reason.into(),
+            note: Some(report.note()),
+            action: LEFT_OUT_ACTION.into(),
             secondary: None,
         };
-        // A Recorder of its own per Event: one reports each (Ingress, reason) once, and a
-        // shared Recorder would add a new reason to the series of the old one, keeping the
+        // A Recorder of its own per Event: one reports each (Ingress, reasons) once, and a
+        // shared Recorder would add new reasons to the series of the old ones, keeping the
         // old note.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         match tokio::time::timeout(REQUEST_TIMEOUT, recorder.publish(&event, &reference)).await {
             Ok(Ok(())) => {
-                tracing::debug!(ingress = %ingress, reason, "IngressIgnored Event published");
-                self.book.reported(ingress, reason);
+                tracing::debug!(
+                    ingress = %ingress,
+                    reason = %report.reason,
+                    "{event_reason} Event published"
+                );
+                self.book.reported(report);
                 self.succeeded();
             }
             Ok(Err(e)) => self.warn_once(
                 ingress,
                 Failure::Kube {
-                    what: "publishing its IngressIgnored Event",
+                    what: "publishing an Event about it",
                     error: e,
                 },
             ),
-            Err(_) => self.warn_once(
-                ingress,
-                Failure::TimedOut("publishing its IngressIgnored Event"),
-            ),
+            Err(_) => self.warn_once(ingress, Failure::TimedOut("publishing an Event about it")),
         }
     }
 

@@ -122,8 +122,8 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
   resources: ["ingresses/status"]
   verbs: ["patch"]
 # Kubernetes Events: about the config (LeadershipGained, ConfigInvalid, ...;
-# src/drivers/kube/events.rs) in haptor's namespace, and IngressIgnored about each ignored
-# Ingress in its own namespace (ingress_status.rs). kube-rs's Recorder creates an Event
+# src/drivers/kube/events.rs) in haptor's namespace, and IngressIgnored or
+# IngressPartlyServed about an Ingress in its own namespace (ingress_status.rs). kube-rs's Recorder creates an Event
 # and merge-patches a repeat of it into a series.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
