@@ -201,6 +201,43 @@ fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_servin
     );
 }
 
+#[test]
+fn a_manifest_truncated_and_written_again_in_place_changes_nothing_and_keeps_serving() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(30));
+    eventually("a.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    let reconciliations =
+        || sample(&local.metrics_text(), "haptor_reconciliations_total").expect("reconciliations");
+    std::thread::sleep(Duration::from_secs(1));
+    let before = reconciliations();
+    // As a shell's `>` or an editor writing in place does: the file is empty for a moment,
+    // long enough for a scan or two (they run every 100 ms) to read it so.
+    let text = local.read("ingresses.yaml");
+    local.write("ingresses.yaml", "");
+    std::thread::sleep(Duration::from_millis(150));
+    local.write("ingresses.yaml", &text);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+    );
+    assert_eq!(
+        reconciliations(),
+        before,
+        "the moment the file was empty reached no render"
+    );
+    // Emptied for good, its Ingresses go.
+    local.write("ingresses.yaml", "");
+    eventually(
+        "a.localhost no longer routed",
+        Duration::from_secs(15),
+        || get(local.http, "a.localhost", "/").filter(|(s, _)| *s != 200),
+    );
+}
+
 /// The quickstart's TLS Secret with a certificate haproxy cannot load (the PEM markers are
 /// there, the body is not a certificate): `haproxy -c` rejects the render it ends up in.
 fn with_broken_certificate(tls: &str) -> String {

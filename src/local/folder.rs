@@ -3,6 +3,13 @@
 //! renamed), and turns the folder's content into changes of an in-memory resource source and
 //! of the config channel. A file with a malformed document keeps its last good content: its
 //! problems are reported with file and line, and nothing it held is removed.
+//!
+//! Editors and shells often write a file in place: they truncate it and write it again, or
+//! delete it and create it anew. A scan between the two steps would see the file's objects
+//! gone and the routes they make would drop for a moment. So a file that vanished, or that
+//! reads empty where it held objects, keeps its objects until it has been so for
+//! [`VANISHED_SCANS`] scans in a row; one renamed or whose objects moved to a file read in
+//! the same scan is let go at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -34,7 +41,14 @@ struct FileContent {
     configs: Vec<(usize, Value)>,
     /// The path became a directory; reported once, its last good objects kept.
     shadowed: bool,
+    /// Scans in a row the file was missing, or read empty while it held objects.
+    vanished_scans: u32,
 }
+
+/// How many scans in a row a file must be missing, or read empty while it held objects,
+/// before its objects are deleted (see the module documentation): 300 ms at `haptor
+/// local`'s scan interval, longer than an editor takes between truncating and writing.
+pub const VANISHED_SCANS: u32 = 3;
 
 /// The largest manifest file a scan reads. The API server stores objects of at most about
 /// 1.5 MiB and takes request bodies of at most 3 MiB, so a larger file of many objects is
@@ -222,7 +236,16 @@ impl ManifestFolder {
                     read.push((key, content_hash(&object), manifest.line, object));
                 }
             });
+            let holds_nothing = read.is_empty() && configs.is_empty() && text.trim().is_empty();
             drop(text);
+            if holds_nothing && (!entry.objects.is_empty() || !entry.configs.is_empty()) {
+                entry.vanished_scans += 1;
+                if entry.vanished_scans < VANISHED_SCANS {
+                    // Likely truncated to be written again: read it again next scan.
+                    entry.stamp = None;
+                    continue;
+                }
+            }
             if !problems.is_empty() {
                 // Keep the last good content; remember the stamp so the same broken file is
                 // reported once, not on every scan.
@@ -257,6 +280,7 @@ impl ManifestFolder {
                 objects,
                 configs,
                 shadowed: false,
+                vanished_scans: 0,
             };
             changed = true;
         }
@@ -267,6 +291,16 @@ impl ManifestFolder {
             .cloned()
             .collect();
         for path in removed_files {
+            let Some(content) = self.files.get_mut(&path) else {
+                continue;
+            };
+            // Renamed, or its objects moved to a file read in this scan: let go at once.
+            let moved = content.configs.is_empty()
+                && content.objects.keys().all(|key| incoming.contains_key(key));
+            content.vanished_scans += 1;
+            if !moved && content.vanished_scans < VANISHED_SCANS {
+                continue;
+            }
             if let Some(content) = self.files.remove(&path) {
                 dropped.extend(content.objects.into_keys());
                 changed = true;
@@ -344,6 +378,8 @@ impl ManifestFolder {
             let holders: Vec<(&PathBuf, usize)> = self
                 .files
                 .iter()
+                // A file vanishing for a moment is not a second definition.
+                .filter(|(_, content)| content.vanished_scans == 0)
                 .filter_map(|(path, content)| content.objects.get(key).map(|(_, l)| (path, *l)))
                 .collect();
             if let [(first, first_line), rest @ ..] = holders.as_slice() {
@@ -459,6 +495,9 @@ mod tests {
         assert_eq!((report.applied, report.deleted), (0, 0));
 
         std::fs::remove_file(dir.path().join("b.yaml")).expect("delete");
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0, "not yet: it may come back");
+        }
         assert_eq!(folder.scan(&source).deleted, 1);
         assert!(matches!(
             next_events(&mut stream, 1).await[0],
@@ -469,6 +508,46 @@ mod tests {
             0,
             "an unchanged folder reads nothing"
         );
+    }
+
+    #[test]
+    fn a_file_truncated_or_deleted_and_written_again_between_scans_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let path = dir.path().join("a.yaml");
+        write(&path, &svc("web", 80));
+        assert_eq!(folder.scan(&source).applied, 1);
+
+        // Truncated, seen empty on a scan, then written again.
+        write(&path, "");
+        let report = folder.scan(&source);
+        assert_eq!((report.applied, report.deleted), (0, 0), "{report:?}");
+        write(&path, &svc("web", 80));
+        let report = folder.scan(&source);
+        assert_eq!((report.applied, report.deleted), (0, 0), "{report:?}");
+
+        // Deleted, seen missing on two scans, then created again.
+        std::fs::remove_file(&path).expect("delete");
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0);
+        }
+        write(&path, &svc("web", 80));
+        let report = folder.scan(&source);
+        assert_eq!((report.applied, report.deleted), (0, 0), "{report:?}");
+
+        // Emptied for good: its objects go after the grace.
+        write(&path, "");
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0);
+        }
+        assert_eq!(folder.scan(&source).deleted, 1);
+
+        // A file whose objects are removed from it, leaving text, lets them go at once.
+        write(&path, &svc("web", 80));
+        assert_eq!(folder.scan(&source).applied, 1);
+        write(&path, "# nothing here any more\n");
+        assert_eq!(folder.scan(&source).deleted, 1);
     }
 
     #[test]
@@ -533,7 +612,9 @@ mod tests {
         assert_eq!(report.deleted, 0, "b.yaml still defines the Service");
         assert_eq!(source.objects("v1", "Service").len(), 1);
         std::fs::remove_file(dir.path().join("b.yaml")).expect("delete");
-        folder.scan(&source);
+        for _ in 0..VANISHED_SCANS {
+            folder.scan(&source);
+        }
         assert!(source.objects("v1", "Service").is_empty());
     }
 
