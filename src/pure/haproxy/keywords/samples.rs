@@ -842,16 +842,6 @@ fn known_converter(name: &str) -> Option<Known> {
     lookup(SAMPLE_CONVERTERS, name).map(Known::Signature)
 }
 
-/// Whether HAProxy 2.6 has a sample fetch named `name`.
-pub fn is_sample_fetch(name: &str) -> bool {
-    known_fetch(name).is_some()
-}
-
-/// Whether HAProxy 2.6 has a converter named `name`.
-pub fn is_sample_converter(name: &str) -> bool {
-    known_converter(name).is_some()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Expressions.
 
@@ -1244,7 +1234,7 @@ mod tests {
         );
         for (name, fetch) in ACL_KEYWORDS {
             assert!(
-                is_sample_fetch(fetch),
+                known_fetch(fetch).is_some(),
                 "ACL keyword {name} stands for unknown {fetch}"
             );
         }
