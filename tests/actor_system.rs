@@ -7,96 +7,40 @@
 //! outside that clock: [`eventually`] bounds its waits in real time, and [`settle`] waits
 //! for renders in real time before a test checks that something did not happen.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use haptor::actors::context::{
-    ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
-};
-use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
-use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
+use haptor::actors::context::{ControllerSettings, ResourceSourceFactory};
+use haptor::actors::controller::{Controller, ServerAddresses};
+use haptor::actors::http::{DEBUG_SERVER_NAME, METRICS_SERVER_NAME};
 use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
-use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent};
 use haptor::pure::config::{
-    HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource, config_from_yaml,
+    HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource,
 };
 use haptor::pure::deploy::{DeployError, RecordingTarget};
-use haptor::pure::pipeline::CompiledConfig;
-use haptor::pure::store::StoresSnapshot;
-use haptor::supervision::SupervisorMsg;
 use ractor::ActorRef;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-const CONFIG: &str = r#"
-apiVersion: haptor.dev/v1alpha1
-kind: HAProxyTemplateConfig
-metadata: {name: test, namespace: default}
-spec:
-  dataplane:
-    minDeploymentInterval: 0s
-    driftPreventionInterval: 1h
-  watchedResources:
-    services:
-      apiVersion: v1
-      resources: services
-      indexBy: ["metadata.namespace", "metadata.name"]
-      debounce: 0s
-  haproxyConfig:
-    template: |
-      global
-        maxconn 100
-      {{#resources "services"}}
+#[path = "support/controller.rs"]
+mod controller;
+use controller::{
+    ControllerSetup, RenderOnlyPipeline, RunningController, config, config_yaml, find_cell,
+    server_address,
+};
+
+const CONFIG: &str = config_yaml!(
+    "test",
+    r#"      {{#resources "services"}}
       backend {{metadata.name}}
         # marker {{default metadata.annotations.marker "none"}}
       {{/resources}}
-"#;
-
-/// Renders with the config's templates, skipping validation, optionally slowly; records
-/// every haproxy.cfg it produced.
-#[derive(Default)]
-struct RecordingPipeline {
-    delay: Duration,
-    renders: Mutex<Vec<String>>,
-}
-
-impl RecordingPipeline {
-    fn renders(&self) -> Vec<String> {
-        self.renders.lock().expect("lock").clone()
-    }
-}
-
-impl ReconcilePipeline for RecordingPipeline {
-    fn run(
-        &self,
-        compiled: &CompiledConfig,
-        snapshot: StoresSnapshot,
-    ) -> Result<RenderedAndValidated, RenderFailure> {
-        std::thread::sleep(self.delay);
-        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: FailureStage::Render,
-            message: e.to_string(),
-            template: None,
-            line: None,
-        })?;
-        self.renders
-            .lock()
-            .expect("lock")
-            .push(rendered.haproxy_cfg.clone());
-        Ok(RenderedAndValidated {
-            checksum: rendered.checksum(),
-            rendered: Arc::new(rendered),
-            render_time: Duration::ZERO,
-            validate_time: Duration::ZERO,
-            cache_hit: false,
-            semantic_skipped: false,
-        })
-    }
-}
+"#
+);
 
 struct Harness {
     controller: Controller,
@@ -106,7 +50,7 @@ struct Harness {
     instances: watch::Sender<Vec<Instance>>,
     /// The first instance's target.
     target: Arc<RecordingTarget>,
-    pipeline: Arc<RecordingPipeline>,
+    pipeline: Arc<RenderOnlyPipeline>,
     /// Where the ConfigPublisher writes HAProxyCfg.
     sink: Arc<InMemorySink>,
 }
@@ -114,10 +58,6 @@ struct Harness {
 fn service(name: &str, marker: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
            "metadata": {"name": name, "namespace": "default", "annotations": {"marker": marker}}})
-}
-
-fn config(text: &str) -> Arc<HAProxyTemplateConfig> {
-    Arc::new(config_from_yaml("test.yaml", text).expect("test config parses"))
 }
 
 /// What a harness starts: by default [`CONFIG`] on a source holding the Service `web`, a
@@ -175,12 +115,6 @@ async fn start(leader: bool, delay: Duration, servers: bool) -> Harness {
 }
 
 async fn start_with(setup: Setup) -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let (config_tx, config_rx) = watch::channel(Some(config(&setup.config)));
-    let (leader_tx, leader_rx) = watch::channel(Leadership {
-        is_leader: setup.leader,
-        epoch: setup.epoch,
-    });
     let instances = setup
         .targets
         .iter()
@@ -189,20 +123,7 @@ async fn start_with(setup: Setup) -> Harness {
             target: target.clone(),
         })
         .collect();
-    let (instances_tx, instances_rx) = watch::channel(instances);
-    let pipeline = Arc::new(RecordingPipeline {
-        delay: setup.delay,
-        ..Default::default()
-    });
-    let sink = Arc::new(InMemorySink::default());
-    let sources = Sources {
-        config: config_rx,
-        resources: setup
-            .resources
-            .unwrap_or_else(|| Arc::new(setup.source.clone())),
-        leadership: leader_rx,
-        instances: instances_rx,
-    };
+    let pipeline = Arc::new(RenderOnlyPipeline::with_delay(setup.delay));
     let addresses = if setup.servers {
         ServerAddresses {
             metrics: Some("127.0.0.1:0".into()),
@@ -213,22 +134,34 @@ async fn start_with(setup: Setup) -> Harness {
     } else {
         ServerAddresses::default()
     };
-    let controller = start_controller(
-        sources,
-        pipeline.clone(),
-        sink.clone(),
-        setup.settings,
+    let RunningController {
+        controller,
+        config,
+        leadership,
+        instances,
+        sink,
+    } = ControllerSetup {
+        config: config(&setup.config),
+        leadership: Leadership {
+            is_leader: setup.leader,
+            epoch: setup.epoch,
+        },
+        instances,
+        resources: setup
+            .resources
+            .unwrap_or_else(|| Arc::new(setup.source.clone())),
+        pipeline: pipeline.clone(),
+        settings: setup.settings,
         addresses,
-        None,
-    )
-    .await
-    .expect("controller starts");
+    }
+    .start()
+    .await;
     Harness {
         controller,
         source: setup.source,
-        config: config_tx,
-        leadership: leader_tx,
-        instances: instances_tx,
+        config,
+        leadership,
+        instances,
         target: setup.targets[0].clone(),
         pipeline,
         sink,
@@ -266,19 +199,7 @@ fn published(h: &Harness) -> Option<(HAProxyCfgSpec, HAProxyCfgStatus)> {
 }
 
 async fn server_url(h: &Harness, name: &str) -> String {
-    let cell = ractor::call!(
-        h.controller.root,
-        SupervisorMsg::ChildCell,
-        name.to_string()
-    )
-    .expect("root answers")
-    .expect("server runs");
-    let addr = ractor::call!(
-        ActorRef::<HttpServerMsg>::from(cell),
-        HttpServerMsg::LocalAddr
-    )
-    .expect("server answers");
-    format!("http://{addr}")
+    format!("http://{}", server_address(&h.controller, name).await)
 }
 
 async fn actor_names(h: &Harness) -> Vec<String> {
@@ -596,52 +517,36 @@ async fn debug_actors_lists_every_actor_and_metrics_are_exposed() {
     h.controller.stop().await;
 }
 
-/// Finds a live actor by its registered name anywhere below `root`.
-fn find_cell(root: &ractor::ActorCell, name: &str) -> Option<ractor::ActorCell> {
-    for child in root.get_children() {
-        if haptor::supervision::registry::info(child.get_id()).is_some_and(|i| i.name == name) {
-            return Some(child);
-        }
-        if let Some(found) = find_cell(&child, name) {
-            return Some(found);
-        }
-    }
-    None
-}
-
 #[tokio::test]
 async fn reloading_deployments_are_paced_and_runtime_only_ones_skip_the_pacing() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let source = MemorySource::new();
     source.apply(service("web", "initial"));
     let paced = CONFIG.replace("minDeploymentInterval: 0s", "minDeploymentInterval: 1h");
-    let (config_tx, config_rx) = watch::channel(Some(config(&paced)));
-    let (_leader_tx, leader_rx) = watch::channel(Leadership {
-        is_leader: true,
-        epoch: 1,
-    });
     let target = Arc::new(RecordingTarget::new("pod-a"));
-    let (_instances_tx, instances_rx) = watch::channel(vec![Instance {
-        name: "pod-a".into(),
-        target: target.clone(),
-    }]);
-    let pipeline = Arc::new(RecordingPipeline::default());
-    let sources = Sources {
-        config: config_rx,
+    let pipeline = Arc::new(RenderOnlyPipeline::default());
+    let RunningController {
+        controller,
+        config: config_tx,
+        leadership: _leadership,
+        instances: _instances,
+        ..
+    } = ControllerSetup {
+        config: config(&paced),
+        leadership: Leadership {
+            is_leader: true,
+            epoch: 1,
+        },
+        instances: vec![Instance {
+            name: "pod-a".into(),
+            target: target.clone(),
+        }],
         resources: Arc::new(source.clone()),
-        leadership: leader_rx,
-        instances: instances_rx,
-    };
-    let controller = start_controller(
-        sources,
-        pipeline.clone(),
-        Arc::new(InMemorySink::default()),
-        ControllerSettings::default(),
-        ServerAddresses::default(),
-        None,
-    )
-    .await
-    .expect("starts");
+        pipeline: pipeline.clone(),
+        settings: ControllerSettings::default(),
+        addresses: ServerAddresses::default(),
+    }
+    .start()
+    .await;
     eventually("the first deployment", || target.deployed().len() == 1).await;
     let scheduler = || {
         find_cell(&controller.root.get_cell(), "deploy-scheduler")

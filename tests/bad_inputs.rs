@@ -16,6 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 
+#[path = "support/controller.rs"]
+mod controller;
 #[path = "support/dataplane_stub.rs"]
 mod dataplane_stub;
 #[path = "support/local.rs"]
@@ -1023,9 +1025,8 @@ mod data_plane_faults {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use haptor::actors::context::{ControllerSettings, FullPipeline, Sources};
-    use haptor::actors::controller::{ServerAddresses, start_controller};
-    use haptor::actors::publisher::InMemorySink;
+    use haptor::actors::context::{ControllerSettings, FullPipeline};
+    use haptor::actors::controller::ServerAddresses;
     use haptor::actors::sources::MemorySource;
     use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
     use haptor::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
@@ -1033,45 +1034,31 @@ mod data_plane_faults {
     use haptor::pure::config::config_from_yaml;
     use haptor::pure::deploy::DeployTarget;
     use serde_json::json;
-    use tokio::sync::watch;
 
+    use super::controller::{ControllerSetup, RunningController, config_yaml};
     use super::dataplane_stub::{Fault, PASSWORD, Stub, USER};
 
-    fn config(port: u16) -> String {
-        format!(
-            r#"
-apiVersion: haptor.dev/v1alpha1
-kind: HAProxyTemplateConfig
-metadata: {{name: faults, namespace: default}}
-spec:
-  dataplane:
-    minDeploymentInterval: 0s
-    driftPreventionInterval: 1h
-  watchedResources:
-    services:
-      apiVersion: v1
-      resources: services
-      indexBy: ["metadata.namespace", "metadata.name"]
-      debounce: 0s
-  haproxyConfig:
-    template: |
-      global
-        maxconn 100
-      defaults
+    /// The config, with `{port}` where its frontend's port goes.
+    const CONFIG: &str = config_yaml!(
+        "faults",
+        r#"      defaults
         mode http
         timeout connect 1s
         timeout client 5s
         timeout server 5s
       frontend fe
         bind 127.0.0.1:{port}
-      {{{{#resources "services" as |svc|}}}}
-        maxconn {{{{svc.metadata.annotations.maxconn}}}}
+      {{#resources "services" as |svc|}}
+        maxconn {{svc.metadata.annotations.maxconn}}
         default_backend be
       backend be
-        server s 127.0.0.1:{{{{svc.metadata.annotations.port}}}}
-      {{{{/resources}}}}
+        server s 127.0.0.1:{{svc.metadata.annotations.port}}
+      {{/resources}}
 "#
-        )
+    );
+
+    fn config(port: u16) -> String {
+        CONFIG.replace("{port}", &port.to_string())
     }
 
     fn service(backend: u16, maxconn: u32) -> serde_json::Value {
@@ -1118,49 +1105,41 @@ spec:
         let source = MemorySource::new();
         source.apply(service(app, 100));
         let yaml = config(frontend);
-        let (_config_tx, config_rx) = watch::channel(Some(Arc::new(
-            config_from_yaml("faults.yaml", &yaml).expect("the config parses"),
-        )));
-        let (_leader_tx, leader_rx) = watch::channel(Leadership {
-            is_leader: true,
-            epoch: 1,
-        });
-        let (_instances_tx, instances_rx) = watch::channel(vec![
-            Instance {
-                name: "local".into(),
-                target: local,
+        let RunningController {
+            controller,
+            config: _config,
+            leadership: _leadership,
+            instances: _instances,
+            ..
+        } = ControllerSetup {
+            config: Arc::new(config_from_yaml("faults.yaml", &yaml).expect("the config parses")),
+            leadership: Leadership {
+                is_leader: true,
+                epoch: 1,
             },
-            Instance {
-                name: "dp".into(),
-                target: dp,
-            },
-        ]);
-        let controller = start_controller(
-            Sources {
-                config: config_rx,
-                resources: Arc::new(source.clone()),
-                leadership: leader_rx,
-                instances: instances_rx,
-            },
-            Arc::new(FullPipeline::new(
+            instances: vec![
+                Instance {
+                    name: "local".into(),
+                    target: local,
+                },
+                Instance {
+                    name: "dp".into(),
+                    target: dp,
+                },
+            ],
+            resources: Arc::new(source.clone()),
+            pipeline: Arc::new(FullPipeline::new(
                 haptor::drivers::haproxy_check::validator(&haproxy, 8),
             )),
-            Arc::new(InMemorySink::default()),
-            ControllerSettings {
+            settings: ControllerSettings {
                 deploy_backoff_base: Duration::from_millis(200),
                 deploy_backoff_max: Duration::from_secs(1),
                 ..ControllerSettings::default()
             },
-            ServerAddresses {
-                metrics: None,
-                debug: None,
-                health: None,
-                webhook: None,
-            },
-            None,
-        )
-        .await
-        .expect("the controller starts");
+            addresses: ServerAddresses::default(),
+        }
+        .start()
+        .await;
         let introspection = controller.services.introspection.clone();
         let served = || super::get(frontend, "x", "/").map(|(_, body)| body);
         until("both instances deployed", Duration::from_secs(30), || {

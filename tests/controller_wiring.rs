@@ -11,51 +11,32 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use haptor::actors::context::{
-    ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
-};
-use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
-use haptor::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg};
-use haptor::actors::publisher::InMemorySink;
-use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
+use haptor::actors::context::{ControllerSettings, ReconcilePipeline, ResourceSourceFactory};
+use haptor::actors::controller::ServerAddresses;
+use haptor::actors::http::DEBUG_SERVER_NAME;
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent, WatcherMsg};
-use haptor::pure::config::{HAProxyTemplateConfig, WatchedResource, config_from_yaml};
+use haptor::pure::config::WatchedResource;
 use haptor::pure::deploy::{
     DeployError, DeployOutcome, DeployRequest, DeployTarget, RecordingTarget,
 };
-use haptor::pure::pipeline::CompiledConfig;
-use haptor::pure::store::{CompactObject, StoresSnapshot};
-use haptor::supervision::SupervisorMsg;
-use ractor::{ActorCell, ActorRef};
+use haptor::pure::store::CompactObject;
+use ractor::ActorRef;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
-const CONFIG: &str = r#"
-apiVersion: haptor.dev/v1alpha1
-kind: HAProxyTemplateConfig
-metadata: {name: test, namespace: default}
-spec:
-  dataplane:
-    minDeploymentInterval: 0s
-    driftPreventionInterval: 1h
-  watchedResources:
-    services:
-      apiVersion: v1
-      resources: services
-      indexBy: ["metadata.namespace", "metadata.name"]
-      debounce: 0s
-  haproxyConfig:
-    template: |
-      global
-        maxconn 100
-      {{#resources "services" as |svc|}}
+#[path = "support/controller.rs"]
+mod controller;
+use controller::{
+    ControllerSetup, RenderOnlyPipeline, RunningController, config, config_yaml, find_cell,
+    server_address,
+};
+
+const CONFIG: &str = config_yaml!(
+    "test",
+    r#"      {{#resources "services" as |svc|}}
       backend {{svc.metadata.name}}
       {{/resources}}
-"#;
-
-fn config(text: &str) -> Arc<HAProxyTemplateConfig> {
-    Arc::new(config_from_yaml("test.yaml", text).expect("test config parses"))
-}
+"#
+);
 
 fn service(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -82,49 +63,6 @@ impl ResourceSourceFactory for ListOnlySource {
         futures::stream::iter(events)
             .chain(futures::stream::pending())
             .boxed()
-    }
-}
-
-/// Renders with the config's templates (no validation); hangs while `hang` is set.
-#[derive(Default)]
-struct TestPipeline {
-    hang: AtomicBool,
-    renders: Mutex<Vec<String>>,
-}
-
-impl TestPipeline {
-    fn renders(&self) -> Vec<String> {
-        self.renders.lock().expect("lock").clone()
-    }
-}
-
-impl ReconcilePipeline for TestPipeline {
-    fn run(
-        &self,
-        compiled: &CompiledConfig,
-        snapshot: StoresSnapshot,
-    ) -> Result<RenderedAndValidated, RenderFailure> {
-        while self.hang.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: FailureStage::Render,
-            message: e.to_string(),
-            template: None,
-            line: None,
-        })?;
-        self.renders
-            .lock()
-            .expect("lock")
-            .push(rendered.haproxy_cfg.clone());
-        Ok(RenderedAndValidated {
-            checksum: rendered.checksum(),
-            rendered: Arc::new(rendered),
-            render_time: Duration::ZERO,
-            validate_time: Duration::ZERO,
-            cache_hit: false,
-            semantic_skipped: false,
-        })
     }
 }
 
@@ -159,27 +97,13 @@ impl DeployTarget for HangingTarget {
     }
 }
 
-struct Harness {
-    controller: Controller,
-    sink: Arc<InMemorySink>,
-    config: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
-    instances: watch::Sender<Vec<Instance>>,
-    _leadership: watch::Sender<Leadership>,
-}
-
 async fn start(
     resources: Arc<dyn ResourceSourceFactory>,
     pipeline: Arc<dyn ReconcilePipeline>,
     targets: Vec<(&str, Arc<dyn DeployTarget>)>,
     settings: ControllerSettings,
     config_text: &str,
-) -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let (config_tx, config_rx) = watch::channel(Some(config(config_text)));
-    let (leader_tx, leader_rx) = watch::channel(Leadership {
-        is_leader: true,
-        epoch: 1,
-    });
+) -> RunningController {
     let instances = targets
         .into_iter()
         .map(|(name, target)| Instance {
@@ -187,30 +111,25 @@ async fn start(
             target,
         })
         .collect();
-    let (instances_tx, instances_rx) = watch::channel(instances);
-    let sources = Sources {
-        config: config_rx,
+    ControllerSetup {
+        config: config(config_text),
+        leadership: Leadership {
+            is_leader: true,
+            epoch: 1,
+        },
+        instances,
         resources,
-        leadership: leader_rx,
-        instances: instances_rx,
-    };
-    let addresses = ServerAddresses {
-        metrics: None,
-        debug: Some("127.0.0.1:0".into()),
-        health: None,
-        webhook: None,
-    };
-    let sink = Arc::new(InMemorySink::default());
-    let controller = start_controller(sources, pipeline, sink.clone(), settings, addresses, None)
-        .await
-        .expect("controller starts");
-    Harness {
-        controller,
-        sink,
-        config: config_tx,
-        instances: instances_tx,
-        _leadership: leader_tx,
+        pipeline,
+        settings,
+        addresses: ServerAddresses {
+            metrics: None,
+            debug: Some("127.0.0.1:0".into()),
+            health: None,
+            webhook: None,
+        },
     }
+    .start()
+    .await
 }
 
 /// Polls `check` every 10 ms for up to 10 s.
@@ -224,36 +143,13 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
-async fn debug_json(h: &Harness, path: &str) -> (u16, Value) {
-    let cell = ractor::call!(
-        h.controller.root,
-        SupervisorMsg::ChildCell,
-        DEBUG_SERVER_NAME.to_string()
-    )
-    .expect("root answers")
-    .expect("debug server runs");
-    let addr = ractor::call!(
-        ActorRef::<HttpServerMsg>::from(cell),
-        HttpServerMsg::LocalAddr
-    )
-    .expect("server answers");
+async fn debug_json(h: &RunningController, path: &str) -> (u16, Value) {
+    let addr = server_address(&h.controller, DEBUG_SERVER_NAME).await;
     let response = reqwest::get(format!("http://{addr}{path}"))
         .await
         .expect("GET");
     let status = response.status().as_u16();
     (status, response.json().await.expect("JSON"))
-}
-
-fn find_cell(root: &ActorCell, name: &str) -> Option<ActorCell> {
-    for child in root.get_children() {
-        if haptor::supervision::registry::info(child.get_id()).is_some_and(|i| i.name == name) {
-            return Some(child);
-        }
-        if let Some(found) = find_cell(&child, name) {
-            return Some(found);
-        }
-    }
-    None
 }
 
 fn recording(name: &str) -> Arc<RecordingTarget> {
@@ -274,7 +170,7 @@ async fn readyz_turns_ready_once_every_watched_resource_synced_and_every_instanc
     };
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", down.clone())],
         settings,
         CONFIG,
@@ -321,7 +217,7 @@ async fn a_deployment_to_an_unreachable_instance_is_counted_and_reported_under_i
     };
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", down.clone())],
         settings,
         CONFIG,
@@ -360,7 +256,7 @@ async fn a_deployment_to_an_unreachable_instance_is_counted_and_reported_under_i
 async fn healthz_names_the_coordinator_while_a_render_hangs_and_a_deployer_whose_deploy_hangs() {
     let source = haptor::actors::sources::MemorySource::new();
     source.apply(service("web"));
-    let pipeline = Arc::new(TestPipeline::default());
+    let pipeline = Arc::new(RenderOnlyPipeline::default());
     let hanging = Arc::new(HangingTarget::default());
     let settings = ControllerSettings {
         stall_threshold: Duration::from_millis(200),
@@ -421,7 +317,7 @@ async fn the_first_render_of_a_rebuilt_iteration_is_deployed_to_the_targets_of_t
     let target = recording("pod-a");
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", target.clone())],
         ControllerSettings::default(),
         CONFIG,
@@ -466,7 +362,7 @@ async fn the_first_render_of_a_rebuilt_iteration_is_deployed_to_the_targets_of_t
 async fn a_restarted_watcher_whose_relist_differs_from_its_store_triggers_a_render() {
     let source = ListOnlySource::default();
     source.objects.lock().expect("lock").push(service("web"));
-    let pipeline = Arc::new(TestPipeline::default());
+    let pipeline = Arc::new(RenderOnlyPipeline::default());
     let target = recording("pod-a");
     let h = start(
         Arc::new(source.clone()),
@@ -518,7 +414,7 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
     let paced = CONFIG.replace("minDeploymentInterval: 0s", "minDeploymentInterval: 1h");
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", first.clone())],
         ControllerSettings::default(),
         &paced,
@@ -585,25 +481,9 @@ async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_wait
     h.controller.stop().await;
 }
 
-const TWO_INSTANCES: &str = r#"
-apiVersion: haptor.dev/v1alpha1
-kind: HAProxyTemplateConfig
-metadata: {name: test, namespace: default}
-spec:
-  dataplane:
-    minDeploymentInterval: 0s
-    driftPreventionInterval: 1h
-  watchedResources:
-    services:
-      apiVersion: v1
-      resources: services
-      indexBy: ["metadata.namespace", "metadata.name"]
-      debounce: 0s
-  haproxyConfig:
-    template: |
-      global
-        maxconn 100
-      defaults
+const TWO_INSTANCES: &str = config_yaml!(
+    "test",
+    r#"      defaults
         mode http
         timeout connect 1s
         timeout client 5s
@@ -616,7 +496,8 @@ spec:
       {{#resources "services" as |svc|}}
         server {{svc.metadata.name}} 127.0.0.1:{{svc.metadata.annotations.port}}
       {{/resources}}
-"#;
+"#
+);
 
 /// A backend answering every request with its name.
 fn http_backend(name: &'static str) -> u16 {
@@ -736,7 +617,7 @@ async fn the_published_haproxycfg_lists_every_deployed_auxiliary_file_with_path_
     );
     let h = start(
         Arc::new(source.clone()),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", target.clone())],
         ControllerSettings::default(),
         &with_map,
@@ -796,7 +677,7 @@ async fn readiness_holds_through_a_rebuild_whose_new_watcher_has_not_synced_and_
     };
     let h = start(
         Arc::new(SecretsNeverSync(source.clone())),
-        Arc::new(TestPipeline::default()),
+        Arc::new(RenderOnlyPipeline::default()),
         vec![("pod-a", target.clone())],
         settings,
         CONFIG,
