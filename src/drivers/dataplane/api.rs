@@ -292,7 +292,7 @@ impl Api {
         answer.body.trim().parse().map_err(|_| ApiError::Status {
             status: answer.status.as_u16(),
             message: format!(
-                "the configuration version is not an integer: '{}'",
+                "/services/haproxy/configuration/version is not a JSON integer: '{}'",
                 answer.body.trim()
             ),
         })
