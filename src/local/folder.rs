@@ -211,6 +211,8 @@ impl ManifestFolder {
             seen.push(path.clone());
             let entry = self.files.entry(path.clone()).or_default();
             if entry.stamp.is_some() && entry.stamp == stamp {
+                // Back as it was (a file restored with its modification time, say).
+                entry.vanished_scans = 0;
                 continue;
             }
             report.files_read += 1;
@@ -535,6 +537,20 @@ mod tests {
         write(&path, &svc("web", 80));
         let report = folder.scan(&source);
         assert_eq!((report.applied, report.deleted), (0, 0), "{report:?}");
+
+        // Moved away and back with its modification time: the next vanishing gets the
+        // whole grace again.
+        let aside = dir.path().join("aside");
+        std::fs::rename(&path, &aside).expect("move away");
+        assert_eq!(folder.scan(&source).deleted, 0);
+        std::fs::rename(&aside, &path).expect("move back");
+        assert_eq!(folder.scan(&source).files_read, 0, "unchanged");
+        std::fs::remove_file(&path).expect("delete");
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0, "the grace starts over");
+        }
+        write(&path, &svc("web", 80));
+        assert_eq!(folder.scan(&source).deleted, 0);
 
         // Emptied for good: its objects go after the grace.
         write(&path, "");
