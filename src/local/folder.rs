@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -65,21 +66,33 @@ fn read_manifest_text(path: &Path, len: Option<u64>) -> Result<String, (Manifest
         line,
         message,
     };
-    if let Some(len) = len.filter(|len| *len > MAX_MANIFEST_FILE_BYTES) {
-        return Err((
-            problem(
-                None,
-                format!(
-                    "the file is {} MiB; haptor local reads manifest files of up to {} MiB (an API server takes objects of at most 3 MiB)",
-                    len / (1024 * 1024),
-                    MAX_MANIFEST_FILE_BYTES / (1024 * 1024)
-                ),
+    let too_large = |size: String| {
+        problem(
+            None,
+            format!(
+                "the file is {size} MiB; haptor local reads manifest files of up to {} MiB (an API server takes objects of at most 3 MiB)",
+                MAX_MANIFEST_FILE_BYTES / (1024 * 1024)
             ),
+        )
+    };
+    if let Some(len) = len.filter(|len| *len > MAX_MANIFEST_FILE_BYTES) {
+        return Err((too_large((len / (1024 * 1024)).to_string()), false));
+    }
+    // Read no more than the limit, whatever the size was: a file still being written may
+    // have grown past it since.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(MAX_MANIFEST_FILE_BYTES + 1)
+                .read_to_end(&mut bytes)
+        })
+        .map_err(|e| (problem(None, format!("cannot read: {e}")), true))?;
+    if bytes.len() as u64 > MAX_MANIFEST_FILE_BYTES {
+        return Err((
+            too_large(format!("over {}", MAX_MANIFEST_FILE_BYTES / (1024 * 1024))),
             false,
         ));
     }
-    let bytes =
-        std::fs::read(path).map_err(|e| (problem(None, format!("cannot read: {e}")), true))?;
     String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line = good.iter().filter(|b| **b == b'\n').count() + 1;
