@@ -207,28 +207,8 @@ impl HaproxyProcess {
     /// Stops HAProxy: SIGTERM to the master (which stops its workers and waits for them),
     /// then SIGKILL after [`STOP_TIMEOUT`]. Stopping a stopped process does nothing.
     pub async fn stop(&mut self) -> Result<(), LocalTargetError> {
-        if self.exit_status().is_some() || self.child.is_none() {
-            return Ok(());
-        }
-        if let Err(e) = send_signal(self.master_pid, "TERM") {
-            tracing::warn!(master_pid = self.master_pid, error = %e, "cannot send SIGTERM to haproxy; killing it");
-            self.kill();
-            return Ok(());
-        }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if self.exit_status().is_some() {
-                tracing::info!(master_pid = self.master_pid, "haproxy stopped");
-                return Ok(());
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-        tracing::warn!(
-            master_pid = self.master_pid,
-            "haproxy did not stop within {STOP_TIMEOUT:?}; killing it"
-        );
-        self.kill();
-        Ok(())
+        self.signal_and_wait("TERM", "haproxy stopped", "did not stop")
+            .await
     }
 
     /// Stops HAProxy gracefully, for a new master started beside it to take over: SIGUSR1 to
@@ -236,25 +216,41 @@ impl HaproxyProcess {
     /// and the master with them; SIGKILL after [`STOP_TIMEOUT`]. Stopping a stopped process
     /// does nothing.
     pub async fn soft_stop(&mut self) -> Result<(), LocalTargetError> {
+        self.signal_and_wait(
+            "USR1",
+            "haproxy stopped gracefully",
+            "did not finish its connections",
+        )
+        .await
+    }
+
+    /// Sends `signal` to the master and waits up to [`STOP_TIMEOUT`] for it to exit, then
+    /// kills it; `stopped` is logged when it exits, `late` (what it did not do) when killed.
+    async fn signal_and_wait(
+        &mut self,
+        signal: &str,
+        stopped: &str,
+        late: &str,
+    ) -> Result<(), LocalTargetError> {
         if self.exit_status().is_some() || self.child.is_none() {
             return Ok(());
         }
-        if let Err(e) = send_signal(self.master_pid, "USR1") {
-            tracing::warn!(master_pid = self.master_pid, error = %e, "cannot send SIGUSR1 to haproxy; killing it");
+        if let Err(e) = send_signal(self.master_pid, signal) {
+            tracing::warn!(master_pid = self.master_pid, error = %e, "cannot send SIG{signal} to haproxy; killing it");
             self.kill();
             return Ok(());
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
             if self.exit_status().is_some() {
-                tracing::info!(master_pid = self.master_pid, "haproxy stopped gracefully");
+                tracing::info!(master_pid = self.master_pid, "{stopped}");
                 return Ok(());
             }
             tokio::time::sleep(POLL_INTERVAL).await;
         }
         tracing::warn!(
             master_pid = self.master_pid,
-            "haproxy did not finish its connections within {STOP_TIMEOUT:?}; killing it"
+            "haproxy {late} within {STOP_TIMEOUT:?}; killing it"
         );
         self.kill();
         Ok(())
