@@ -157,6 +157,22 @@ impl Prober {
             .join()
             .expect("the prober")
     }
+
+    /// Stops probing and fails the test if any request went unanswered `during` what the
+    /// test did; prints how many were answered.
+    fn assert_all_answered(self, during: &str) {
+        let (answered, failures) = self.finish();
+        eprintln!(
+            "{during}: {answered} requests answered, {} not",
+            failures.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} of {} requests failed {during}: {failures:?}",
+            failures.len(),
+            answered + failures.len()
+        );
+    }
 }
 
 /// Stays in the loop until `check` has held for `period` (checked every 100 ms); fails the
@@ -228,18 +244,8 @@ fn a_haptor_killed_while_its_reload_is_in_flight_converges_after_a_restart_witho
         },
     );
     local.wait_ready(Duration::from_secs(60));
-    let (answered, failures) = prober.finish();
-    eprintln!(
-        "while the restarted haptor replaced the orphan: {answered} requests answered, {} not",
-        failures.len()
-    );
     // The new haproxy started beside the orphan, which was soft-stopped: no request refused.
-    assert!(
-        failures.is_empty(),
-        "{} of {} requests failed while the orphan was replaced: {failures:?}",
-        failures.len(),
-        answered + failures.len()
-    );
+    prober.assert_all_answered("while the restarted haptor replaced the orphan");
     // Converged: the change that was in flight serves, and so does everything before it.
     wait_routed(&local, &host, "app-a", Duration::from_secs(30));
     wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(5));
@@ -408,19 +414,9 @@ fn a_deleted_master_socket_is_reported_and_haproxy_is_started_again_so_the_next_
         Duration::from_secs(15),
         || (!pid_alive(&master)).then_some(()),
     );
-    let (answered, failures) = prober.finish();
-    eprintln!(
-        "{answered} requests answered during the takeover, {} not",
-        failures.len()
-    );
     // The new haproxy started beside the old one, which was soft-stopped: not one request
     // went unanswered.
-    assert!(
-        failures.is_empty(),
-        "{} of {} requests failed during the takeover: {failures:?}",
-        failures.len(),
-        answered + failures.len()
-    );
+    prober.assert_all_answered("during the takeover");
 
     // A change needing a reload and one going through the runtime API both land.
     local.write("app-d.yaml", &new_app("app-d", "d.localhost", b));
@@ -528,18 +524,7 @@ fn a_deleted_manifest_folder_keeps_the_last_good_routes_serving_and_its_recreati
         Duration::from_secs(15),
         || (!pid_alive(&master)).then_some(()),
     );
-    let (answered, failures) = prober.finish();
-    eprintln!(
-        "{answered} requests answered while the folder was gone and recreated, {} not",
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {} requests failed while the folder was gone and haproxy was replaced: \
-         {failures:?}",
-        failures.len(),
-        answered + failures.len()
-    );
+    prober.assert_all_answered("while the folder was gone and haproxy was replaced");
     // And a later change lands as usual.
     local.write("app-d.yaml", &new_app("app-d", "d.localhost", a));
     wait_routed(&local, "d.localhost", "app-a", Duration::from_secs(30));
@@ -570,31 +555,12 @@ mod in_cluster {
 
     use haptor::pure::config::HAProxyCfg;
     use k8s_openapi::api::core::v1::Service;
-    use k8s_openapi::api::networking::v1::Ingress;
     use kube::Client;
     use kube::api::{Api, PostParams};
     use serde_json::json;
 
-    use super::haptor_run::{Replica, library_config, no_election, wait_for};
+    use super::haptor_run::{Replica, create_ingress, library_config, no_election, wait_for};
     use super::kube_kit::{Kit, KitOptions};
-
-    async fn ingress(client: &Client, ns: &str, name: &str, host: &str) {
-        let ingress: Ingress = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": {
-                "ingressClassName": "haptor",
-                "rules": [{ "host": host, "http": { "paths": [{
-                    "path": "/", "pathType": "Prefix",
-                    "backend": { "service": { "name": "web", "port": { "number": 80 } } },
-                }]}}],
-            },
-        }))
-        .expect("an Ingress");
-        Api::<Ingress>::namespaced(client.clone(), ns)
-            .create(&PostParams::default(), &ingress)
-            .await
-            .expect("the Ingress is created");
-    }
 
     async fn rendered(replica: &Replica) -> Option<String> {
         replica
@@ -639,7 +605,7 @@ mod in_cluster {
         kit.endpoint_slice(&ns, "web", &["10.244.0.5"], 8080)
             .await
             .expect("the EndpointSlice is created");
-        ingress(&client, &ns, "web", "web.example").await;
+        create_ingress(&client, &ns, "web", "haptor", "web.example").await;
         Api::<haptor::pure::config::HAProxyTemplateConfig>::namespaced(client.clone(), &ns)
             .create(&PostParams::default(), &library_config(&ns, no_election()))
             .await
@@ -669,7 +635,7 @@ mod in_cluster {
 
         // The apiserver goes away right after a change (the watch may or may not have
         // delivered it) and stays away for a few seconds, then comes back.
-        ingress(&client, &ns, "last-before", "last-before.example").await;
+        create_ingress(&client, &ns, "last-before", "haptor", "last-before.example").await;
         let stopped_in = kit.stop_apiserver(Duration::from_secs(5));
         tokio::time::sleep(Duration::from_secs(4)).await;
         let started_in = kit.start_apiserver();
@@ -717,7 +683,7 @@ mod in_cluster {
         );
 
         // And a change after the restart is seen and published.
-        ingress(&client, &ns, "after", "after.example").await;
+        create_ingress(&client, &ns, "after", "haptor", "after.example").await;
         wait_for("the change after the restart", &[&replica], || async {
             let now = published(&client, &ns).await?;
             let rendered = rendered(&replica).await?;
