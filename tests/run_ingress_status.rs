@@ -21,7 +21,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use haptor_run::{Replica, library_config, no_election, wait_for};
+use haptor_run::{Replica, create_ingress, library_config, no_election, wait_for};
 use kube_kit::Kit;
 
 const PUBLISHED: &str = "192.0.2.10";
@@ -36,24 +36,6 @@ async fn service(client: &Client, ns: &str, name: &str, port: i32) {
         .create(&PostParams::default(), &service)
         .await
         .expect("the Service is created");
-}
-
-async fn ingress(client: &Client, ns: &str, name: &str, class: &str, host: &str) {
-    let ingress: Ingress = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "ingressClassName": class,
-            "rules": [{ "host": host, "http": { "paths": [{
-                "path": "/", "pathType": "Prefix",
-                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
-            }]}}],
-        },
-    }))
-    .expect("an Ingress");
-    Api::<Ingress>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &ingress)
-        .await
-        .expect("the Ingress is created");
 }
 
 async fn get_ingress(client: &Client, ns: &str, name: &str) -> Option<Ingress> {
@@ -102,8 +84,8 @@ async fn served_ingresses_get_the_publish_address_and_ignored_ones_an_event() {
     kit.endpoint_slice(&ns, "web", &["10.244.0.5"], 8080)
         .await
         .expect("the EndpointSlice is created");
-    ingress(&client, &ns, "served", "haptor", "served.example").await;
-    ingress(&client, &ns, "other", "nginx", "other.example").await;
+    create_ingress(&client, &ns, "served", "haptor", "served.example").await;
+    create_ingress(&client, &ns, "other", "nginx", "other.example").await;
     Api::<HAProxyTemplateConfig>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &library_config(&ns, no_election()))
         .await
@@ -152,7 +134,7 @@ async fn served_ingresses_get_the_publish_address_and_ignored_ones_an_event() {
     // rewrite the unchanged status.
     let version = served.metadata.resource_version.clone();
     service(&client, &ns, "unrelated", 81).await;
-    ingress(&client, &ns, "second", "haptor", "second.example").await;
+    create_ingress(&client, &ns, "second", "haptor", "second.example").await;
     let backend = format!("svc_{ns}_unrelated_81");
     wait_for("the render with the new Service", &[&replica], || async {
         Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
@@ -245,7 +227,7 @@ async fn served_ingresses_get_the_publish_address_and_ignored_ones_an_event() {
 
     // An Ingress of another class created later changes nothing haproxy.cfg holds, only the
     // outcomes: it gets its Event all the same.
-    ingress(&client, &ns, "late", "nginx", "late.example").await;
+    create_ingress(&client, &ns, "late", "nginx", "late.example").await;
     wait_for(
         "an IngressIgnored Event for the late Ingress",
         &[&replica],

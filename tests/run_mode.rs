@@ -24,7 +24,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use haptor_run::{
-    Replica, fast_election, lease_holder, library_config, no_election, repo, wait_for,
+    Replica, create_ingress, fast_election, lease_holder, library_config, no_election, repo,
+    wait_for,
 };
 use kube_kit::{CuttableProxy, Kit, KitOptions};
 
@@ -42,25 +43,7 @@ async fn web_app(kit: &Kit, client: &Client, ns: &str, host: &str) {
     kit.endpoint_slice(ns, "web", &["10.244.0.5"], 8080)
         .await
         .expect("the EndpointSlice is created");
-    ingress(client, ns, "web", host).await;
-}
-
-async fn ingress(client: &Client, ns: &str, name: &str, host: &str) {
-    let ingress: Ingress = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "ingressClassName": "haptor",
-            "rules": [{ "host": host, "http": { "paths": [{
-                "path": "/", "pathType": "Prefix",
-                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
-            }]}}],
-        },
-    }))
-    .expect("an Ingress");
-    Api::<Ingress>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &ingress)
-        .await
-        .expect("the Ingress is created");
+    create_ingress(client, ns, "web", "haptor", host).await;
 }
 
 async fn create_config(client: &Client, ns: &str, leader_election: Value) -> HAProxyTemplateConfig {
@@ -205,7 +188,7 @@ async fn an_invalid_config_change_is_reported_in_status_and_an_event_and_the_las
     );
 
     // A resource change meanwhile is still rendered with the last valid templates.
-    ingress(&client, &ns, "second", "second.example").await;
+    create_ingress(&client, &ns, "second", "haptor", "second.example").await;
     wait_for(
         "the second Ingress rendered with the last valid config",
         &[&replica],
@@ -272,7 +255,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_when_the_leader_is_k
     };
     let killed_at = Instant::now();
     assert_eq!(leader.stop_with("KILL"), None);
-    ingress(&client, &ns, "meanwhile", "meanwhile.example").await;
+    create_ingress(&client, &ns, "meanwhile", "haptor", "meanwhile.example").await;
     let follower_name = follower.identity.clone();
     wait_for("the follower to hold the Lease", &[follower], || async {
         lease_holder(&client, &ns)
@@ -410,7 +393,7 @@ async fn after_a_broken_watch_and_etcd_compaction_the_stores_converge_and_the_ne
     let client = kit.admin().await;
     let ns = kit.temp_ns("run-compaction").await;
     web_app(&kit, &client, &ns, "kept.example").await;
-    ingress(&client, &ns, "doomed", "doomed.example").await;
+    create_ingress(&client, &ns, "doomed", "haptor", "doomed.example").await;
     create_config(&client, &ns, no_election()).await;
     let proxy = CuttableProxy::start(kit.port).await;
     let kubeconfig = kit.dir().join("via-proxy.kubeconfig");
@@ -448,7 +431,7 @@ async fn after_a_broken_watch_and_etcd_compaction_the_stores_converge_and_the_ne
         .delete("doomed", &Default::default())
         .await
         .expect("deleted");
-    ingress(&client, &ns, "arrived", "arrived.example").await;
+    create_ingress(&client, &ns, "arrived", "haptor", "arrived.example").await;
     kit.compact_etcd().await;
     proxy.restore();
     wait_for(
@@ -471,7 +454,7 @@ async fn after_a_broken_watch_and_etcd_compaction_the_stores_converge_and_the_ne
         replica.log_text()
     );
     // And the next change after the relist is published too.
-    ingress(&client, &ns, "later", "later.example").await;
+    create_ingress(&client, &ns, "later", "haptor", "later.example").await;
     wait_for("the next change", &[&replica], || async {
         rendered(&replica)
             .await

@@ -1,8 +1,8 @@
 //! `haptor run` processes for the end-to-end tests (`run_mode.rs`, `run_pods.rs`): the real
 //! binary started against the kit's API server with its own probe, debug and metrics ports
 //! and its log in a file, killed when dropped; the Ingress library as a test's
-//! `HAProxyTemplateConfig`; and polling with a deadline that shows the replicas' logs when
-//! it fails. Included with `#[path = "support/haptor_run.rs"] mod haptor_run;` beside
+//! `HAProxyTemplateConfig` and an Ingress to route through it ([`create_ingress`]); and
+//! polling with a deadline that shows the replicas' logs when it fails. Included with `#[path = "support/haptor_run.rs"] mod haptor_run;` beside
 //! `mod support;`.
 #![allow(dead_code)]
 
@@ -31,6 +31,26 @@ pub fn library_config(ns: &str, leader_election: Value) -> HAProxyTemplateConfig
     value["metadata"] = json!({ "name": "haptor-config", "namespace": ns });
     value["spec"]["leaderElection"] = leader_election;
     serde_json::from_value(value).expect("the library is an HAProxyTemplateConfig")
+}
+
+/// Creates the Ingress `name` of `ns`, of class `class`, routing `host` `/` to the Service
+/// `web` port 80.
+pub async fn create_ingress(client: &kube::Client, ns: &str, name: &str, class: &str, host: &str) {
+    let ingress: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "ingressClassName": class,
+            "rules": [{ "host": host, "http": { "paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
+            }]}}],
+        },
+    }))
+    .expect("an Ingress");
+    kube::Api::namespaced(client.clone(), ns)
+        .create(&kube::api::PostParams::default(), &ingress)
+        .await
+        .expect("the Ingress is created");
 }
 
 pub fn no_election() -> Value {
