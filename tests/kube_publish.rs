@@ -394,6 +394,8 @@ async fn an_unchanged_spec_is_not_applied_again_while_only_the_status_changes() 
         })
         .await;
     }
+    // The object can show a write before the sink has counted it: wait for the count.
+    publishing.wait_for_writes("status", "success", 3).await;
     let after = api.get(NAME).await.expect("the HAProxyCfg");
     // The spec's generation stayed (the status subresource keeps status writes from
     // counting). The apiserver turns an identical apply into no change at all, so what
@@ -424,6 +426,7 @@ async fn an_unchanged_spec_is_not_applied_again_while_only_the_status_changes() 
         o.metadata.owner_references.as_ref() == Some(&vec![other_owner.clone()])
     })
     .await;
+    publishing.wait_for_writes("spec", "success", 3).await;
     assert_eq!(publishing.writes("spec", "success"), 3);
     publishing.stop().await;
 }
