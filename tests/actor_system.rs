@@ -492,23 +492,31 @@ async fn debug_actors_lists_every_actor_and_metrics_are_exposed() {
         "{text}"
     );
 
-    let metrics = reqwest::get(format!(
-        "{}/metrics",
-        server_url(&h, METRICS_SERVER_NAME).await
-    ))
-    .await
-    .expect("GET")
-    .text()
-    .await
-    .expect("text");
-    for family in [
+    let families = [
         "haptor_reconciliations_total",
         "haptor_deployments_total",
         "haptor_resources",
         "haptor_leader_is_leader 1",
         "haptor_observability_events_dropped_total",
         "haptor_build_info",
-    ] {
+    ];
+    // The Metrics actor counts events from its queue in its own time: the deployment can be
+    // recorded before it (or the sync, or the leadership) shows in /metrics.
+    let url = format!("{}/metrics", server_url(&h, METRICS_SERVER_NAME).await);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = reqwest::get(&url)
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("text");
+        if families.iter().all(|f| metrics.contains(f)) || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    for family in families {
         assert!(
             metrics.contains(family),
             "{family} missing from /metrics:\n{metrics}"

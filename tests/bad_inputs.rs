@@ -944,10 +944,13 @@ fn a_full_work_dir_is_reported_with_the_file_nothing_half_written_is_loaded_and_
         leftovers.is_empty(),
         "no temporary files left: {leftovers:?}"
     );
-    assert!(
-        local.log_text().contains("No space left on device"),
-        "the log says so"
-    );
+    // The deployer records the error before it logs it: wait for the line.
+    eventually("the log to say so", Duration::from_secs(10), || {
+        local
+            .log_text()
+            .contains("No space left on device")
+            .then_some(())
+    });
     assert!(!local.log_text().contains("panicked"));
 
     // Space again: the deployer's retry deploys the change.

@@ -396,7 +396,16 @@ async fn a_restarted_watcher_whose_relist_differs_from_its_store_triggers_a_rend
             .is_some_and(|r| r.rendered.haproxy_cfg.contains("backend while-down"))
     })
     .await;
-    // The restart is counted by the supervisor.
+    // The restart is counted by the supervisor, through an event the Metrics actor takes
+    // from its queue in its own time: the render can be deployed before it is counted.
+    let series = "haptor_actor_restarts_total{actor=\"watcher-services\"} ";
+    eventually("the restart counted", || {
+        h.controller
+            .metrics
+            .encode_text()
+            .is_ok_and(|text| text.contains(series))
+    })
+    .await;
     let metrics = h.controller.metrics.encode_text().expect("metrics");
     assert!(
         metrics.contains("haptor_actor_restarts_total{actor=\"watcher-services\"} 1"),

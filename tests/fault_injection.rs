@@ -660,6 +660,12 @@ mod in_cluster {
             },
         )
         .await;
+        // The render is counted through an event the Metrics actor takes from its queue in
+        // its own time: the HAProxyCfg can show it first. Wait for the count.
+        wait_for("the render of that change counted", &[&replica], || async {
+            (renders(&replica).await >= before + 1.0).then_some(())
+        })
+        .await;
         let renders_after = renders(&replica).await;
         let log_before_quiet = replica.log_text().len();
 

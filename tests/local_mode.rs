@@ -423,10 +423,17 @@ fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_con
         state["reconciliations"].as_u64().unwrap_or(u64::MAX) < reconciliations_before,
         "state restarted with the iteration: {state}"
     );
-    let metrics = local.metrics_text();
-    assert!(
-        sample(&metrics, "haptor_resources{resource=\"configmaps\"}").is_some(),
-        "{metrics}"
+    // The Metrics actor counts the new index's sync from its queue in its own time: the
+    // routes can answer first.
+    eventually(
+        "the configmaps counted in /metrics",
+        Duration::from_secs(10),
+        || {
+            sample(
+                &local.metrics_text(),
+                "haptor_resources{resource=\"configmaps\"}",
+            )
+        },
     );
 }
 
@@ -530,9 +537,13 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
     local.wait_ready(Duration::from_secs(30));
-    let metrics = local.metrics_text();
-    let ingresses =
-        sample(&metrics, "haptor_resources{resource=\"ingresses\"}").expect("ingresses counted");
+    // The Metrics actor counts events from its queue in its own time: ready can show first.
+    let ingresses = eventually("the ingresses counted", Duration::from_secs(10), || {
+        sample(
+            &local.metrics_text(),
+            "haptor_resources{resource=\"ingresses\"}",
+        )
+    });
     local.move_first_endpoint_port(a, b);
     local.write(
         "new-route.yaml",
@@ -541,16 +552,7 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     eventually("c.localhost routed", Duration::from_secs(15), || {
         get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
     });
-    let metrics = eventually(
-        "the change counted in /metrics",
-        Duration::from_secs(10),
-        || {
-            let metrics = local.metrics_text();
-            (sample(&metrics, "haptor_resources{resource=\"ingresses\"}") == Some(ingresses + 1.0))
-                .then_some(metrics)
-        },
-    );
-    for (series, at_least) in [
+    let least = [
         (
             "haptor_change_to_deploy_seconds_count{instance=\"local\"}",
             1.0,
@@ -560,7 +562,28 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
         ("haptor_reconciliations_total", 2.0),
         ("haptor_validations_total", 1.0),
         ("haptor_leader_is_leader", 1.0),
-    ] {
+    ];
+    // The route answers before its deployment returns, and the Metrics actor counts the
+    // deployment from its queue after that: wait for the counts, not only the new Ingress.
+    let started = Instant::now();
+    let metrics = loop {
+        let metrics = local.metrics_text();
+        let counted = sample(&metrics, "haptor_resources{resource=\"ingresses\"}")
+            == Some(ingresses + 1.0)
+            && least.iter().all(|(series, at_least)| {
+                sample(&metrics, series).unwrap_or_default() >= *at_least
+            });
+        if counted || started.elapsed() > Duration::from_secs(10) {
+            break metrics;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        sample(&metrics, "haptor_resources{resource=\"ingresses\"}"),
+        Some(ingresses + 1.0),
+        "the change counted in /metrics:\n{metrics}"
+    );
+    for (series, at_least) in least {
         let value = sample(&metrics, series).unwrap_or_default();
         assert!(value >= at_least, "{series} = {value}:\n{metrics}");
     }

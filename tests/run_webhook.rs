@@ -644,11 +644,11 @@ async fn a_rotated_certificate_serves_without_a_restart_and_a_broken_one_is_not_
     })
     .await;
     post_review(&new_client, port, &review("u-4", &ns, &object)).await;
-    assert!(
-        replica.log_text().contains("does not match"),
-        "{}",
-        replica.log_text()
-    );
+    // The failure is counted before it is logged: wait for the line.
+    wait_for("the broken pair logged", &[&replica], || async {
+        replica.log_text().contains("does not match").then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
