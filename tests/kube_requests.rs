@@ -313,7 +313,10 @@ async fn an_apply_the_apiserver_refuses_is_counted_and_retried_after_a_backoff_w
     assert_eq!(publishing.writes("status", "success"), 0);
     publishing.sink.publish(&spec(), &second_status());
     publishing.wait_for_writes("status", "success", 1).await;
-    assert!(refused_at.elapsed() >= Duration::from_millis(900));
+    // `refused_at` is when this test noticed the refusal, which a loaded machine can delay
+    // well past the refusal itself; an immediate retry would take milliseconds, not half the
+    // one-second backoff.
+    assert!(refused_at.elapsed() >= Duration::from_millis(500));
     assert_eq!(publishing.writes("spec", "success"), 1);
     assert_eq!(publishing.writes("status", "failure"), 0);
     publishing.stop().await;
