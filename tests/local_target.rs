@@ -778,17 +778,16 @@ async fn a_second_start_on_a_work_directory_whose_haproxy_has_a_live_owner_is_re
     first.stop().await.expect("stops");
 }
 
-#[tokio::test]
-async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let work_dir = WorkDir::new(dir.path()).expect("work dir");
+/// Starts haproxy on `work_dir` from a shell that exits at once, so its owner is dead as
+/// after a haptor killed with SIGKILL; returns the master's pid once its pid file names it
+/// (not waiting for its socket to answer: a start must find an orphan by its pid file
+/// alone, too).
+async fn start_orphan(work_dir: &WorkDir) -> (u32, KillIfStillOurs) {
     std::fs::write(
         work_dir.config_file(),
-        haptor::drivers::local::bootstrap_config(&work_dir),
+        haptor::drivers::local::bootstrap_config(work_dir),
     )
     .expect("config");
-    // A shell starts haproxy in the background and exits at once: haproxy's owner is dead,
-    // as after a haptor killed with SIGKILL.
     let status = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -804,23 +803,93 @@ async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
     let deadline = Instant::now() + PATIENCE;
     let orphan = loop {
         let pid = std::fs::read_to_string(work_dir.pid_file()).unwrap_or_default();
-        // Not waiting for the socket to answer: a start must find the orphan by its pid
-        // file alone, too.
         if let Ok(pid) = pid.trim().parse::<u32>() {
             break pid;
         }
         assert!(Instant::now() < deadline, "the orphan never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let _cleanup = KillIfStillOurs {
+    let cleanup = KillIfStillOurs {
         pid: orphan,
         socket: work_dir.master_socket(),
     };
+    (orphan, cleanup)
+}
+
+/// `show proc` on the work directory's master socket, read by hand (no haptor code).
+fn show_proc(work_dir: &WorkDir) -> Option<ProcInfo> {
+    let mut cli = std::os::unix::net::UnixStream::connect(work_dir.master_socket()).ok()?;
+    cli.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    cli.write_all(b"show proc\n").ok()?;
+    // The master CLI answers once the client stops sending.
+    cli.shutdown(std::net::Shutdown::Write).ok()?;
+    let mut reply = String::new();
+    cli.read_to_string(&mut reply).ok()?;
+    haptor::drivers::local::parse_show_proc(&reply)
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test]
+async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work_dir = WorkDir::new(dir.path()).expect("work dir");
+    let (orphan, _cleanup) = start_orphan(&work_dir).await;
     let mut process = HaproxyProcess::start(haproxy_binary(), &work_dir)
         .await
         .expect("the orphan is stopped and a new haproxy starts");
     assert_ne!(process.master_pid(), orphan);
     expect_gone(&[orphan]).await;
+    assert!(process.is_running());
+    process.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn a_haproxy_left_behind_with_a_reload_unread_is_replaced_once_it_has_reloaded_and_the_new_one_keeps_the_socket()
+ {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work_dir = WorkDir::new(dir.path()).expect("work dir");
+    let (orphan, _cleanup) = start_orphan(&work_dir).await;
+    let deadline = Instant::now() + PATIENCE;
+    while !show_proc(&work_dir)
+        .is_some_and(|info| info.master_pid == orphan && info.current_worker.is_some())
+    {
+        assert!(Instant::now() < deadline, "the orphan never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Its owner asked for a reload and died before the master read it: the master is
+    // stopped with the request waiting on its socket, and goes on only once the new start
+    // has had time to bring up a master of its own (3 s: past the first probe's 2 s).
+    signal(orphan, "-STOP");
+    let mut cli =
+        std::os::unix::net::UnixStream::connect(work_dir.master_socket()).expect("connect");
+    cli.write_all(b"reload\n").expect("the reload is sent");
+    cli.shutdown(std::net::Shutdown::Write)
+        .expect("the request ends");
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        signal(orphan, "-CONT");
+    });
+    let mut process = HaproxyProcess::start(haproxy_binary(), &work_dir)
+        .await
+        .expect("a new haproxy starts");
+    resume.join().expect("the orphan resumed");
+    drop(cli);
+    assert_ne!(process.master_pid(), orphan);
+    expect_gone(&[orphan]).await;
+    // The orphan's reload re-executed it, which binds the master socket again: had the new
+    // master started before that, the socket would now lead nowhere.
+    let info = process
+        .show_proc()
+        .await
+        .expect("the new master answers on the work directory's socket");
+    assert_eq!(info.master_pid, process.master_pid());
     assert!(process.is_running());
     process.stop().await.expect("stops");
 }

@@ -7,8 +7,10 @@
 //! If haptor itself dies without stopping HAProxy (SIGKILL, the OOM killer), the master
 //! lives on without its owner. The next start on the same work directory recognises such a
 //! master (it answers on the work directory's socket, but its parent is no longer a process
-//! running haptor's program), starts a new master beside it and then soft-stops it, so no
-//! connection is refused; a master whose owner is alive is left alone and the start fails.
+//! running haptor's program), waits for it to finish any reload it had been asked for (a
+//! reload re-executes the master, which then binds the socket again), starts a new master
+//! beside it and then soft-stops it, so no connection is refused; a master whose owner is
+//! alive is left alone and the start fails.
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -71,6 +73,22 @@ impl HaproxyProcess {
         let Some(orphan) = orphan else {
             return HaproxyProcess::launch(binary, work_dir).await;
         };
+        // An orphan whose haptor died after asking it to reload re-executes itself when it
+        // gets to that reload, and binds the master socket again: a master started beside it
+        // before then would lose the socket to it, and haptor the means to drive its own.
+        match settle_orphan(orphan, work_dir).await {
+            Orphan::Settled => {}
+            Orphan::Gone => return HaproxyProcess::launch(binary, work_dir).await,
+            Orphan::Unsettled => {
+                tracing::warn!(
+                    master_pid = orphan,
+                    timeout = ?START_TIMEOUT,
+                    "the haproxy left running by an earlier haptor did not settle; stopping it before starting a new one"
+                );
+                stop_orphan(orphan, work_dir).await?;
+                return HaproxyProcess::launch(binary, work_dir).await;
+            }
+        }
         // The new master starts beside the orphan (their listeners share the ports), which
         // then finishes its connections and goes, so none is refused meanwhile. One that
         // cannot start beside it (a port without `SO_REUSEPORT`, say) starts once it is gone.
@@ -325,6 +343,52 @@ fn parent_pid(pid: u32) -> Option<u32> {
     after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// What [`settle_orphan`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Orphan {
+    /// It answers as itself with the same worker and reload count twice in a row.
+    Settled,
+    /// It exited meanwhile.
+    Gone,
+    /// It did not answer steadily within [`START_TIMEOUT`].
+    Unsettled,
+}
+
+/// How far apart the probes that must agree for an orphan to count as settled are.
+const SETTLE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Waits until the orphaned master `pid` has finished any reload it had been asked for: it
+/// answers `show proc` on the work directory's socket as itself, with a current worker,
+/// and two probes [`SETTLE_INTERVAL`] apart see the same worker and reload count.
+async fn settle_orphan(pid: u32, work_dir: &WorkDir) -> Orphan {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last = None;
+    loop {
+        if !is_alive(pid) {
+            return Orphan::Gone;
+        }
+        let seen = match exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await {
+            Ok(reply) => parse_show_proc(&reply)
+                .filter(|info| info.master_pid == pid)
+                .and_then(|info| Some((info.current_worker?, info.reloads))),
+            Err(_) => None,
+        };
+        if seen.is_some() && seen == last {
+            return Orphan::Settled;
+        }
+        if Instant::now() >= deadline {
+            return Orphan::Unsettled;
+        }
+        last = seen;
+        tokio::time::sleep(SETTLE_INTERVAL).await;
+    }
+}
+
+/// Whether `pid` runs (and has not merely exited unreaped).
+fn is_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid)
+}
+
 /// Stops a master left running by a haptor that died, once a new one serves beside it:
 /// SIGUSR1 (a soft stop: its workers finish their connections and exit, and the master with
 /// them), then SIGKILL after [`STOP_TIMEOUT`]; returns once it is gone.
@@ -334,8 +398,14 @@ async fn stop_orphan(pid: u32, work_dir: &WorkDir) -> Result<(), LocalTargetErro
         work_dir = %work_dir.root().display(),
         "stopping the haproxy left running by an earlier haptor on this work directory"
     );
-    let alive = || Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid);
-    send_signal(pid, "USR1")?;
+    let alive = || is_alive(pid);
+    if !alive() {
+        return Ok(());
+    }
+    if let Err(e) = send_signal(pid, "USR1") {
+        // It may have exited since it was last seen.
+        return if alive() { Err(e) } else { Ok(()) };
+    }
     let deadline = Instant::now() + STOP_TIMEOUT;
     while alive() && Instant::now() < deadline {
         tokio::time::sleep(POLL_INTERVAL).await;
