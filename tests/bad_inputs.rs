@@ -129,14 +129,21 @@ fn run_rows(local: &mut Local, good: &str, rows: &[Row]) {
                 })
             },
         );
-        let log = local.log_text();
-        let logged = log.get(log_before..).unwrap_or_default();
         // The log holds the message as it is (a value's newline too): its first line will do.
+        // The deployer records an error before it logs it: wait for the line.
         let first_line = message.lines().next().unwrap_or_default();
-        assert!(
-            logged.contains(first_line),
-            "{name}: the log says {first_line:?}; it logged:\n{logged}"
+        let log = eventually(
+            &format!("{name}: the log to say {first_line:?}"),
+            Duration::from_secs(30),
+            || {
+                let log = local.log_text();
+                log.get(log_before..)
+                    .unwrap_or_default()
+                    .contains(first_line)
+                    .then_some(log)
+            },
         );
+        let logged = log.get(log_before..).unwrap_or_default();
         assert!(
             !log.contains("panicked"),
             "{name}: haptor panicked:\n{logged}"
@@ -945,7 +952,7 @@ fn a_full_work_dir_is_reported_with_the_file_nothing_half_written_is_loaded_and_
         "no temporary files left: {leftovers:?}"
     );
     // The deployer records the error before it logs it: wait for the line.
-    eventually("the log to say so", Duration::from_secs(10), || {
+    eventually("the log to say so", Duration::from_secs(30), || {
         local
             .log_text()
             .contains("No space left on device")

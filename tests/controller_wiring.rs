@@ -132,9 +132,9 @@ async fn start(
     .await
 }
 
-/// Polls `check` every 10 ms for up to 10 s.
+/// Polls `check` every 10 ms for at least 30 s: only a failing test waits that long.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..1000 {
+    for _ in 0..3000 {
         if check() {
             return;
         }
@@ -178,7 +178,7 @@ async fn readyz_turns_ready_once_every_watched_resource_synced_and_every_instanc
     .await;
     // Synced, but the instance has not taken the config.
     let mut last = Value::Null;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         let (status, body) = debug_json(&h, "/readyz").await;
         assert_eq!(status, 503, "{body}");
         if body["waiting_for"]
@@ -193,7 +193,7 @@ async fn readyz_turns_ready_once_every_watched_resource_synced_and_every_instanc
     assert!(last["waiting_for"].to_string().contains("pod-a"), "{last}");
     down.set_unreachable(false);
     let mut ready = false;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         if debug_json(&h, "/readyz").await.0 == 200 {
             ready = true;
             break;
@@ -233,7 +233,7 @@ async fn a_deployment_to_an_unreachable_instance_is_counted_and_reported_under_i
     .await;
     // The event keeps the error's message for /debug/events and the logs.
     let mut failed = Value::Null;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         let (_, events) = debug_json(&h, "/debug/events").await;
         if let Some(event) = events
             .as_array()
@@ -280,7 +280,7 @@ async fn healthz_names_the_coordinator_while_a_render_hangs_and_a_deployer_whose
     pipeline.hang.store(true, Ordering::SeqCst);
     source.apply(service("api"));
     let mut body = Value::Null;
-    for _ in 0..300 {
+    for _ in 0..3000 {
         let (status, json) = debug_json(&h, "/healthz").await;
         if status == 503 {
             body = json;
@@ -294,7 +294,7 @@ async fn healthz_names_the_coordinator_while_a_render_hangs_and_a_deployer_whose
     // The render finishes; its deployment hangs.
     hanging.hang.store(true, Ordering::SeqCst);
     let mut body = Value::Null;
-    for _ in 0..300 {
+    for _ in 0..3000 {
         let (status, json) = debug_json(&h, "/healthz").await;
         if status == 503 && json["stalled"].to_string().contains("deployer-pod-hang") {
             body = json;
@@ -586,7 +586,7 @@ async fn two_real_haproxy_instances_are_deployed_at_once_and_both_follow_a_chang
     let sockets: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.path().join("fe.sock")).collect();
     for socket in &sockets {
         let mut answer = None;
-        for _ in 0..1000 {
+        for _ in 0..3000 {
             answer = get_unix(socket);
             if answer.as_deref() == Some("hello from first\n") {
                 break;
@@ -599,7 +599,7 @@ async fn two_real_haproxy_instances_are_deployed_at_once_and_both_follow_a_chang
     source.apply(with_port(second));
     for socket in &sockets {
         let mut answer = None;
-        for _ in 0..1000 {
+        for _ in 0..3000 {
             answer = get_unix(socket);
             if answer.as_deref() == Some("hello from second\n") {
                 break;
@@ -636,7 +636,7 @@ async fn the_published_haproxycfg_lists_every_deployed_auxiliary_file_with_path_
     let deployed = target.deployed()[0].rendered.clone();
     let (path, map) = deployed.aux_files.iter().next().expect("the map rendered");
     let mut published = None;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         published = h.sink.last.lock().expect("lock").clone();
         if published.is_some() {
             break;
@@ -693,7 +693,7 @@ async fn readiness_holds_through_a_rebuild_whose_new_watcher_has_not_synced_and_
     )
     .await;
     let mut status = 0;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         status = debug_json(&h, "/readyz").await.0;
         if status == 200 {
             break;
@@ -707,7 +707,7 @@ async fn readiness_holds_through_a_rebuild_whose_new_watcher_has_not_synced_and_
     );
     h.config.send(Some(config(&with_secrets))).expect("send");
     let mut body = Value::Null;
-    for _ in 0..500 {
+    for _ in 0..3000 {
         let (status, json) = debug_json(&h, "/readyz").await;
         assert_eq!(status, 200, "readiness dropped during the rebuild: {json}");
         if json["waiting_for"].to_string().contains("secrets") {

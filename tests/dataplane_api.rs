@@ -124,7 +124,7 @@ async fn get(frontend: u16, host: &str) -> String {
 }
 
 async fn wait_for_answer(frontend: u16, host: &str, expected: &str) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let got = get(frontend, host).await;
         if got == expected || tokio::time::Instant::now() > deadline {

@@ -248,13 +248,13 @@ fn a_haptor_killed_while_its_reload_is_in_flight_converges_after_a_restart_witho
     prober.assert_all_answered("while the restarted haptor replaced the orphan");
     // Converged: the change that was in flight serves, and so does everything before it.
     wait_routed(&local, &host, "app-a", Duration::from_secs(30));
-    wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(5));
-    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(5));
+    wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(30));
+    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(30));
 
     // The new haproxy started on the files the killed haptor had written, which are already
     // the render: the restarted haptor's first deployment changes nothing and reloads
     // nothing, and the drift checks (every 500 ms) find nothing to repair.
-    let (reloads, worker) = eventually("the new master to answer", Duration::from_secs(10), || {
+    let (reloads, worker) = eventually("the new master to answer", Duration::from_secs(30), || {
         master_state(&work)
     });
     holds_for(
@@ -303,7 +303,7 @@ fn haproxy_killed_during_a_reload_is_started_again_by_haptor_the_failure_is_repo
     wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(30));
     let work = local.work();
     let master = local.master_pid();
-    let (_, worker) = eventually("show proc", Duration::from_secs(10), || master_state(&work));
+    let (_, worker) = eventually("show proc", Duration::from_secs(30), || master_state(&work));
     let logged = reloading_deployments(&local);
 
     // The whole haproxy (master and worker) is killed the moment the reload's files are
@@ -331,8 +331,8 @@ fn haproxy_killed_during_a_reload_is_started_again_by_haptor_the_failure_is_repo
     assert!(!pid_alive(&master), "the killed master is gone");
     // The change lands and every old route answers again.
     wait_routed(&local, "d.localhost", "app-b", Duration::from_secs(60));
-    wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(5));
-    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(5));
+    wait_routed(&local, "a.localhost", "app-a", Duration::from_secs(30));
+    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(30));
 
     let log = local.log_text();
     assert!(
@@ -347,7 +347,7 @@ fn haproxy_killed_during_a_reload_is_started_again_by_haptor_the_failure_is_repo
 
     // Exactly one reloading deployment took the change (the interrupted one, confirmed by
     // the new haproxy, or its retry), and nothing reloads after it.
-    let settled = eventually("the new master to answer", Duration::from_secs(10), || {
+    let settled = eventually("the new master to answer", Duration::from_secs(30), || {
         master_state(&work)
     });
     holds_for(
@@ -411,7 +411,7 @@ fn a_deleted_master_socket_is_reported_and_haproxy_is_started_again_so_the_next_
     );
     eventually(
         "the unreachable master stopped gracefully",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || (!pid_alive(&master)).then_some(()),
     );
     // The new haproxy started beside the old one, which was soft-stopped: not one request
@@ -423,7 +423,7 @@ fn a_deleted_master_socket_is_reported_and_haproxy_is_started_again_so_the_next_
     wait_routed(&local, "d.localhost", "app-b", Duration::from_secs(30));
     local.move_first_endpoint_port(a, b);
     wait_routed(&local, "a.localhost", "app-b", Duration::from_secs(30));
-    let (reloads, _) = eventually("show proc", Duration::from_secs(10), || master_state(&work));
+    let (reloads, _) = eventually("show proc", Duration::from_secs(30), || master_state(&work));
     assert_eq!(
         reloads, 1,
         "the new master reloaded once, for the new backend"
@@ -457,7 +457,7 @@ fn a_deleted_manifest_folder_keeps_the_last_good_routes_serving_and_its_recreati
     std::fs::remove_dir_all(&dir).expect("rm -rf the folder");
     let errors = eventually(
         "the missing folder reported",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || {
             let errors = local.debug_get("/debug/vars/errors");
             errors.contains("cannot read the folder").then_some(errors)
@@ -511,7 +511,7 @@ fn a_deleted_manifest_folder_keeps_the_last_good_routes_serving_and_its_recreati
     }
     std::fs::rename(&staging, &dir).expect("the folder recreated");
     wait_routed(&local, "a.localhost", "app-b", Duration::from_secs(60));
-    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(5));
+    wait_routed(&local, "b.localhost", "app-b", Duration::from_secs(30));
     // haptor's work directory is back, with a master answering on its socket.
     let work = local.work();
     eventually(
@@ -521,7 +521,7 @@ fn a_deleted_manifest_folder_keeps_the_last_good_routes_serving_and_its_recreati
     );
     eventually(
         "the old haproxy soft-stopped",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || (!pid_alive(&master)).then_some(()),
     );
     prober.assert_all_answered("while the folder was gone and haproxy was replaced");

@@ -213,7 +213,7 @@ async fn published_events_appear_in_the_debug_event_log() {
         },
     );
     let mut events = Value::Null;
-    for _ in 0..100 {
+    for _ in 0..3000 {
         let (status, body) = running.debug_json("/debug/events").await;
         assert_eq!(status, 200);
         events = body;

@@ -472,7 +472,7 @@ fn start_haproxy(dir: &Path, objects: &[Value]) -> RunningHaproxy {
         https: ports[1],
         status: ports[2],
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", running.http)).is_err() {
         assert!(Instant::now() < deadline, "haproxy did not listen:\n{cfg}");
         std::thread::sleep(Duration::from_millis(50));

@@ -148,7 +148,7 @@ async fn ready_selected_pods_become_instances_and_leave_when_they_stop_being_so(
             password: "rotated".into(),
         })
         .expect("discovery listens");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let now = out.borrow_and_update().clone();
         if now.instances.len() == 1

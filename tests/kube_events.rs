@@ -162,7 +162,7 @@ async fn a_rejected_config_and_a_new_leader_become_events_on_the_config() {
     );
 
     drop(harness.events);
-    tokio::time::timeout(Duration::from_secs(10), harness.task)
+    tokio::time::timeout(Duration::from_secs(30), harness.task)
         .await
         .expect("the task ends when its queue closes")
         .expect("the task did not panic");

@@ -40,7 +40,7 @@ const JSON: &str = "application/json";
 /// The wall clock of the sinks under test: the `ContentPublished` condition's time.
 const NOW: &str = "2026-12-01T10:00:00Z";
 /// How long a test waits for the sink's task to have written something.
-const WRITE_WAIT: Duration = Duration::from_secs(5);
+const WRITE_WAIT: Duration = Duration::from_secs(30);
 
 fn spec() -> HAProxyCfgSpec {
     HAProxyCfgSpec {

@@ -50,7 +50,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
     local.move_first_endpoint_port(a, b);
     eventually(
         "a.localhost moved to app-b",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
     );
     assert_eq!(
@@ -64,7 +64,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
         "new-route.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
     );
-    eventually("c.localhost routed", Duration::from_secs(15), || {
+    eventually("c.localhost routed", Duration::from_secs(30), || {
         get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
     });
     assert_eq!(
@@ -80,7 +80,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
             "apiVersion: v1\nkind: Service\nmetadata: {{name: app-d, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: app-d-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: app-d}}\nports: [{{name: http, port: {a}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: d, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: d.localhost\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: app-d, port: {{number: 80}}}}}}}}\n"
         ),
     );
-    eventually("d.localhost routed", Duration::from_secs(15), || {
+    eventually("d.localhost routed", Duration::from_secs(30), || {
         get(local.http, "d.localhost", "/").filter(|(_, body)| body == "hello from app-a\n")
     });
     let after = worker_and_reloads(&local.work());
@@ -121,7 +121,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
     local.write("config.yaml", &broken);
     let errors = eventually(
         "the template error in /debug/vars/errors",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || {
             let errors = local.debug_get("/debug/vars/errors");
             errors.contains("haproxy.cfg").then_some(errors)
@@ -140,7 +140,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
     let cfg_path = local.work().join("haproxy.cfg");
     let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
     std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
-    eventually("the drift to be repaired", Duration::from_secs(15), || {
+    eventually("the drift to be repaired", Duration::from_secs(30), || {
         (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
     });
 
@@ -172,7 +172,7 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
         local.child.try_wait().ok().flatten()
     });
     assert!(status.success(), "exit status {status}");
-    eventually("haproxy gone", Duration::from_secs(5), || {
+    eventually("haproxy gone", Duration::from_secs(30), || {
         (!pid_alive(&master) && !pid_alive(&workers)).then_some(())
     });
 }
@@ -188,7 +188,7 @@ fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_servin
         "ingresses.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: [broken\n",
     );
-    let errors = eventually("the manifest error", Duration::from_secs(10), || {
+    let errors = eventually("the manifest error", Duration::from_secs(30), || {
         let errors = local.debug_get("/debug/vars/errors");
         errors.contains("ingresses.yaml:").then_some(errors)
     });
@@ -205,7 +205,7 @@ fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_servin
 fn a_manifest_truncated_and_written_again_in_place_changes_nothing_and_keeps_serving() {
     let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     eventually("a.localhost routed", Duration::from_secs(30), || {
         get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
     });
@@ -233,7 +233,7 @@ fn a_manifest_truncated_and_written_again_in_place_changes_nothing_and_keeps_ser
     local.write("ingresses.yaml", "");
     eventually(
         "a.localhost no longer routed",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || get(local.http, "a.localhost", "/").filter(|(s, _)| *s != 200),
     );
 }
@@ -291,13 +291,13 @@ fn readyz_waits_for_the_first_deployment_naming_it_and_turns_ready_once_haproxy_
 
     // The Secret repaired: haproxy takes the config and readiness follows.
     local.write("tls.yaml", &tls);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     assert_eq!(
         get(local.http, "a.localhost", "/").map(|r| r.1),
         Some("hello from app-a\n".into()),
         "ready means routed"
     );
-    eventually("haptor to say it is ready", Duration::from_secs(5), || {
+    eventually("haptor to say it is ready", Duration::from_secs(30), || {
         local.stdout().contains("haptor local: ready").then_some(())
     });
 }
@@ -307,7 +307,7 @@ fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_se
  {
     let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     let deployed_before = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
 
     // An object change, not a template change: the Secret's certificate breaks.
@@ -315,7 +315,7 @@ fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_se
     local.write("tls.yaml", &with_broken_certificate(&tls));
     let errors = eventually(
         "the rejected render in /debug/vars/errors",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || {
             let errors = local.debug_get("/debug/vars/errors");
             errors.contains("semantic").then_some(errors)
@@ -350,7 +350,7 @@ fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_se
         "new-route.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
     );
-    eventually("c.localhost routed", Duration::from_secs(15), || {
+    eventually("c.localhost routed", Duration::from_secs(30), || {
         get(local.http, "c.localhost", "/").filter(|(_, body)| body == "hello from app-b\n")
     });
 }
@@ -359,12 +359,12 @@ fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_se
 fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_config_while_ready() {
     let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     // A few reconciliations in the first iteration, so a reset state shows.
     let apps = local.read("apps.yaml");
     for (from, to, answer) in [(a, b, "hello from app-b\n"), (b, a, "hello from app-a\n")] {
         local.move_first_endpoint_port(from, to);
-        eventually("a.localhost moved", Duration::from_secs(15), || {
+        eventually("a.localhost moved", Duration::from_secs(30), || {
             get(local.http, "a.localhost", "/").filter(|(_, body)| body == answer)
         });
     }
@@ -410,7 +410,7 @@ fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_con
         readiness.iter().all(|r| *r == Some(200)),
         "readiness held through the rebuild: {readiness:?}"
     );
-    eventually("a route still answers", Duration::from_secs(10), || {
+    eventually("a route still answers", Duration::from_secs(30), || {
         get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
     });
     // The new iteration's debug vars: its resources (configmaps among them) and a fresh state.
@@ -427,7 +427,7 @@ fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_con
     // routes can answer first.
     eventually(
         "the configmaps counted in /metrics",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || {
             sample(
                 &local.metrics_text(),
@@ -444,13 +444,13 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
     setup.spec_prefix = "  dataplane:\n    driftPreventionInterval: 1h\n".into();
     setup.env = vec![("LOG_LEVEL".into(), "warn".into())];
     let local = setup.start();
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     let config = local.read("config.yaml");
 
     // logging.level: debug, in place (the watches stay the same): debug lines appear.
     let debug = config.replacen("spec:\n", "spec:\n  logging:\n    level: debug\n", 1);
     local.write("config.yaml", &debug);
-    eventually("debug lines in the log", Duration::from_secs(15), || {
+    eventually("debug lines in the log", Duration::from_secs(30), || {
         local.log_text().contains("DEBUG").then_some(())
     });
 
@@ -458,7 +458,7 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
     // info or debug any more.
     let emptied = config.replacen("spec:\n", "spec:\n  logging:\n    level: \"\"\n", 1);
     local.write("config.yaml", &emptied);
-    eventually("the config accepted", Duration::from_secs(15), || {
+    eventually("the config accepted", Duration::from_secs(30), || {
         let (_, config) = local.debug_json("/debug/vars/config")?;
         (config["logging"]["level"] == "").then_some(())
     });
@@ -467,7 +467,7 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
     local.move_first_endpoint_port(a, b);
     eventually(
         "a.localhost moved to app-b",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
     );
     let after = local.log_text();
@@ -488,14 +488,14 @@ fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
         1,
     );
     local.write("config.yaml", &drift);
-    eventually("the interval accepted", Duration::from_secs(15), || {
+    eventually("the interval accepted", Duration::from_secs(30), || {
         let (_, config) = local.debug_json("/debug/vars/config")?;
         (config["dataplane"]["driftPreventionInterval"] == "300ms").then_some(())
     });
     let cfg_path = local.work().join("haproxy.cfg");
     let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
     std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
-    eventually("the drift to be repaired", Duration::from_secs(15), || {
+    eventually("the drift to be repaired", Duration::from_secs(30), || {
         (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
     });
 }
@@ -506,7 +506,7 @@ fn a_deployment_that_hangs_past_the_deployment_timeout_fails_backs_off_and_is_re
     let mut setup = Setup::quickstart(a, b);
     setup.spec_prefix = "  dataplane:\n    deploymentTimeout: 2s\n".into();
     let local = setup.start();
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     let master = local.master_pid();
     let worker = worker_and_reloads(&local.work()).0;
     // haproxy stops answering: its master CLI and runtime socket accept connections but
@@ -536,9 +536,9 @@ fn a_deployment_that_hangs_past_the_deployment_timeout_fails_backs_off_and_is_re
 fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change() {
     let (a, b) = (port("app-a"), port("app-b"));
     let local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     // The Metrics actor counts events from its queue in its own time: ready can show first.
-    let ingresses = eventually("the ingresses counted", Duration::from_secs(10), || {
+    let ingresses = eventually("the ingresses counted", Duration::from_secs(30), || {
         sample(
             &local.metrics_text(),
             "haptor_resources{resource=\"ingresses\"}",
@@ -549,7 +549,7 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
         "new-route.yaml",
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
     );
-    eventually("c.localhost routed", Duration::from_secs(15), || {
+    eventually("c.localhost routed", Duration::from_secs(30), || {
         get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
     });
     let least = [
@@ -573,7 +573,7 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
             && least.iter().all(|(series, at_least)| {
                 sample(&metrics, series).unwrap_or_default() >= *at_least
             });
-        if counted || started.elapsed() > Duration::from_secs(10) {
+        if counted || started.elapsed() > Duration::from_secs(30) {
             break metrics;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -620,7 +620,7 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     // The commentator relates the deployment to the change that caused it.
     let log = eventually(
         "the commentator's line about the EndpointSlice change",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || {
             let log = local.log_text();
             log.contains("after the endpointslices change default/app-a-1")
@@ -636,7 +636,7 @@ fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
     let mut setup = Setup::quickstart(a, b);
     setup.library_in_folder = false;
     let local = setup.start();
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     assert!(
         local
             .log_text()
@@ -672,7 +672,7 @@ fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
 fn sigterm_stops_haptor_and_its_haproxy() {
     let (a, b) = (port("app-a"), port("app-b"));
     let mut local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     let master = local.master_pid();
     let worker = worker_and_reloads(&local.work()).0;
     assert!(pid_alive(&master) && pid_alive(&worker));
@@ -681,7 +681,7 @@ fn sigterm_stops_haptor_and_its_haproxy() {
         local.child.try_wait().ok().flatten()
     });
     assert!(status.success(), "exit status {status}");
-    eventually("haproxy gone", Duration::from_secs(5), || {
+    eventually("haproxy gone", Duration::from_secs(30), || {
         (!pid_alive(&master) && !pid_alive(&worker)).then_some(())
     });
     assert!(local.stdout().contains("haptor local: stopping"));
@@ -691,7 +691,7 @@ fn sigterm_stops_haptor_and_its_haproxy() {
 fn a_restart_after_sigkill_takes_over_the_orphaned_haproxy_with_a_higher_epoch() {
     let (a, b) = (port("app-a"), port("app-b"));
     let mut local = start(a, b);
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     let epoch = |local: &Local| -> u64 {
         std::fs::read_to_string(local.work().join("haptor-epoch"))
             .unwrap_or_default()
@@ -720,7 +720,7 @@ fn a_restart_after_sigkill_takes_over_the_orphaned_haproxy_with_a_higher_epoch()
             (!pid_alive(&orphan) && pid_alive(&master) && master != orphan).then_some(())
         },
     );
-    local.wait_ready(Duration::from_secs(30));
+    local.wait_ready(Duration::from_secs(60));
     assert_eq!(
         epoch(&local),
         first_epoch + 1,

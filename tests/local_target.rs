@@ -20,7 +20,9 @@ use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 mod support;
 use support::{free_port, haproxy_binary};
 
-const PATIENCE: Duration = Duration::from_secs(15);
+/// How long a wait for something that must happen (a route answers, a process is gone, an
+/// orphan starts) may take before the test fails: only a failing test waits that long.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// An HTTP server in a thread that answers every request with its own name and counts the
 /// connections it accepted (HAProxy sends one request per connection to it: the answers

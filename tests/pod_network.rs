@@ -271,7 +271,7 @@ fn dropping_a_pod_kills_its_processes_and_removes_its_namespace() {
     assert!(namespaces().contains(&ns));
     assert!(links().contains(&veth));
     drop(pod);
-    let status = sleeper.wait_timeout(Duration::from_secs(10));
+    let status = sleeper.wait_timeout(Duration::from_secs(30));
     assert!(!status.success(), "sleep was killed: {status}");
     assert!(!namespaces().contains(&ns), "{ns} is deleted");
     assert!(!links().contains(&veth), "{veth} is deleted");

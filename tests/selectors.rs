@@ -387,7 +387,7 @@ fn relabelling_a_namespace_or_an_ingress_manifest_moves_the_ingress_in_and_out_o
 
     eventually(
         "shop.localhost routed while its namespace matches",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || status(http, "shop.localhost") == Some(200),
     );
     assert_eq!(
@@ -405,27 +405,27 @@ fn relabelling_a_namespace_or_an_ingress_manifest_moves_the_ingress_in_and_out_o
     local.write("hidden.yaml", &hidden("{}"));
     eventually(
         "hidden.localhost routed once its labels match",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || status(http, "hidden.localhost") == Some(200),
     );
     local.write("hidden.yaml", &hidden("{haptor.dev/hidden: \"again\"}"));
     eventually(
         "hidden.localhost gone once its labels stop matching",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || status(http, "hidden.localhost") == Some(404),
     );
 
     local.write("namespace.yaml", &shop_namespace("disabled"));
     eventually(
         "shop.localhost gone once its namespace stops matching",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || status(http, "shop.localhost") == Some(404),
     );
 
     local.write("namespace.yaml", &shop_namespace("enabled"));
     eventually(
         "shop.localhost back once its namespace matches again",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || status(http, "shop.localhost") == Some(200),
     );
     assert_eq!(status(http, "other.localhost"), Some(404));

@@ -85,13 +85,13 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> O
 
 pub fn master_cli(work: &Path, command: &str) -> String {
     // Right after a reload the master may refuse a connection for a moment (seen with
-    // haproxy 2.6 on a loaded machine): try again for up to 2 s.
+    // haproxy 2.6 on a loaded machine): try again for up to 20 s.
     let socket = work.join("master.sock");
     let started = Instant::now();
     let mut stream = loop {
         match std::os::unix::net::UnixStream::connect(&socket) {
             Ok(stream) => break stream,
-            Err(_) if started.elapsed() < Duration::from_secs(2) => {
+            Err(_) if started.elapsed() < Duration::from_secs(20) => {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => panic!("master socket {}: {e}", socket.display()),

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 /// How long the verifier waits for each expected request before failing the scenario:
 /// generous, as only a scenario that is going to fail anyway ever waits this long.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One expected request and the answer to it.
 #[derive(Debug, Clone)]
