@@ -319,8 +319,11 @@ async fn a_hundred_events_during_a_render_cause_at_most_one_more_render_reflecti
     eventually("the initial render", || h.pipeline.renders().len() == 1).await;
 
     h.source.apply(service("web", "event-0"));
-    // Let the render for event 0 start, then send 100 more while it runs.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Once the render for event 0 has started, send 100 more while it runs.
+    eventually("the render for event 0 to start", || {
+        h.pipeline.started() == 2
+    })
+    .await;
     for i in 1..=100 {
         h.source.apply(service("web", &format!("event-{i}")));
     }

@@ -39,17 +39,19 @@ const LEASE: &str = "haptor-leader";
 const LEASE_DURATION: Duration = Duration::from_secs(2);
 
 fn settings() -> LeaderElectionSettings {
+    settings_lasting("2s", "1s")
+}
+
+/// The test settings with another lease duration and renew deadline, for a test whose
+/// point is a margin between them that a loaded machine must not eat.
+fn settings_lasting(lease_duration: &str, renew_deadline: &str) -> LeaderElectionSettings {
     LeaderElectionSettings {
         enabled: true,
         lease_name: LEASE.into(),
-        lease_duration: "2s".into(),
-        renew_deadline: "1s".into(),
+        lease_duration: lease_duration.into(),
+        renew_deadline: renew_deadline.into(),
         retry_period: "200ms".into(),
     }
-}
-
-fn timings() -> LeaseTimings {
-    LeaseTimings::from_settings(&settings()).expect("the test timings nest")
 }
 
 struct Elected {
@@ -58,12 +60,22 @@ struct Elected {
 }
 
 fn elect(client: Client, ns: &str, identity: &str, highest_target_epoch: u64) -> Elected {
+    elect_with(client, ns, identity, highest_target_epoch, settings())
+}
+
+fn elect_with(
+    client: Client,
+    ns: &str,
+    identity: &str,
+    highest_target_epoch: u64,
+    settings: LeaderElectionSettings,
+) -> Elected {
     let (tx, leadership) = watch::channel(Leadership::default());
     let elector = LeaseElector::start(
         client,
         ElectorOptions {
             namespace: ns.into(),
-            settings: settings(),
+            settings,
             identity: identity.into(),
             highest_target_epoch,
         },
@@ -160,9 +172,12 @@ async fn a_released_lease_is_taken_over_at_once_with_a_higher_epoch() {
     let kit = Kit::shared();
     let admin = kit.admin().await;
     let ns = kit.temp_ns("election-release").await;
-    let mut a = elect(admin.clone(), &ns, "replica-a", 0);
+    // A 20 s Lease: a takeover well within it came from the release, not from an expiry,
+    // however slow the machine.
+    let long = || settings_lasting("20s", "10s");
+    let mut a = elect_with(admin.clone(), &ns, "replica-a", 0, long());
     let first = leads(&mut a.leadership, "replica-a").await;
-    let mut b = elect(admin.clone(), &ns, "replica-b", 0);
+    let mut b = elect_with(admin.clone(), &ns, "replica-b", 0, long());
     never_leads(&mut b.leadership, "replica-b", Duration::from_millis(600)).await;
 
     let mut a_rx = a.leadership.clone();
@@ -174,9 +189,9 @@ async fn a_released_lease_is_taken_over_at_once_with_a_higher_epoch() {
     );
     let second = leads(&mut b.leadership, "replica-b").await;
     let took = released.elapsed();
-    // A retry period (200 ms) and a request or two, far from the 2 s expiry.
+    // A retry period (200 ms) and a request or two, far from the 20 s expiry.
     assert!(
-        took < LEASE_DURATION * 3 / 4,
+        took < Duration::from_secs(10),
         "replica-b took {took:?} after the release"
     );
     assert!(second.epoch > first.epoch, "{second:?} after {first:?}");
@@ -199,9 +214,12 @@ async fn a_holder_that_stops_renewing_loses_to_the_other_after_the_lease_expires
     let kit = Kit::shared();
     let admin = kit.admin().await;
     let ns = kit.temp_ns("election-dead").await;
-    let mut a = elect(admin.clone(), &ns, "replica-a", 0);
+    // A 20 s Lease: a takeover well within it came from the release, not from an expiry,
+    // however slow the machine.
+    let long = || settings_lasting("20s", "10s");
+    let mut a = elect_with(admin.clone(), &ns, "replica-a", 0, long());
     let first = leads(&mut a.leadership, "replica-a").await;
-    let mut b = elect(admin.clone(), &ns, "replica-b", 0);
+    let mut b = elect_with(admin.clone(), &ns, "replica-b", 0, long());
     never_leads(&mut b.leadership, "replica-b", Duration::from_millis(600)).await;
 
     // Dies: no release, no more renewals.
@@ -328,10 +346,19 @@ async fn a_leader_that_cannot_renew_publishes_that_it_lost_leadership_and_reacqu
     let admin = kit.admin().await;
     let ns = kit.temp_ns("election-cut").await;
     let proxy = CuttableProxy::start(kit.port).await;
-    let mut a = elect(kit.admin_via(&proxy.url).await, &ns, "replica-a", 0);
+    // A 4 s Lease renewed within 1 s: 3 s in which the loss must be published.
+    let cut_settings = settings_lasting("4s", "1s");
+    let timings = LeaseTimings::from_settings(&cut_settings).expect("the test timings nest");
+    let mut a = elect_with(
+        kit.admin_via(&proxy.url).await,
+        &ns,
+        "replica-a",
+        0,
+        cut_settings,
+    );
     let first = leads(&mut a.leadership, "replica-a").await;
 
-    // Cut off: the renew deadline (1 s) passes before the Lease (2 s) expires for others.
+    // Cut off: the renew deadline (1 s) passes before the Lease (4 s) expires for others.
     proxy.cut().await;
     let cut = Instant::now();
     until(&mut a.leadership, "replica-a loses", WAIT, |l| !l.is_leader).await;
@@ -339,7 +366,7 @@ async fn a_leader_that_cannot_renew_publishes_that_it_lost_leadership_and_reacqu
     let lost_after = cut.elapsed();
     let (_, record) = lease(&admin, &ns).await;
     assert_eq!(record.holder.as_deref(), Some("replica-a"));
-    let expiry = record.expires_at(&timings()).expect("renewed");
+    let expiry = record.expires_at(&timings).expect("renewed");
     assert!(
         lost_at < expiry,
         "replica-a said it lost leadership at {lost_at} ({lost_after:?} after the cut), \

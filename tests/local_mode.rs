@@ -211,8 +211,17 @@ fn a_manifest_truncated_and_written_again_in_place_changes_nothing_and_keeps_ser
     });
     let reconciliations =
         || sample(&local.metrics_text(), "haptor_reconciliations_total").expect("reconciliations");
-    std::thread::sleep(Duration::from_secs(1));
-    let before = reconciliations();
+    // The baseline once the count has stood still for a second: the start's reconciliations
+    // can still be on their way to /metrics on a loaded machine.
+    let before = eventually(
+        "the reconciliations to settle",
+        Duration::from_secs(30),
+        || {
+            let count = reconciliations();
+            std::thread::sleep(Duration::from_secs(1));
+            (reconciliations() == count).then_some(count)
+        },
+    );
     // As a shell's `>` or an editor writing in place does: the file is empty for a moment,
     // long enough for a scan or two (they run every 100 ms) to read it so.
     let text = local.read("ingresses.yaml");

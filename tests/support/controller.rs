@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,11 +66,13 @@ pub fn config(text: &str) -> Arc<HAProxyTemplateConfig> {
 }
 
 /// Renders with the config's templates, skipping validation; first waits while `hang` is
-/// set, then sleeps `delay`; records every haproxy.cfg it produced.
+/// set, then sleeps `delay`; counts the renders it started and records every haproxy.cfg
+/// it produced.
 #[derive(Default)]
 pub struct RenderOnlyPipeline {
     pub delay: Duration,
     pub hang: AtomicBool,
+    started: AtomicUsize,
     renders: Mutex<Vec<String>>,
 }
 
@@ -81,6 +83,11 @@ impl RenderOnlyPipeline {
             delay,
             ..RenderOnlyPipeline::default()
         }
+    }
+
+    /// How many renders have started (each on a snapshot taken before it started).
+    pub fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
     }
 
     /// Every haproxy.cfg rendered so far, oldest first.
@@ -95,6 +102,7 @@ impl ReconcilePipeline for RenderOnlyPipeline {
         compiled: &CompiledConfig,
         snapshot: StoresSnapshot,
     ) -> Result<RenderedAndValidated, RenderFailure> {
+        self.started.fetch_add(1, Ordering::SeqCst);
         while self.hang.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
