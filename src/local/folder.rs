@@ -47,9 +47,10 @@ struct FileContent {
 }
 
 /// How many scans in a row a file must be missing, or read empty while it held objects,
-/// before its objects are deleted (see the module documentation): 300 ms at `haptor
-/// local`'s scan interval, longer than an editor takes between truncating and writing.
-pub const VANISHED_SCANS: u32 = 3;
+/// before its objects are deleted (see the module documentation): 500 ms at `haptor
+/// local`'s scan interval, longer than an editor or a busy machine takes between
+/// truncating and writing.
+pub const VANISHED_SCANS: u32 = 5;
 
 /// The largest manifest file a scan reads. The API server stores objects of at most about
 /// 1.5 MiB and takes request bodies of at most 3 MiB, so a larger file of many objects is
