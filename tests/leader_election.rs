@@ -214,12 +214,9 @@ async fn a_holder_that_stops_renewing_loses_to_the_other_after_the_lease_expires
     let kit = Kit::shared();
     let admin = kit.admin().await;
     let ns = kit.temp_ns("election-dead").await;
-    // A 20 s Lease: a takeover well within it came from the release, not from an expiry,
-    // however slow the machine.
-    let long = || settings_lasting("20s", "10s");
-    let mut a = elect_with(admin.clone(), &ns, "replica-a", 0, long());
+    let mut a = elect(admin.clone(), &ns, "replica-a", 0);
     let first = leads(&mut a.leadership, "replica-a").await;
-    let mut b = elect_with(admin.clone(), &ns, "replica-b", 0, long());
+    let mut b = elect(admin.clone(), &ns, "replica-b", 0);
     never_leads(&mut b.leadership, "replica-b", Duration::from_millis(600)).await;
 
     // Dies: no release, no more renewals.

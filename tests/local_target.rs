@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use haptor::drivers::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir};
+use haptor::drivers::local::{HaproxyProcess, LocalTarget, ProcInfo, WorkDir, parse_show_proc};
 use haptor::pure::deploy::plan::plan;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 
+#[path = "support/local.rs"]
+mod local;
 mod support;
 use support::{free_port, haproxy_binary};
 
@@ -818,26 +820,6 @@ async fn start_orphan(work_dir: &WorkDir) -> (u32, KillIfStillOurs) {
     (orphan, cleanup)
 }
 
-/// `show proc` on the work directory's master socket, read by hand (no haptor code).
-fn show_proc(work_dir: &WorkDir) -> Option<ProcInfo> {
-    let mut cli = std::os::unix::net::UnixStream::connect(work_dir.master_socket()).ok()?;
-    cli.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    cli.write_all(b"show proc\n").ok()?;
-    // The master CLI answers once the client stops sending.
-    cli.shutdown(std::net::Shutdown::Write).ok()?;
-    let mut reply = String::new();
-    cli.read_to_string(&mut reply).ok()?;
-    haptor::drivers::local::parse_show_proc(&reply)
-}
-
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
 #[tokio::test]
 async fn a_haproxy_left_behind_by_a_dead_owner_is_stopped_and_replaced() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -859,7 +841,7 @@ async fn a_haproxy_left_behind_with_a_reload_unread_is_replaced_once_it_has_relo
     let work_dir = WorkDir::new(dir.path()).expect("work dir");
     let (orphan, _cleanup) = start_orphan(&work_dir).await;
     let deadline = Instant::now() + PATIENCE;
-    while !show_proc(&work_dir)
+    while !parse_show_proc(&local::master_cli(work_dir.root(), "show proc"))
         .is_some_and(|info| info.master_pid == orphan && info.current_worker.is_some())
     {
         assert!(Instant::now() < deadline, "the orphan never answered");
@@ -868,7 +850,7 @@ async fn a_haproxy_left_behind_with_a_reload_unread_is_replaced_once_it_has_relo
     // Its owner asked for a reload and died before the master read it: the master is
     // stopped with the request waiting on its socket, and goes on only once the new start
     // has had time to bring up a master of its own (3 s: past the first probe's 2 s).
-    signal(orphan, "-STOP");
+    local::signal(&orphan.to_string(), "-STOP");
     let mut cli =
         std::os::unix::net::UnixStream::connect(work_dir.master_socket()).expect("connect");
     cli.write_all(b"reload\n").expect("the reload is sent");
@@ -876,7 +858,7 @@ async fn a_haproxy_left_behind_with_a_reload_unread_is_replaced_once_it_has_relo
         .expect("the request ends");
     let resume = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(3));
-        signal(orphan, "-CONT");
+        local::signal(&orphan.to_string(), "-CONT");
     });
     let mut process = HaproxyProcess::start(haproxy_binary(), &work_dir)
         .await

@@ -543,7 +543,7 @@ mod tests {
         let report = folder.scan(&source);
         assert_eq!((report.applied, report.deleted), (0, 0), "{report:?}");
 
-        // Deleted, seen missing on two scans, then created again.
+        // Deleted, seen missing on every scan of the grace but the last, then created again.
         std::fs::remove_file(&path).expect("delete");
         for _ in 1..VANISHED_SCANS {
             assert_eq!(folder.scan(&source).deleted, 0);
