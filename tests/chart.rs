@@ -26,7 +26,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
-use helm::{CHART, documents, run_helm, template};
+use helm::{CHART, documents, run_helm, run_helm_failing, template};
 use kube_kit::Kit;
 
 /// The environment variable naming the helm binary.
@@ -778,6 +778,99 @@ fn the_controller_serves_the_webhook_the_webhook_configuration_calls() {
         } else {
             assert!(certificates.is_empty());
         }
+    }
+}
+
+/// The controller container's arguments in a rendering with `extra` helm arguments.
+fn controller_args(extra: &[&str]) -> Vec<String> {
+    let documents = documents(&template("haptor", "haptor", extra));
+    containers(Pods::of(&documents).controller)[0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The versions `haptor run` reads from `args`, through its own command-line parser.
+fn run_versions(args: &[String]) -> haptor::cli::VersionArgs {
+    use clap::Parser;
+    let cli = haptor::cli::Cli::try_parse_from(
+        std::iter::once("haptor").chain(args.iter().map(String::as_str)),
+    )
+    .unwrap_or_else(|e| panic!("haptor does not accept the controller's arguments {args:?}: {e}"));
+    match cli.command {
+        haptor::cli::Command::Run(run) => run.versions,
+        other => panic!("the controller runs {other:?}, not `haptor run`"),
+    }
+}
+
+#[test]
+fn a_haproxy_version_reaches_the_controller_with_its_checker_and_one_it_cannot_check_is_refused() {
+    use haptor::pure::haproxy::versions::HaproxyVersion;
+    let v = |text: &str| text.parse::<HaproxyVersion>().expect("a version");
+
+    // The default: the controller image's haproxy checks for its own version.
+    let default = run_versions(&controller_args(&[]));
+    assert_eq!(default.haproxy_version, None);
+    assert!(default.haproxy_checkers.is_empty());
+
+    let args = controller_args(&[
+        "--set-string",
+        "haproxy.version=3.0",
+        "--set-string",
+        r"controller.haproxyCheckers.3\.0=/usr/local/bin/haproxy-3.0",
+        "--set-string",
+        r"controller.haproxyCheckers.2\.6=/usr/sbin/haproxy",
+    ]);
+    let versions = run_versions(&args);
+    assert_eq!(versions.haproxy_version, Some(v("3.0")));
+    assert_eq!(
+        versions.haproxy_checkers,
+        [
+            (v("2.6"), PathBuf::from("/usr/sbin/haproxy")),
+            (v("3.0"), PathBuf::from("/usr/local/bin/haproxy-3.0")),
+        ]
+    );
+
+    for (set, expected) in [
+        (
+            vec!["--set-string", "haproxy.version=3.0"],
+            r#"haproxy.version 3.0: the controller image's haproxy checks 2.6 configurations only; set controller.haproxyCheckers."3.0""#,
+        ),
+        (
+            vec![
+                "--set-string",
+                "haproxy.version=3.0",
+                "--set-string",
+                r"controller.haproxyCheckers.2\.6=/usr/sbin/haproxy",
+            ],
+            r#"controller.haproxyCheckers has no checker for 3.0, the HAProxy version (haproxy.version): add "3.0": PATH"#,
+        ),
+        (
+            vec!["--set", "haproxy.version=3"],
+            "haproxy.version must be a quoted X.Y such as \"3.0\", not the number 3",
+        ),
+        (
+            vec!["--set-string", "haproxy.version=3.0.1"],
+            r#"haproxy.version must be X.Y such as "3.0", not "3.0.1""#,
+        ),
+        (
+            vec![
+                "--set-string",
+                "controller.haproxyCheckers.latest=/usr/sbin/haproxy",
+            ],
+            r#"controller.haproxyCheckers: "latest" is not a version X.Y"#,
+        ),
+    ] {
+        let mut args = vec!["template", "haptor", CHART, "--namespace", "haptor"];
+        args.extend(set.iter().copied());
+        let failure = run_helm_failing(&args);
+        assert!(
+            failure.contains(expected),
+            "helm {}: expected the error {expected:?}, got:\n{failure}",
+            args.join(" ")
+        );
     }
 }
 

@@ -36,15 +36,7 @@ pub fn helm() -> PathBuf {
 /// Runs helm with `args` in the repository; its standard output, or a panic with its
 /// standard error.
 pub fn run_helm(args: &[&str]) -> String {
-    let output = Command::new(helm())
-        .args(args)
-        .current_dir(repo(""))
-        // No user configuration, no repositories, no plugins: the chart only.
-        .env("HELM_CONFIG_HOME", repo("target/chart-test-helm/config"))
-        .env("HELM_CACHE_HOME", repo("target/chart-test-helm/cache"))
-        .env("HELM_DATA_HOME", repo("target/chart-test-helm/data"))
-        .output()
-        .expect("helm runs");
+    let output = helm_output(args);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -54,6 +46,31 @@ pub fn run_helm(args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// Runs helm with `args` in the repository, expecting it to fail; its standard error, or a
+/// panic with what it rendered.
+pub fn run_helm_failing(args: &[&str]) -> String {
+    let output = helm_output(args);
+    assert!(
+        !output.status.success(),
+        "helm {} succeeded, printing:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn helm_output(args: &[&str]) -> std::process::Output {
+    Command::new(helm())
+        .args(args)
+        .current_dir(repo(""))
+        // No user configuration, no repositories, no plugins: the chart only.
+        .env("HELM_CONFIG_HOME", repo("target/chart-test-helm/config"))
+        .env("HELM_CACHE_HOME", repo("target/chart-test-helm/cache"))
+        .env("HELM_DATA_HOME", repo("target/chart-test-helm/data"))
+        .output()
+        .expect("helm runs")
 }
 
 /// `helm template RELEASE deploy/chart/haptor --namespace NS` with `extra` arguments.

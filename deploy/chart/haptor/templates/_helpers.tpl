@@ -83,6 +83,46 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/* The hardened container securityContext of every container of the chart. */}}
+{{/*
+haproxy.version, checked: X.Y as a string (an unquoted 2.10 reads as the number 2.1).
+*/}}
+{{- define "haptor.haproxyVersion" -}}
+{{- $v := .Values.haproxy.version -}}
+{{- if not (kindIs "string" $v) -}}
+{{- fail (printf "haproxy.version must be a quoted X.Y such as \"3.0\", not the number %v" $v) }}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+\\.[0-9]+$" $v) -}}
+{{- fail (printf "haproxy.version must be X.Y such as \"3.0\", not %q" $v) }}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/*
+Fails unless the controller can check configurations for the HAProxy pods' version: the
+image's own haproxy (2.6) when controller.haproxyCheckers is empty, else the checker listed
+for that version (haptor run would report every render a version mismatch, never checking
+it with another version).
+*/}}
+{{- define "haptor.checkHaproxyCheckers" -}}
+{{- $checkers := .Values.controller.haproxyCheckers | default dict -}}
+{{- $target := "2.6" -}}
+{{- if .Values.haproxy.version }}{{ $target = include "haptor.haproxyVersion" . }}{{ end -}}
+{{- range $version, $path := $checkers -}}
+{{- if not (regexMatch "^[0-9]+\\.[0-9]+$" $version) -}}
+{{- fail (printf "controller.haproxyCheckers: %q is not a version X.Y (quote it: \"3.0\")" $version) }}
+{{- end -}}
+{{- if not $path -}}
+{{- fail (printf "controller.haproxyCheckers.%s names no haproxy binary" $version) }}
+{{- end -}}
+{{- end -}}
+{{- if and $checkers (not (hasKey $checkers $target)) -}}
+{{- fail (printf "controller.haproxyCheckers has no checker for %s, the HAProxy version (haproxy.version): add \"%s\": PATH" $target $target) }}
+{{- end -}}
+{{- if and (not $checkers) (ne $target "2.6") -}}
+{{- fail (printf "haproxy.version %s: the controller image's haproxy checks 2.6 configurations only; set controller.haproxyCheckers.\"%s\" to a haproxy %s in the controller image" $target $target $target) }}
+{{- end -}}
+{{- end -}}
+
 {{- define "haptor.containerSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
