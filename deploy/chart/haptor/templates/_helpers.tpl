@@ -82,7 +82,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $t }}
 {{- end }}
 
-{{/* The hardened container securityContext of every container of the chart. */}}
 {{/*
 haproxy.version, checked: X.Y as a string (an unquoted 2.10 reads as the number 2.1).
 */}}
@@ -123,6 +122,7 @@ it with another version).
 {{- end -}}
 {{- end -}}
 
+{{/* The hardened container securityContext of every container of the chart. */}}
 {{- define "haptor.containerSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
