@@ -1131,3 +1131,161 @@ fn every_value_is_commented_and_documented_in_the_chart_readme() {
     );
     assert!(keys.keys().filter(|p| row(p)).count() > 60, "{keys:?}");
 }
+
+#[path = "support/dataplaneapi.rs"]
+mod dataplane_peer;
+
+#[test]
+fn the_haproxy_pods_configmap_carries_the_chart_files_the_tests_pods_run_unchanged() {
+    let documents = default_documents();
+    let data = find(&documents, "ConfigMap", "haptor-haproxy")["data"]
+        .as_object()
+        .expect("the ConfigMap's data");
+    // Every file of files/ but the Ingress library (the default config's), byte for byte.
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(repo(dataplane_peer::CHART_FILES)).expect("files/") {
+        let name = entry
+            .expect("a file")
+            .file_name()
+            .into_string()
+            .expect("a UTF-8 name");
+        if name != "ingress-library.yaml" {
+            let text = dataplane_peer::chart_file(&name);
+            files.insert(name, text);
+        }
+    }
+    for name in [
+        "reload.sh",
+        "start-haproxy.sh",
+        "dataplaneapi.yaml",
+        "init.sh",
+    ] {
+        assert!(
+            files.contains_key(name),
+            "{}/{name} is gone",
+            dataplane_peer::CHART_FILES
+        );
+    }
+    for (name, text) in &files {
+        assert!(
+            data.get(name).and_then(Value::as_str) == Some(text.as_str()),
+            "the HAProxy pods' ConfigMap does not carry {}/{name} unchanged:\n{:?}",
+            dataplane_peer::CHART_FILES,
+            data.get(name)
+        );
+    }
+    // Beside them, only what the template writes itself.
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    let mut expected: Vec<&str> = files.keys().map(String::as_str).collect();
+    expected.extend(["haproxy.cfg", "prestop.sh"]);
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+
+    // The pods run them with what the init container's environment fills in.
+    let pods = Pods::of(&documents);
+    let spec = &pods.haproxy["spec"]["template"]["spec"];
+    let init = &spec["initContainers"][0];
+    assert_eq!(
+        init["command"],
+        json!(["sh", "/etc/haptor-haproxy/init.sh"])
+    );
+    let env: BTreeMap<String, String> = init["env"]
+        .as_array()
+        .expect("the init container's env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let port = env.get("DATAPLANE_PORT").expect("DATAPLANE_PORT");
+    let haproxy_bin = env.get("HAPROXY_BIN").expect("HAPROXY_BIN");
+    assert_eq!(
+        Some(port.parse::<u64>().expect("a port")),
+        container_port(pods.haproxy, "dataplane")
+    );
+    let haproxy = containers(pods.haproxy)
+        .into_iter()
+        .find(|c| c["name"] == "haproxy")
+        .expect("the haproxy container");
+    assert_eq!(
+        haproxy["command"],
+        json!(["sh", "/etc/haptor-haproxy/start-haproxy.sh", haproxy_bin])
+    );
+
+    // init.sh, run with its two directories moved under a temporary one, makes the files
+    // the tests' pods are given (`write_api_files`, `api_config`).
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let (startup, etc, tests) = (
+        tmp.path().join("startup"),
+        tmp.path().join("etc"),
+        tmp.path().join("tests"),
+    );
+    for dir in [&startup, &etc, &tests] {
+        std::fs::create_dir_all(dir).expect("a dir");
+    }
+    for (name, text) in data {
+        std::fs::write(startup.join(name), text.as_str().expect("text")).expect("a file");
+    }
+    let script = data["init.sh"]
+        .as_str()
+        .expect("init.sh")
+        .replace("/etc/haptor-haproxy", &startup.display().to_string())
+        .replace("/etc/haproxy", &etc.display().to_string());
+    let pod = "haptor-haproxy-5d8f7c9b4-x2x7q";
+    let output = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .env("POD_NAME", pod)
+        .env("DATAPLANE_PORT", port)
+        .env("HAPROXY_BIN", haproxy_bin)
+        .env("DATAPLANE_USERNAME", "admin")
+        .env("DATAPLANE_PASSWORD", "pw")
+        .output()
+        .expect("sh runs init.sh");
+    assert!(
+        output.status.success(),
+        "init.sh: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listener = dataplane_peer::ApiListener {
+        name: pod.to_string(),
+        host: "0.0.0.0".to_string(),
+        port: port.parse().expect("a port"),
+    };
+    dataplane_peer::write_api_files(
+        &tests,
+        "/etc/haproxy",
+        &listener,
+        "pw",
+        dataplane_peer::MapsDir::Relative,
+    );
+    let read_in = |dir: &Path, name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()))
+    };
+    assert_eq!(
+        read_in(&etc, "dataplaneapi.yaml"),
+        dataplane_peer::api_config(
+            "/etc/haproxy",
+            &listener,
+            haproxy_bin,
+            dataplane_peer::MapsDir::Relative
+        )
+    );
+    for name in ["reload.sh", "userlist.cfg"] {
+        assert_eq!(read_in(&etc, name), read_in(&tests, name), "{name}");
+    }
+    let dirs = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("a dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(dirs(&etc), dirs(&tests), "the storage directories");
+}

@@ -1,9 +1,12 @@
 //! The Data Plane API v3 deploy target against the real HAProxy Data Plane API driving a
 //! real haproxy 2.6 (see `support/dataplaneapi.rs`), with real HTTP traffic through the
 //! frontend it deploys: a first deployment, an endpoint and map change applied without a
-//! reload, a structural change with exactly one reload, and the fencing epoch kept on the
-//! instance. The stub tests in `dataplane_target.rs` pin exact request sequences; these
-//! show the same target works against the API itself.
+//! reload, a structural change with exactly one reload, the fencing epoch kept on the
+//! instance, and the chart's `reload.sh` (which the peer runs, as the chart's pods do):
+//! a reload that cannot bind fails with HAProxy's own message while the old worker serves,
+//! and right after a deployment (or the API's answer to a forced reload) every request gets
+//! the new configuration. The stub tests in `dataplane_target.rs` pin exact request
+//! sequences; these show the same target works against the API itself.
 //!
 //! The binary comes from `TEST_ASSET_DATAPLANEAPI`. The Go module proxy refuses every
 //! version of `github.com/haproxytech/dataplaneapi` and of its `client-native`, so
@@ -402,6 +405,44 @@ async fn the_epoch_kept_on_the_instance_fences_a_deposed_controller() {
     assert_eq!(peer.config_on_disk(), serving);
 }
 
+/// Pushes `text` as the pod's configuration through the API itself, at its current version
+/// with `query` (`skip_reload=true`, `force_reload=true`), as someone other than haptor
+/// would; panics unless the API takes it.
+async fn push_raw(peer: &DataplanePeer, query: &str, text: String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let version = client
+        .get(format!(
+            "{}/services/haproxy/configuration/version",
+            peer.url
+        ))
+        .basic_auth(&peer.user, Some(&peer.password))
+        .send()
+        .await
+        .expect("version")
+        .text()
+        .await
+        .expect("version text");
+    let pushed = client
+        .post(format!(
+            "{}/services/haproxy/configuration/raw?{query}&version={}",
+            peer.url,
+            version.trim()
+        ))
+        .basic_auth(&peer.user, Some(&peer.password))
+        .header("content-type", "text/plain")
+        .body(text)
+        .send()
+        .await
+        .expect("a push");
+    assert!(
+        pushed.status().is_success(),
+        "{:?}\n{}",
+        pushed.text().await,
+        peer.logs()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_deployed_checksum_is_the_renders_although_the_api_rewrites_the_text() {
     let frontend = free_port();
@@ -438,33 +479,7 @@ async fn the_deployed_checksum_is_the_renders_although_the_api_rewrites_the_text
 
     // Someone edits the pod's configuration behind haptor's back, through the API.
     let edited = on_disk.replace("x-after-default yes", "x-after-default edited");
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::new();
-    let version = client
-        .get(format!(
-            "{}/services/haproxy/configuration/version",
-            peer.url
-        ))
-        .basic_auth(&peer.user, Some(&peer.password))
-        .send()
-        .await
-        .expect("version")
-        .text()
-        .await
-        .expect("version text");
-    let pushed = client
-        .post(format!(
-            "{}/services/haproxy/configuration/raw?skip_reload=true&version={}",
-            peer.url,
-            version.trim()
-        ))
-        .basic_auth(&peer.user, Some(&peer.password))
-        .header("content-type", "text/plain")
-        .body(edited)
-        .send()
-        .await
-        .expect("an edit");
-    assert!(pushed.status().is_success(), "{:?}", pushed.text().await);
+    push_raw(&peer, "skip_reload=true", edited).await;
     assert_ne!(
         target.deployed_checksum().await.expect("reachable"),
         Some(rendered.checksum()),
@@ -506,4 +521,224 @@ async fn with_an_absolute_maps_dir_a_map_change_is_deployed_with_a_reload_instea
         "200 other-backend"
     );
     assert_eq!(get(frontend, "old.example").await, "200 backend-a");
+}
+
+/// The `x-generation` header the frontend answers with (empty when it sends none, or when
+/// the request fails), over a connection of its own.
+async fn generation(frontend: u16) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{frontend}/"))
+        .header("host", "a.example")
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+    {
+        Ok(response) => response
+            .headers()
+            .get("x-generation")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The pid of the master's current worker (the first of `show proc`'s workers).
+fn current_worker(peer: &DataplanePeer) -> Option<String> {
+    let proc = peer.master("show proc")?;
+    proc.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("worker"))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_cannot_bind_fails_with_haproxys_message_and_the_old_worker_serves() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let (a, b) = (
+        Backend::start("backend-a").await,
+        Backend::start("backend-b").await,
+    );
+    let good = render(
+        config(
+            &root,
+            frontend,
+            &format!("    server s1 127.0.0.1:{}\n", a.port),
+            "",
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "other.example other\n")],
+    );
+    // Another socket of this test holds the port the new configuration binds too: `haproxy
+    // -c` (which binds nothing) passes it, the reload cannot take it.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let taken = held.local_addr().expect("its address").port();
+    let bad = render(
+        config(
+            &root,
+            frontend,
+            &format!("    server s1 127.0.0.1:{}\n", b.port),
+            &format!("    bind 127.0.0.1:{taken}\n"),
+        ),
+        vec![aux(AuxKind::Map, "maps/hosts.map", "other.example other\n")],
+    );
+    let target = target(&peer);
+    target
+        .deploy(&request(&good, 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    peer.wait_reloads(1);
+    assert_eq!(
+        wait_for_answer(frontend, "a.example", "200 backend-a").await,
+        "200 backend-a"
+    );
+    let worker = current_worker(&peer).expect("a worker");
+
+    let error = target
+        .deploy(&request(&bad, 1, 2))
+        .await
+        .expect_err("the new listener cannot bind");
+
+    let text = error.to_string();
+    assert!(
+        matches!(error, DeployError::Rejected(_))
+            && text.contains("cannot bind socket (Address already in use)")
+            && text.contains(&format!("127.0.0.1:{taken}")),
+        "{error:?}\n{}",
+        peer.logs()
+    );
+    // The API's own record of the reload: failed, with HAProxy's message.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let reloads: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/services/haproxy/reloads", peer.url))
+        .basic_auth(&peer.user, Some(&peer.password))
+        .send()
+        .await
+        .expect("the reloads")
+        .json()
+        .await
+        .expect("the reloads as JSON");
+    let failed: Vec<&serde_json::Value> = reloads
+        .as_array()
+        .expect("a list of reloads")
+        .iter()
+        .filter(|r| r["status"] == "failed")
+        .collect();
+    assert!(
+        failed.len() == 1
+            && failed[0]["response"]
+                .as_str()
+                .is_some_and(|r| r.contains("Address already in use")),
+        "{reloads:#}"
+    );
+    let proc = peer.master("show proc").unwrap_or_default();
+    assert!(proc.contains("[failed: 1]"), "{proc}");
+    assert_eq!(current_worker(&peer), Some(worker), "{proc}");
+    for _ in 0..5 {
+        assert_eq!(get(frontend, "a.example").await, "200 backend-a");
+    }
+    assert!(
+        !peer.config_on_disk().contains(&format!(":{taken}")),
+        "the API restored the previous configuration:\n{}",
+        peer.config_on_disk()
+    );
+
+    // Once the port is free, the same configuration deploys.
+    drop(held);
+    let outcome = target
+        .deploy(&request(&bad, 1, 3))
+        .await
+        .unwrap_or_else(|e| panic!("third deployment: {e}\n{}", peer.logs()));
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(get(frontend, "a.example").await, "200 backend-b");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn right_after_a_deployment_that_reloads_returns_every_request_gets_the_new_configuration() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let at = |n: u64| {
+        render(
+            config(
+                &root,
+                frontend,
+                &servers,
+                &format!("    http-response set-header x-generation gen-{n}\n"),
+            ),
+            vec![aux(AuxKind::Map, "maps/hosts.map", "")],
+        )
+    };
+    let target = target(&peer);
+    target
+        .deploy(&request(&at(1), 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    peer.wait_reloads(1);
+
+    let mut stale = Vec::new();
+    for n in 2..=4 {
+        let outcome = target
+            .deploy(&request(&at(n), 1, n))
+            .await
+            .unwrap_or_else(|e| panic!("deployment {n}: {e}\n{}", peer.logs()));
+        assert!(outcome.reloaded, "{outcome:?}");
+        // Fresh connections, one after another, from the moment the deployment returned.
+        for i in 0..20 {
+            let got = generation(frontend).await;
+            if got != format!("gen-{n}") {
+                stale.push(format!("deployment {n}, request {i}: {got:?}"));
+            }
+        }
+    }
+
+    assert!(
+        stale.is_empty(),
+        "{} of 60 requests got another configuration than the one just deployed:\n{}",
+        stale.len(),
+        stale.join("\n")
+    );
+}
+
+/// A haproxy.cfg whose frontend answers every request with `body`.
+fn answering(root: &str, frontend: u16, body: &str) -> String {
+    format!(
+        "global\n    default-path origin {root}\n    stats socket {root}/runtime.sock level admin\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\nfrontend fe\n    bind 127.0.0.1:{frontend}\n    http-request return status 200 content-type text/plain string {body}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn once_the_api_answers_a_forced_reload_every_request_gets_the_new_configuration() {
+    // The pod's own contract, without haptor's driver (which also checks for a new worker):
+    // the API answers a push with `force_reload` when the reload command exits, and the
+    // chart's reload.sh exits once the new worker serves.
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let mut stale = Vec::new();
+    for n in 1..=3 {
+        push_raw(
+            &peer,
+            "force_reload=true",
+            answering(&root, frontend, &format!("gen-{n}")),
+        )
+        .await;
+        for i in 0..20 {
+            let got = get(frontend, "a.example").await;
+            if got != format!("200 gen-{n}") {
+                stale.push(format!("reload {n}, request {i}: {got}"));
+            }
+        }
+    }
+
+    assert!(
+        stale.is_empty(),
+        "{} of 60 requests got another configuration than the one the API just reloaded:\n{}",
+        stale.len(),
+        stale.join("\n")
+    );
 }

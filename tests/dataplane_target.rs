@@ -18,9 +18,9 @@ use std::sync::Arc;
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use haptor::drivers::dataplane::{DataplaneTarget, EPOCH_FILE};
+use haptor::drivers::dataplane::{DEPLOYED_FILE, DataplaneTarget, EPOCH_FILE};
 use haptor::pure::deploy::plan::plan;
-use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
+use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 
 #[path = "support/dataplane_stub.rs"]
@@ -85,16 +85,24 @@ fn is_reload_poll(r: &Recorded) -> bool {
 fn is_aux_storage_write(r: &Recorded) -> bool {
     r.is_write()
         && r.path.starts_with(&format!("{API}/storage/"))
-        && !r.path.ends_with(EPOCH_FILE)
-        && !r.body.contains(&format!("filename=\"{EPOCH_FILE}\""))
+        && [EPOCH_FILE, DEPLOYED_FILE]
+            .iter()
+            .all(|own| !r.path.ends_with(own) && !r.body.contains(&format!("filename=\"{own}\"")))
 }
+
+fn is_worker_read(r: &Recorded) -> bool {
+    r.is(Method::GET, &format!("{API}/runtime/info"))
+}
+
+/// A certificate file the stub's check accepts (a certificate block and a key block).
+const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
 
 // ---------------------------------------------------------------------------------------
 // Tests.
 
 #[tokio::test]
 async fn a_first_deployment_uploads_files_then_pushes_haproxy_cfg_then_waits_for_the_reload() {
-    let stub = Stub::start("v3.1.2 4a1b2c3").await;
+    let stub = Stub::start("v3.2.3 4a1b2c3").await;
     let target = stub.target();
     let rendered = render(
         config("    server s1 10.0.0.1:80\n", ""),
@@ -108,7 +116,7 @@ async fn a_first_deployment_uploads_files_then_pushes_haproxy_cfg_then_waits_for
             aux(
                 AuxKind::Cert,
                 "ssl/site.pem",
-                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n",
             ),
         ],
     );
@@ -267,7 +275,7 @@ async fn an_endpoint_only_change_goes_through_the_runtime_api_without_a_reload()
 
 #[tokio::test]
 async fn an_api_before_3_3_1_gets_address_and_weight_changes_as_runtime_actions() {
-    let stub = Stub::start("v3.0.5 1234567").await;
+    let stub = Stub::start("v3.2.15 1234567").await;
     let target = stub.target();
     let before = render(config("    server s1 10.0.0.1:80 weight 10\n", ""), vec![]);
     let after = render(
@@ -300,7 +308,7 @@ async fn an_api_before_3_3_1_gets_address_and_weight_changes_as_runtime_actions(
 
 #[tokio::test]
 async fn a_version_conflict_rereads_the_version_and_the_push_succeeds() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     stub.state().conflicts_to_inject = 1;
     let target = stub.target();
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
@@ -340,7 +348,7 @@ async fn a_version_conflict_rereads_the_version_and_the_push_succeeds() {
 
 #[tokio::test]
 async fn an_outdated_answer_starts_the_push_over_from_a_fresh_version() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     stub.state().outdated_to_inject = 1;
     let target = stub.target();
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
@@ -360,7 +368,7 @@ async fn an_outdated_answer_starts_the_push_over_from_a_fresh_version() {
 
 #[tokio::test]
 async fn conflicts_beyond_the_retry_budget_are_rejected_with_the_apis_message() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     stub.state().conflicts_to_inject = 100;
     let target = stub.target();
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
@@ -383,7 +391,7 @@ async fn conflicts_beyond_the_retry_budget_are_rejected_with_the_apis_message() 
 
 #[tokio::test]
 async fn a_failed_reload_is_rejected_with_the_apis_message_and_the_next_deployment_reloads() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     let good = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
     target
@@ -428,7 +436,7 @@ async fn a_failed_reload_is_rejected_with_the_apis_message_and_the_next_deployme
 
 #[tokio::test]
 async fn a_validation_error_is_rejected_with_the_apis_message() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     let rendered = render(
         config(
@@ -452,7 +460,7 @@ async fn a_validation_error_is_rejected_with_the_apis_message() {
 
 #[tokio::test]
 async fn a_lower_epoch_or_an_older_generation_is_refused_before_any_request_is_sent() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
     target
@@ -483,7 +491,7 @@ async fn a_lower_epoch_or_an_older_generation_is_refused_before_any_request_is_s
 
 #[tokio::test]
 async fn the_epoch_kept_on_the_pod_fences_a_restarted_or_deposed_controller() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
     let first_leader = stub.target();
     first_leader
@@ -534,7 +542,7 @@ async fn the_epoch_kept_on_the_pod_fences_a_restarted_or_deposed_controller() {
 
 #[tokio::test]
 async fn wrong_credentials_give_an_error_naming_the_user_and_the_credentials() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target_with("not-the-password");
     let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
 
@@ -578,29 +586,32 @@ async fn an_unreachable_port_gives_unreachable() {
 }
 
 #[tokio::test]
-async fn an_api_older_than_v3_is_refused_before_anything_is_written() {
-    let stub = Stub::start("v2.9.6 0a1b2c3").await;
-    let target = stub.target();
-    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+async fn an_api_older_than_v3_2_is_refused_naming_the_version_it_needs_before_anything_is_written()
+{
+    for (reported, read) in [("v2.9.6 0a1b2c3", "v2.9.6"), ("v3.1.14 a1b2c3d", "v3.1.14")] {
+        let stub = Stub::start(reported).await;
+        let target = stub.target();
+        let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
 
-    let error = target
-        .deploy(&request(&rendered, 1, 1))
-        .await
-        .expect_err("too old");
+        let error = target
+            .deploy(&request(&rendered, 1, 1))
+            .await
+            .expect_err("too old");
 
-    let DeployError::Rejected(message) = &error else {
-        panic!("expected Rejected, got {error:?}");
-    };
-    assert!(
-        message.contains("v2.9.6") && message.contains("v3"),
-        "{message}"
-    );
-    assert!(!stub.requests().iter().any(Recorded::is_write));
+        let DeployError::Rejected(message) = &error else {
+            panic!("expected Rejected, got {error:?}");
+        };
+        assert!(
+            message.contains(read) && message.contains("v3.2.0 or later"),
+            "{message}"
+        );
+        assert!(!stub.requests().iter().any(Recorded::is_write));
+    }
 }
 
 #[tokio::test]
 async fn a_dropped_file_is_deleted_only_after_the_new_configuration_is_live() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     let page = aux(
         AuxKind::File,
@@ -654,7 +665,7 @@ async fn a_dropped_file_is_deleted_only_after_the_new_configuration_is_live() {
 
 #[tokio::test]
 async fn the_deployed_checksum_is_the_renders_until_the_pod_changes() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     assert_eq!(
         target.deployed_checksum().await,
@@ -683,7 +694,7 @@ async fn the_deployed_checksum_is_the_renders_until_the_pod_changes() {
 
 #[tokio::test]
 async fn an_unchanged_render_writes_nothing() {
-    let stub = Stub::start("v3.1.0").await;
+    let stub = Stub::start("v3.2.0").await;
     let target = stub.target();
     let rendered = render(
         config("    server s1 10.0.0.1:80\n", ""),
@@ -817,7 +828,7 @@ async fn a_map_the_configuration_names_outside_the_apis_maps_directory_is_change
 #[tokio::test]
 async fn a_pod_running_another_haproxy_version_than_renders_are_validated_for_is_not_deployed_to() {
     use haptor::pure::haproxy::HaproxyVersion;
-    let stub = Stub::start("v3.1.2 4a1b2c3").await;
+    let stub = Stub::start("v3.2.3 4a1b2c3").await;
     stub.state().haproxy_version = "3.0.5-1".to_string();
     let mut for_2_6 = settings(&stub.url(), PASSWORD);
     for_2_6.haproxy_version = Some(HaproxyVersion::V2_6);
@@ -849,15 +860,369 @@ async fn a_pod_running_another_haproxy_version_than_renders_are_validated_for_is
         .deploy(&request(&rendered, 1, 1))
         .await
         .expect("deployed");
+    stub.clear_requests();
     target
         .deploy(&request(&rendered, 1, 2))
         .await
         .expect("deployed again");
     assert_eq!(stub.state().config, rendered.haproxy_cfg);
-    let asked = stub
-        .requests()
+    // The runtime info also names the serving worker around a reload; an unchanged
+    // deployment does not reload, so any read would be the version's.
+    let asked = stub.requests().iter().filter(|r| is_worker_read(r)).count();
+    assert_eq!(asked, 0, "the version is read once for each target");
+}
+
+#[tokio::test]
+async fn a_certificate_named_after_a_dotted_secret_is_stored_under_the_name_the_configuration_names()
+ {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    // The path a template gets for the Secret `www.example.com-tls` of `default`.
+    let path = haptor::pure::rendered::PathResolver::default()
+        .path(AuxKind::Cert, "default_www.example.com-tls.pem");
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", "")
+            .replace("bind :8080", &format!("bind :8443 ssl crt {path}")),
+        vec![aux(AuxKind::Cert, &path, PEM)],
+    );
+
+    target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed");
+
+    let stored = path.rsplit('/').next().expect("a file name").to_string();
+    assert_eq!(stored, "default_www_example_com-tls.pem");
+    let state = stub.state();
+    assert_eq!(
+        state
+            .storage
+            .get(&("ssl_certificates".to_string(), stored.clone())),
+        Some(&PEM.to_string()),
+        "the API stores the certificate under the name haproxy.cfg names: {:?}",
+        state.storage.keys().collect::<Vec<_>>()
+    );
+    assert!(state.config.contains(&format!("crt ssl/{stored}")));
+}
+
+#[tokio::test]
+async fn a_file_the_api_would_store_under_another_name_is_refused_before_anything_is_written() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![aux(AuxKind::Cert, "ssl/www.example.com-tls.pem", PEM)],
+    );
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("the name would change");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("ssl/www.example.com-tls.pem")
+            && message.contains("'www_example_com-tls.pem'"),
+        "{message}"
+    );
+    assert!(
+        !stub.requests().iter().any(is_aux_storage_write),
+        "nothing uploaded"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_the_api_reports_before_the_new_worker_serves_returns_only_once_it_serves() {
+    let stub = Stub::start("v3.4.0").await;
+    stub.state().reload_command = ReloadCommand::SignalOnly {
+        worker_after_reads: 3,
+    };
+    let target = stub.target();
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    let old_worker = stub.state().worker_pid;
+
+    let outcome = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("deployed");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_ne!(stub.state().worker_pid, old_worker, "a new worker serves");
+    let requests = stub.requests();
+    let last_poll = requests
         .iter()
-        .filter(|r| r.is(Method::GET, &format!("{API}/runtime/info")))
+        .rposition(is_reload_poll)
+        .expect("the reload was polled");
+    let reads_after = requests[last_poll..]
+        .iter()
+        .filter(|r| is_worker_read(r))
         .count();
-    assert_eq!(asked, 2, "once for each target");
+    assert!(
+        reads_after >= 4,
+        "the worker was read until the new one answered, {reads_after} reads: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_that_fails_behind_a_reported_success_is_rejected_and_the_next_deployment_reloads()
+{
+    let stub = Stub::start("v3.4.0").await;
+    stub.state().reload_command = ReloadCommand::SignalOnly {
+        worker_after_reads: 0,
+    };
+    let mut settings = settings(&stub.url(), PASSWORD);
+    settings.reload_timeout = std::time::Duration::from_millis(500);
+    let target = DataplaneTarget::new("haproxy-0", settings).expect("target");
+    let good = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+    target
+        .deploy(&request(&good, 1, 1))
+        .await
+        .expect("good one");
+    let serving = stub.state().worker_pid;
+    let bad = render(
+        config(
+            "    server s1 10.0.0.1:80\n",
+            &format!("    {FAIL_RELOAD_MARKER}\n    maxconn 200\n"),
+        ),
+        vec![],
+    );
+
+    let error = target
+        .deploy(&request(&bad, 1, 2))
+        .await
+        .expect_err("the reload did not take");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("reported succeeded") && message.contains(&serving.to_string()),
+        "{message}"
+    );
+    assert_eq!(stub.state().worker_pid, serving, "the old worker serves on");
+
+    let fixed = render(config("    server s1 10.0.0.5:80\n", ""), vec![]);
+    let outcome = target
+        .deploy(&request(&fixed, 1, 3))
+        .await
+        .expect("fixed one");
+    assert!(
+        outcome.reloaded,
+        "after a failed reload the next one reloads: {outcome:?}"
+    );
+}
+
+/// Deploys a server weight 10, then 20, to an API of `version` whose HAProxy refuses the
+/// change at runtime (a `balance source` backend): the second outcome, and the requests it
+/// made.
+async fn weight_change_haproxy_refuses(version: &str) -> (DeployOutcome, Vec<Recorded>) {
+    let stub = Stub::start(version).await;
+    stub.state().static_backends = vec!["be".to_string()];
+    let target = stub.target();
+    let before = render(config("    server s1 10.0.0.1:80 weight 10\n", ""), vec![]);
+    let after = render(config("    server s1 10.0.0.1:80 weight 20\n", ""), vec![]);
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target
+        .deploy(&request(&after, 1, 2))
+        .await
+        .expect("a refusal is no outage");
+
+    assert_eq!(stub.state().config, after.haproxy_cfg);
+    (outcome, stub.requests())
+}
+
+fn is_reloading_push(r: &Recorded) -> bool {
+    is_push(r) && !r.query.contains_key("skip_reload")
+}
+
+#[tokio::test]
+async fn a_weight_change_haproxy_refuses_at_runtime_is_applied_by_one_reload_at_once() {
+    let (outcome, requests) = weight_change_haproxy_refuses("v3.4.0").await;
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    let refused = position(&requests, |r| {
+        r.path.ends_with("/runtime/backends/be/servers/s1")
+    })
+    .expect("the runtime change was tried");
+    let reloading: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| is_reloading_push(r))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(reloading, vec![reloading[0]], "one reload: {requests:#?}");
+    assert!(reloading[0] > refused);
+}
+
+#[tokio::test]
+async fn a_runtime_action_haproxy_refuses_after_the_push_is_applied_by_one_reload_at_once() {
+    // Before v3.3.1 weights go as X-Runtime-Actions on the push, which the API runs after
+    // storing the configuration.
+    let (outcome, requests) = weight_change_haproxy_refuses("v3.2.15").await;
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    let with_actions = position(&requests, |r| is_push(r) && r.runtime_actions.is_some())
+        .expect("the actions were sent");
+    let reloading = position(&requests, is_reloading_push).expect("then a reloading push");
+    assert!(reloading > with_actions);
+    assert_eq!(requests.iter().filter(|r| is_reloading_push(r)).count(), 1);
+}
+
+#[tokio::test]
+async fn a_certificate_the_api_cannot_use_is_rejected_naming_the_file_and_the_apis_message() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![aux(
+            AuxKind::Cert,
+            "ssl/default_site.pem",
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )],
+    );
+
+    let error = target
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("no key");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("a refusal is no outage: expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("ssl/default_site.pem")
+            && message.contains("file should contain both certificate and private key"),
+        "{message}"
+    );
+    assert!(!stub.requests().iter().any(is_push), "nothing pushed");
+}
+
+#[tokio::test]
+async fn a_restarted_controller_finds_the_pod_already_running_its_render_and_reloads_nothing() {
+    let stub = Stub::start("v3.4.0").await;
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![
+            hosts_map("a.example be\n"),
+            aux(AuxKind::Cert, "ssl/default_site.pem", PEM),
+        ],
+    );
+    stub.target()
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("before the restart");
+    let reloads_before = stub.state().reload_counter;
+
+    // A new process: the text on the pod is the API's reprint, never the render's.
+    let restarted = stub.target();
+    stub.clear_requests();
+    assert_eq!(
+        restarted.deployed_checksum().await.expect("read"),
+        Some(rendered.checksum()),
+        "the drift check knows the pod runs the render"
+    );
+    let outcome = restarted
+        .deploy(&request(&rendered, 2, 1))
+        .await
+        .expect("after the restart");
+
+    assert!(outcome.unchanged && !outcome.reloaded, "{outcome:?}");
+    assert_eq!(stub.state().reload_counter, reloads_before, "no reload");
+    let requests = stub.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| is_push(r) || is_aux_storage_write(r)),
+        "{requests:#?}"
+    );
+
+    // And the next change is planned from the render it recognised: a server move is live.
+    let moved = render(
+        config("    server s1 10.0.0.9:80\n", ""),
+        rendered.aux_files.clone().into_iter().collect(),
+    );
+    let outcome = restarted
+        .deploy(&request(&moved, 2, 2))
+        .await
+        .expect("a change");
+    assert!(
+        !outcome.reloaded && outcome.runtime_changes == 1,
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_whose_configuration_changed_since_the_record_is_reloaded_after_a_restart() {
+    let stub = Stub::start("v3.4.0").await;
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![hosts_map("a.example be\n")],
+    );
+    stub.target()
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("before the restart");
+    // Someone edits haproxy.cfg on the pod behind haptor's back.
+    {
+        let mut state = stub.state();
+        state.config.push_str("# edited by hand\n");
+        state.config_version += 1;
+    }
+    let restarted = stub.target();
+    assert_ne!(
+        restarted.deployed_checksum().await.expect("read"),
+        Some(rendered.checksum()),
+        "drift"
+    );
+
+    let outcome = restarted
+        .deploy(&request(&rendered, 2, 1))
+        .await
+        .expect("after the restart");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(stub.state().config, rendered.haproxy_cfg);
+}
+
+#[tokio::test]
+async fn a_development_build_of_the_api_is_deployed_to() {
+    let stub = Stub::start(" dev.dirty").await;
+    let rendered = render(config("    server s1 10.0.0.1:80\n", ""), vec![]);
+
+    let outcome = stub
+        .target()
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("a build without version flags is no reason to refuse a pod");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+}
+
+#[tokio::test]
+async fn a_map_emptied_by_the_render_replaces_the_stored_one_although_the_api_refuses_empty_bodies()
+{
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let before = render(config("", ""), vec![hosts_map("a.example be\n")]);
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    // The last Ingress goes: the host map has no entry left.
+    let emptied = render(config("", ""), vec![hosts_map("")]);
+
+    let outcome = target
+        .deploy(&request(&emptied, 1, 2))
+        .await
+        .expect("an empty map is a map");
+
+    assert!(!outcome.reloaded, "{outcome:?}");
+    let stored = stub
+        .state()
+        .storage
+        .get(&("maps".to_string(), "hosts.map".to_string()))
+        .cloned();
+    assert_eq!(stored.as_deref().map(str::trim), Some(""));
+    assert!(stub.state().runtime_maps["hosts"].is_empty());
 }

@@ -168,3 +168,45 @@ async fn one_render_serves_every_haproxy_pod_on_its_own_address_and_endpoint_cha
         "no pod reloaded"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_weight_change_on_a_balance_source_backend_is_applied_by_one_reload_without_a_failed_attempt()
+ {
+    let network = PodNetwork::shared();
+    let backends = network.pod("weight-backends");
+    let _a = backends.http_backend(8081, "backend-a");
+    let pod = HaproxyPod::start(network, "weight-haproxy-0");
+    let with_weight = |weight: u32| {
+        let mut rendered = render(
+            &format!("    server s1 {}:8081 weight {weight}\n", backends.ip()),
+            "a.example be\n",
+        );
+        // A static algorithm: HAProxy refuses other weights than 0% and 100% at runtime.
+        rendered.haproxy_cfg = rendered
+            .haproxy_cfg
+            .replace("balance roundrobin", "balance source");
+        rendered
+    };
+    let target = target(&pod);
+    let before = with_weight(10);
+    let first = target
+        .deploy(&request(&before, 1))
+        .await
+        .expect("the first deployment");
+    assert!(first.reloaded, "{first:?}");
+    let reloads = pod.reloads().expect("show proc");
+
+    // One attempt, no error: the runtime API's refusal (HTTP 500 "static LB algorithm") is
+    // HAProxy saying no, not an outage, and the target reloads at once.
+    let outcome = target
+        .deploy(&request(&with_weight(20), 2))
+        .await
+        .expect("a refused runtime change is no failed deployment");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(pod.reloads(), Some(reloads + 1), "exactly one reload");
+    let weight = dataplane_peer::cli(&pod.etc_haproxy().join("runtime.sock"), "get weight be/s1")
+        .expect("the runtime API answers");
+    assert!(weight.starts_with("20 "), "{weight}");
+    assert_eq!(get(pod.ip(), "a.example").await.1, "backend-a");
+}

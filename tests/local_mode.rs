@@ -740,3 +740,53 @@ fn a_restart_after_sigkill_takes_over_the_orphaned_haproxy_with_a_higher_epoch()
         Some("hello from app-a\n".into())
     );
 }
+
+#[test]
+fn a_tls_secret_with_dots_in_its_name_is_served_over_https_by_haptor_local() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+
+    // The quickstart's Secret again, named as most TLS Secrets are: after their host.
+    let tls = local
+        .read("tls.yaml")
+        .replace(
+            "secretName: secure-tls",
+            "secretName: www.secure.example-tls",
+        )
+        .replace("name: secure-tls", "name: www.secure.example-tls")
+        .replace("name: secure,", "name: dotted,");
+    assert!(tls.contains("name: www.secure.example-tls"), "{tls}");
+    local.write("dotted-tls.yaml", &tls);
+    std::fs::remove_file(local.dir.join("tls.yaml")).expect("the old TLS file goes");
+
+    let stored = local.work().join("ssl/default_www_secure_example-tls.pem");
+    eventually(
+        "the certificate under the name the configuration names",
+        Duration::from_secs(30),
+        || stored.is_file().then_some(()),
+    );
+    let body = eventually("HTTPS by SNI", Duration::from_secs(30), || {
+        let output = Command::new("curl")
+            .args(["-sk", "--max-time", "3", "--resolve"])
+            .arg(format!("secure.example:{}:127.0.0.1", local.https))
+            .arg(format!("https://secure.example:{}/", local.https))
+            .stdin(Stdio::null())
+            .output()
+            .expect("curl runs (scripts/test installs it)");
+        let body = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.success() && body.starts_with("hello from")).then_some(body)
+    });
+    assert!(body.starts_with("hello from app-"), "{body}");
+    let config = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("haproxy.cfg");
+    let crt_lists: Vec<String> = std::fs::read_dir(local.work().join("general"))
+        .expect("general files")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        crt_lists
+            .iter()
+            .any(|l| l.contains("ssl/default_www_secure_example-tls.pem")),
+        "{crt_lists:?}\n{config}"
+    );
+}

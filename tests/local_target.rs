@@ -896,3 +896,200 @@ impl Drop for KillIfStillOurs {
         }
     }
 }
+
+/// Puts a dead socket at `path` in one step, as a cleanup script or another process would
+/// replace it: a socket bound beside it, closed, and renamed over it.
+fn replace_with_dead_socket(path: &std::path::Path) {
+    let beside = path.with_extension("dead");
+    drop(std::os::unix::net::UnixListener::bind(&beside).expect("bind a socket beside"));
+    std::fs::rename(&beside, path).expect("the dead socket replaces the path");
+    let refused = std::os::unix::net::UnixStream::connect(path).expect_err("nobody listens");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn a_runtime_socket_replaced_by_a_dead_one_under_haptor_local_is_routed_around_and_the_next_three_endpoint_changes_go_live_without_a_reload()
+ {
+    let (a, b) = (local::backend("app-a"), local::backend("app-b"));
+    let moves = [
+        ("app-c", local::backend("app-c")),
+        ("app-d", local::backend("app-d")),
+        ("app-e", local::backend("app-e")),
+    ];
+    let haptor = local::Setup::quickstart(a.port, b.port).start();
+    haptor.wait_ready(Duration::from_secs(60));
+    let work = haptor.work();
+    let served_by = |name: &str| {
+        let body = format!("hello from {name}\n");
+        local::eventually(&format!("a.localhost served by {name}"), PATIENCE, || {
+            local::get(haptor.http, "a.localhost", "/").filter(|(_, answer)| *answer == body)
+        });
+    };
+    served_by("app-a");
+    // One change through the runtime socket while it works, so haptor has used it.
+    let before = local::worker_and_reloads(&work);
+    haptor.move_first_endpoint_port(a.port, b.port);
+    served_by("app-b");
+    assert_eq!(local::worker_and_reloads(&work), before, "a live change");
+
+    replace_with_dead_socket(&work.join("runtime.sock"));
+    let mut from = b.port;
+    for (name, backend) in &moves {
+        haptor.move_first_endpoint_port(from, backend.port);
+        served_by(name);
+        let now = local::worker_and_reloads(&work);
+        eprintln!("after the move to {name}: (worker, reloads) {now:?}, before {before:?}");
+        assert_eq!(now, before, "the move to {name} reloaded haproxy");
+        from = backend.port;
+    }
+    let log = haptor.log_text();
+    for line in log.lines().filter(|line| line.contains("runtime.sock")) {
+        eprintln!("haptor logged: {line}");
+    }
+    assert_eq!(
+        log.matches("the runtime socket does not answer as haproxy's worker")
+            .count(),
+        1,
+        "told once:\n{log}"
+    );
+    assert_eq!(
+        log.matches("deployed, around a problem").count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        !log.contains("reloading through the master instead"),
+        "{log}"
+    );
+    // haptor routed around the dead file and left it where it was.
+    let still = std::os::unix::net::UnixStream::connect(work.join("runtime.sock"));
+    assert!(still.is_err(), "the dead socket is still dead");
+}
+
+/// A listener that takes over a socket path and answers every command with a bare line
+/// break (how HAProxy acknowledges a silent command), recording the first line of each.
+struct Impostor {
+    commands: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Impostor {
+    fn replace(path: &std::path::Path) -> Impostor {
+        let beside = path.with_extension("impostor");
+        let listener = std::os::unix::net::UnixListener::bind(&beside).expect("bind");
+        std::fs::rename(&beside, path).expect("the impostor takes the path");
+        let commands = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&commands);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = String::new();
+                let _ = stream.read_to_string(&mut request);
+                let first = request.lines().next().unwrap_or_default().to_string();
+                recorded.lock().expect("not poisoned").push(first);
+                let _ = stream.write_all(b"\n");
+            }
+        });
+        Impostor { commands }
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.commands.lock().expect("not poisoned").clone()
+    }
+}
+
+/// The fixture's render with be_a's first slot at `port` with `weight`, be_b on B, the
+/// `extra` backends and the `routes`.
+fn with_be_a(
+    fx: &Fixture,
+    port: u16,
+    weight: u32,
+    extra: &[BackendSpec<'_>],
+    routes: &[(&str, &str)],
+) -> RenderedConfig {
+    let mut backends = vec![
+        BackendSpec {
+            name: "be_a",
+            slots: vec![Some((port, weight)), None],
+        },
+        BackendSpec {
+            name: "be_b",
+            slots: vec![Some((fx.b.port, 10)), None],
+        },
+    ];
+    backends.extend(extra.iter().map(|spec| BackendSpec {
+        name: spec.name,
+        slots: spec.slots.clone(),
+    }));
+    render(fx.frontend, &backends, routes)
+}
+
+#[tokio::test]
+async fn a_runtime_socket_taken_over_by_another_process_gets_no_change_and_changes_go_live_through_the_master_even_after_a_reload()
+ {
+    let fx = Fixture::start().await;
+    let routes = [("a.example", "be_a"), ("b.example", "be_b")];
+    fx.deploy_and_observe(&fx.base(), 1, 1).await;
+    // A live change through the runtime socket while it is haproxy's.
+    let outcome = fx
+        .deploy_and_observe(&with_be_a(&fx, fx.c.port, 10, &[], &routes), 1, 2)
+        .await;
+    assert!(
+        !outcome.reloaded && outcome.degraded.is_none(),
+        "{outcome:?}"
+    );
+    expect_answer(fx.frontend, "a.example", "backend-C").await;
+
+    let impostor = Impostor::replace(&fx.work_dir.runtime_socket());
+    let outcome = fx
+        .deploy_and_observe(&with_be_a(&fx, fx.b.port, 20, &[], &routes), 1, 3)
+        .await;
+    assert!(!outcome.reloaded, "{outcome:?}");
+    let degraded = outcome.degraded.expect("the takeover is reported");
+    assert!(
+        degraded.contains("runtime.sock") && degraded.contains("master CLI"),
+        "{degraded}"
+    );
+    expect_answer(fx.frontend, "a.example", "backend-B").await;
+    assert_eq!(impostor.commands(), ["show info"], "only asked who it is");
+
+    // A structural change reloads; the new worker inherits the socket it had, so the path
+    // stays the impostor's, and the next live change, map included, goes through the master
+    // to the new worker, told no more.
+    let be_c = [BackendSpec {
+        name: "be_c",
+        slots: vec![Some((fx.c.port, 10)), None],
+    }];
+    let grown = with_be_a(&fx, fx.b.port, 20, &be_c, &routes);
+    assert!(fx.deploy_and_observe(&grown, 1, 4).await.reloaded);
+    // The map grows past one payload (HAProxy's buffer), so several go through the master.
+    let hosts: Vec<String> = (0..1500)
+        .map(|n| format!("host-{n:04}.example.com"))
+        .collect();
+    let mut routes = vec![
+        ("a.example", "be_a"),
+        ("b.example", "be_b"),
+        ("c.example", "be_c"),
+    ];
+    routes.extend(hosts.iter().map(|host| (host.as_str(), "be_c")));
+    let moved = with_be_a(&fx, fx.a.port, 10, &be_c, &routes);
+    assert!(moved.aux_files["maps/hosts.map"].content.len() > 32 * 1024);
+    let outcome = fx.deploy_and_observe(&moved, 1, 5).await;
+    assert!(
+        !outcome.reloaded && outcome.degraded.is_none(),
+        "{outcome:?}"
+    );
+    expect_answer(fx.frontend, "a.example", "backend-A").await;
+    expect_answer(fx.frontend, "c.example", "backend-C").await;
+    expect_answer(fx.frontend, "host-1499.example.com", "backend-C").await;
+    let show_map = local::master_cli(fx.work_dir.root(), "@1 show map");
+    assert!(show_map.contains("entry_cnt=1503"), "{show_map}");
+    assert!(
+        impostor
+            .commands()
+            .iter()
+            .all(|command| command == "show info"),
+        "{:?}",
+        impostor.commands()
+    );
+    fx.finish().await;
+}

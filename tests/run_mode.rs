@@ -17,15 +17,14 @@ use std::time::Instant;
 use haptor::pure::config::{HAProxyCfg, HAProxyTemplateConfig, ValidationStatus};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use haptor_run::{
     Replica, create_ingress, fast_election, lease_holder, library_config, no_election, repo,
-    wait_for,
+    wait_for, wait_for_event,
 };
 use kube_kit::{CuttableProxy, Kit, KitOptions};
 
@@ -163,17 +162,7 @@ async fn an_invalid_config_change_is_reported_in_status_and_an_event_and_the_las
     // What the ConfigInvalid alert reads.
     assert_eq!(replica.metric("haptor_config_invalid").await, Some(1.0));
 
-    let events = Api::<Event>::namespaced(client.clone(), &ns);
-    let event = wait_for("a ConfigInvalid Event", &[&replica], || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("ConfigInvalid"))
-    })
-    .await;
+    let event = wait_for_event(&client, &ns, "ConfigInvalid", &[&replica]).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.regarding.as_ref().and_then(|r| r.name.as_deref()),
@@ -563,17 +552,7 @@ async fn a_config_watching_a_kind_the_api_server_does_not_serve_is_invalid_namin
     );
     assert!(problem.message.contains("does not exist"), "{status:?}");
     // An invalid first config is reported as an Event too.
-    let events = Api::<Event>::namespaced(client.clone(), &ns);
-    wait_for("a ConfigInvalid Event", &[&replica], || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("ConfigInvalid"))
-    })
-    .await;
+    wait_for_event(&client, &ns, "ConfigInvalid", &[&replica]).await;
     // Nothing was rendered from it.
     assert!(haproxycfg(&client, &ns).await.is_none());
 }

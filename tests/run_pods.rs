@@ -28,7 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use haproxy_pod::HaproxyPod;
-use haptor_run::{Replica, fast_election, library_config, no_election, wait_for};
+use haptor_run::{Replica, fast_election, library_config, no_election, wait_for, wait_for_event};
 use kube_kit::Kit;
 use pod_network::PodNetwork;
 
@@ -131,6 +131,65 @@ async fn serves(ip: Ipv4Addr, host: &str, path: &str, body: &str) -> bool {
     get(ip, host, path).await == Some((200, body.to_string()))
 }
 
+/// The published HAProxyCfg once `count` instances report its checksum.
+async fn at_published_checksum(client: &Client, ns: &str, count: usize) -> Option<HAProxyCfg> {
+    let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), ns)
+        .get_opt("haptor-config")
+        .await
+        .ok()??;
+    let status = cfg.status.as_ref()?;
+    let at_checksum = status
+        .instances
+        .iter()
+        .filter(|i| i.checksum.as_deref() == Some(cfg.spec.checksum.as_str()))
+        .count();
+    (at_checksum == count).then_some(cfg)
+}
+
+/// A test's own world: a kit of its own (the controllers watch every namespace, and other
+/// tests' Ingresses would reload these pods), a namespace with the credentials Secret,
+/// `pods` HAProxy pods named `<name>-haproxy-<i>` Ready in it, and Service + Ingress `web`
+/// routing `host` to a backend answering `backend-a` in a pod of its own.
+struct Scene {
+    // Dropped in this order: the processes, then the kit.
+    pods: Vec<HaproxyPod>,
+    _backend: pod_network::PodProcess,
+    backends: pod_network::NetPod,
+    client: Client,
+    ns: String,
+    kit: Kit,
+}
+
+impl Scene {
+    async fn start(name: &str, pods: usize, host: &str) -> Scene {
+        let network = PodNetwork::shared();
+        let kit = Kit::start();
+        let client = kit.admin().await;
+        let ns = kit.temp_ns(&format!("run-{name}")).await;
+        let backends = network.pod(&format!("{name}-backends"));
+        let backend = backends.http_backend(8081, "backend-a");
+        let pods: Vec<HaproxyPod> = (0..pods)
+            .map(|i| {
+                HaproxyPod::start_with_password(network, &format!("{name}-haproxy-{i}"), PASSWORD)
+            })
+            .collect();
+        for pod in &pods {
+            kit.ready_pod(&ns, pod.name(), &[SELECTOR], &pod.ip().to_string())
+                .await;
+        }
+        credentials(&client, &ns).await;
+        app(&kit, &client, &ns, "web", host, "/", (backends.ip(), 8081)).await;
+        Scene {
+            pods,
+            _backend: backend,
+            backends,
+            client,
+            ns,
+            kit,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_without_a_reload() {
     let network = PodNetwork::shared();
@@ -187,23 +246,9 @@ async fn haptor_run_routes_through_every_ready_haproxy_pod_and_moves_endpoints_w
         );
         assert_eq!(get(ip, "nobody.example", "/").await.map(|r| r.0), Some(404));
     }
-    let cfg = wait_for(
-        "both pods at the published checksum",
-        &[&replica],
-        || async {
-            let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
-                .get_opt("haptor-config")
-                .await
-                .ok()??;
-            let status = cfg.status.as_ref()?;
-            let at_checksum = status
-                .instances
-                .iter()
-                .filter(|i| i.checksum.as_deref() == Some(cfg.spec.checksum.as_str()))
-                .count();
-            (at_checksum == 2).then_some(cfg)
-        },
-    )
+    let cfg = wait_for("both pods at the published checksum", &[&replica], || {
+        at_published_checksum(&client, &ns, 2)
+    })
     .await;
     assert_eq!(cfg.status.as_ref().map(|s| s.instances.len()), Some(2));
 
@@ -339,31 +384,12 @@ async fn after_a_takeover_the_new_leader_deploys_and_a_write_with_the_old_leader
     use haptor::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
     use haptor::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 
-    let network = PodNetwork::shared();
-    // A server of its own: the controllers watch every namespace, and the other test's
-    // controller counts reloads, which this test's Ingresses would cause.
-    let kit = &Kit::start();
-    let client = kit.admin().await;
-    let ns = kit.temp_ns("run-fence").await;
-    let backends = network.pod("fence-backends");
-    let _a = backends.http_backend(8081, "backend-a");
-    let pod = HaproxyPod::start_with_password(network, "fence-haproxy-0", PASSWORD);
-    kit.ready_pod(&ns, pod.name(), &[SELECTOR], &pod.ip().to_string())
-        .await;
-    credentials(&client, &ns).await;
-    app(
-        kit,
-        &client,
-        &ns,
-        "web",
-        "fence.example",
-        "/",
-        (backends.ip(), 8081),
-    )
-    .await;
-    create_pod_config_with(&client, &ns, fast_election()).await;
-    let mut a = Replica::start(kit.admin_kubeconfig(), &ns, "fence-a");
-    let mut b = Replica::start(kit.admin_kubeconfig(), &ns, "fence-b");
+    let scene = Scene::start("fence", 1, "fence.example").await;
+    let (kit, client, ns, pod) = (&scene.kit, &scene.client, &scene.ns, &scene.pods[0]);
+    let backends = &scene.backends;
+    create_pod_config_with(client, ns, fast_election()).await;
+    let mut a = Replica::start(kit.admin_kubeconfig(), ns, "fence-a");
+    let mut b = Replica::start(kit.admin_kubeconfig(), ns, "fence-b");
     let ip = pod.ip();
     wait_for("the pod to serve", &[&a, &b], || async {
         serves(ip, "fence.example", "/", "backend-a")
@@ -389,8 +415,8 @@ async fn after_a_takeover_the_new_leader_deploys_and_a_write_with_the_old_leader
     // A change made while nobody leads is deployed by the successor.
     app(
         kit,
-        &client,
-        &ns,
+        client,
+        ns,
         "late",
         "late.example",
         "/",
@@ -436,4 +462,270 @@ async fn after_a_takeover_the_new_leader_deploys_and_a_write_with_the_old_leader
         serves(ip, "late.example", "/", "backend-a").await,
         "the pod kept the new leader's config"
     );
+}
+
+/// A self-signed certificate and its key for `host`, PEM.
+fn self_signed(host: &str) -> (String, String) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let output = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", &format!("/CN={host}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{host}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl runs (./scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "openssl req failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).expect("a PEM file");
+    (read(&cert), read(&key))
+}
+
+/// The subject of the certificate `ip:8443` presents for `host`, and the body of `GET /`
+/// over that TLS connection (curl, certificate not verified: it is self-signed).
+fn https_get(ip: Ipv4Addr, host: &str) -> Option<(String, String)> {
+    let output = std::process::Command::new("curl")
+        .args(["-sk", "-v", "--max-time", "3"])
+        .args(["--resolve", &format!("{host}:8443:{ip}")])
+        .arg(format!("https://{host}:8443/"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("curl runs (./scripts/test installs it)");
+    if !output.status.success() {
+        return None;
+    }
+    let verbose = String::from_utf8_lossy(&output.stderr);
+    let subject = verbose
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("*  subject: "))?
+        .to_string();
+    Some((
+        subject,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_secret_with_dots_in_its_name_is_served_over_https_and_a_restarted_controller_reloads_no_pod()
+ {
+    let scene = Scene::start("tls", 2, "www.example.com").await;
+    let (kit, client, ns, pods) = (&scene.kit, &scene.client, &scene.ns, &scene.pods);
+    // The most common Secret name there is: the API stores www.example.com-tls's file as
+    // default_www_example_com-tls.pem, and haproxy.cfg must name that file.
+    let (cert, key) = self_signed("www.example.com");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "www.example.com-tls" },
+        "type": "kubernetes.io/tls",
+        "stringData": { "tls.crt": cert, "tls.key": key },
+    }))
+    .expect("a TLS Secret");
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("the TLS Secret is created");
+    let tls = json!({ "spec": { "tls": [{ "hosts": ["www.example.com"], "secretName": "www.example.com-tls" }] } });
+    Api::<Ingress>::namespaced(client.clone(), ns)
+        .patch("web", &PatchParams::default(), &Patch::Merge(&tls))
+        .await
+        .expect("the Ingress gets its TLS entry");
+    create_pod_config(client, ns).await;
+    let mut first = Replica::start(kit.admin_kubeconfig(), ns, "tls-first");
+
+    for pod in pods {
+        let ip = pod.ip();
+        let (subject, _) =
+            wait_for(
+                "HTTPS with the Secret's certificate",
+                &[&first],
+                || async move {
+                    https_get(ip, "www.example.com").filter(|(_, body)| body == "backend-a")
+                },
+            )
+            .await;
+        assert!(
+            subject.contains("CN=www.example.com") || subject.contains("CN = www.example.com"),
+            "{subject}"
+        );
+        let stored = pod
+            .etc_haproxy()
+            .join("ssl")
+            .join(format!("{ns}_www_example_com-tls.pem"));
+        assert!(
+            stored.is_file(),
+            "{} is where the API stored it",
+            stored.display()
+        );
+    }
+    let published = wait_for("both pods at the published checksum", &[&first], || {
+        at_published_checksum(client, ns, 2)
+    })
+    .await
+    .spec
+    .checksum;
+    let reloads: Vec<Option<u64>> = pods.iter().map(HaproxyPod::reloads).collect();
+    assert!(reloads.iter().all(Option::is_some), "{reloads:?}");
+
+    // A rolling update of haptor: the old process goes, a new one starts and finds both pods
+    // already running the render.
+    first.stop_with("TERM");
+    let second = Replica::start(kit.admin_kubeconfig(), ns, "tls-second");
+    for pod in pods {
+        let series = format!("haptor_deployments_total{{instance=\"{}\"}}", pod.name());
+        wait_for(
+            "the new controller to deploy to the pod",
+            &[&second],
+            || async { second.metric(&series).await.filter(|n| *n >= 1.0) },
+        )
+        .await;
+        let errors = format!(
+            "haptor_deployment_errors_total{{instance=\"{}\"",
+            pod.name()
+        );
+        let (_, metrics) = second
+            .get(second.metrics, "/metrics")
+            .await
+            .expect("metrics");
+        assert!(!metrics.contains(&errors), "{metrics}");
+    }
+    assert_eq!(
+        pods.iter().map(HaproxyPod::reloads).collect::<Vec<_>>(),
+        reloads,
+        "a restarted controller reloads no pod that runs its render"
+    );
+    let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), ns)
+        .get("haptor-config")
+        .await
+        .expect("the HAProxyCfg");
+    assert_eq!(cfg.spec.checksum, published, "the same render");
+    for pod in pods {
+        let ip = pod.ip();
+        assert_eq!(
+            https_get(ip, "www.example.com").map(|(_, body)| body),
+            Some("backend-a".to_string())
+        );
+    }
+    eprintln!(
+        "figures: reloads per pod after a controller restart with nothing changed: {:?} before, {:?} after",
+        reloads,
+        pods.iter().map(HaproxyPod::reloads).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_haproxy_refuses_is_an_error_in_haproxycfg_and_an_event_while_the_old_worker_serves()
+ {
+    use haptor::pure::config::HAProxyTemplateConfig;
+
+    let scene = Scene::start("bind", 1, "bind.example").await;
+    let (kit, client, ns, pod) = (&scene.kit, &scene.client, &scene.ns, &scene.pods[0]);
+    create_pod_config(client, ns).await;
+    let replica = Replica::start(kit.admin_kubeconfig(), ns, "bind-solo");
+    let ip = pod.ip();
+    wait_for("the pod to serve", &[&replica], || async {
+        serves(ip, "bind.example", "/", "backend-a")
+            .await
+            .then_some(())
+    })
+    .await;
+    let worker = || {
+        let proc = dataplane_peer::cli(&pod.etc_haproxy().join("master.sock"), "show proc")
+            .unwrap_or_default();
+        let failed = proc
+            .split_once("[failed:")
+            .and_then(|(_, rest)| rest.split(']').next())
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        (pod.reloads(), failed)
+    };
+    let before = worker();
+
+    // A listener on an address the pod does not have: `haproxy -c` (haptor's and the API's)
+    // accepts it, HAProxy's reload cannot bind it.
+    let configs = Api::<HAProxyTemplateConfig>::namespaced(client.clone(), ns);
+    let unbindable = json!({ "spec": { "extraContext": { "http_bind": "\"203.0.113.7:8080\"" } } });
+    configs
+        .patch(
+            "haptor-config",
+            &PatchParams::default(),
+            &Patch::Merge(&unbindable),
+        )
+        .await
+        .expect("the config is changed");
+
+    let instance = wait_for("the pod's error in HAProxyCfg", &[&replica], || async {
+        let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), ns)
+            .get_opt("haptor-config")
+            .await
+            .ok()??;
+        cfg.status?
+            .instances
+            .into_iter()
+            .find(|i| i.name == pod.name() && i.consecutive_errors > 0)
+    })
+    .await;
+    let error = instance.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("cannot bind socket") && error.contains("203.0.113.7:8080"),
+        "HAProxy's own message: {instance:?}"
+    );
+    let event = wait_for_event(client, ns, "DeploymentFailed", &[&replica]).await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains(pod.name())),
+        "{event:?}"
+    );
+    let after = worker();
+    assert!(
+        after.1 > before.1,
+        "HAProxy counts the failed reload: {before:?} {after:?}"
+    );
+    assert!(
+        serves(ip, "bind.example", "/", "backend-a").await,
+        "the old worker keeps serving"
+    );
+    eprintln!("figures: the failed reload as HAProxyCfg reports it: {error}");
+
+    // Put right, the next attempt (after the backoff) deploys.
+    let bindable = json!({ "spec": { "extraContext": { "http_bind": "\"${POD_IP}:8080\"" } } });
+    configs
+        .patch(
+            "haptor-config",
+            &PatchParams::default(),
+            &Patch::Merge(&bindable),
+        )
+        .await
+        .expect("the config is put right");
+    wait_for(
+        "the pod back at the published checksum",
+        &[&replica],
+        || async {
+            let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), ns)
+                .get_opt("haptor-config")
+                .await
+                .ok()??;
+            let status = cfg.status.as_ref()?;
+            status
+                .instances
+                .iter()
+                .any(|i| {
+                    i.consecutive_errors == 0
+                        && i.checksum.as_deref() == Some(cfg.spec.checksum.as_str())
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(serves(ip, "bind.example", "/", "backend-a").await);
 }

@@ -283,30 +283,60 @@ impl PathResolver {
         }
     }
 
-    /// The relative path for an auxiliary file. Certificate and crt-list names have every
-    /// character outside `[A-Za-z0-9._-]` replaced by `_` so a Secret name cannot escape
-    /// the directory. crt-lists live with general files, as HAProxy storage keeps them.
+    /// The relative path for an auxiliary file: the kind's directory and the name as
+    /// [`storage_file_name`] gives it, so the path the configuration names is the one the
+    /// Data Plane API stores the upload under, and a name cannot leave its directory.
+    /// crt-lists live with general files, as HAProxy storage keeps them.
     pub fn path(&self, kind: AuxKind, name: &str) -> String {
-        let clean: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let clean = match clean.strip_prefix('.') {
-            Some(rest) => format!("_{rest}"),
-            None => clean,
-        };
         let dir = match kind {
             AuxKind::Map => &self.maps_dir,
             AuxKind::File | AuxKind::CrtList => &self.files_dir,
             AuxKind::Cert => &self.certs_dir,
         };
-        format!("{dir}/{clean}")
+        format!("{dir}/{}", storage_file_name(name))
+    }
+}
+
+/// The name the Data Plane API v3 stores a file under when it is uploaded as `name`.
+///
+/// The API's storage (maps, general files, certificates alike) cleans every name it is
+/// given: it keeps the last extension, and in the stem and in the extension it replaces each
+/// run of characters other than ASCII letters, digits, `_`, `-` and `\` by one `_` (a stem
+/// that ends up empty becomes `_` + extension). So `www.example.com-tls.pem` is stored as
+/// `www_example_com-tls.pem`, and a configuration naming the first finds no file. haptor
+/// names every auxiliary file this way in the first place ([`PathResolver::path`]), so the
+/// render, `haptor local`'s files and the API's storage agree. The backslash, which the API
+/// keeps but HAProxy reads as an escape in a configuration word, is replaced too; every
+/// result is a name the API stores unchanged.
+pub fn storage_file_name(name: &str) -> String {
+    fn clean(part: &str) -> String {
+        let mut out = String::with_capacity(part.len());
+        let mut in_run = false;
+        for c in part.chars() {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-') {
+                out.push(c);
+                in_run = false;
+            } else if !in_run {
+                out.push('_');
+                in_run = true;
+            }
+        }
+        out
+    }
+    // The extension is what follows the last dot of the last path element.
+    let last_element = name.rfind('/').map_or(0, |slash| slash + 1);
+    match name[last_element..].rfind('.') {
+        Some(dot) => {
+            let dot = last_element + dot;
+            let stem = clean(&name[..dot]);
+            let extension = clean(&name[dot + 1..]);
+            if stem.is_empty() {
+                format!("_{extension}")
+            } else {
+                format!("{stem}.{extension}")
+            }
+        }
+        None => clean(name),
     }
 }
 
@@ -335,7 +365,7 @@ mod tests {
     fn a_name_cannot_climb_out_of_its_directory() {
         let r = PathResolver::default();
         let path = r.path(AuxKind::File, "../../etc/passwd");
-        assert_eq!(path, "general/_._.._etc_passwd");
+        assert_eq!(path, "general/_etc_passwd");
         assert_eq!(path.matches('/').count(), 1);
     }
 
@@ -419,5 +449,41 @@ mod tests {
             .collect();
         assert_eq!(reported, ["b", "d"]);
         assert!(newly_left_out(&after, &after).is_empty());
+    }
+
+    #[test]
+    fn a_name_is_stored_as_the_data_plane_api_stores_it() {
+        // The API's own cleaning of these names (client-native's SanitizeFilename).
+        for (given, stored) in [
+            (
+                "default_www.example.com-tls.pem",
+                "default_www_example_com-tls.pem",
+            ),
+            ("hosts.map", "hosts.map"),
+            ("a..b  c.map", "a_b_c.map"),
+            (".hidden", "_hidden"),
+            ("no-extension", "no-extension"),
+            ("trailing.", "trailing."),
+            ("x/y.z/w", "x_y_z_w"),
+            ("caf\u{e9}.pem", "caf_.pem"),
+            ("back\\slash.pem", "back_slash.pem"),
+        ] {
+            assert_eq!(storage_file_name(given), stored, "{given}");
+        }
+    }
+
+    #[test]
+    fn a_stored_name_is_stored_again_unchanged() {
+        for given in [
+            "a.b.c.pem",
+            "..",
+            "x/../y.map",
+            "ns_www.example.com-tls.pem",
+            "",
+            "@@",
+        ] {
+            let once = storage_file_name(given);
+            assert_eq!(storage_file_name(&once), once, "{given}");
+        }
     }
 }

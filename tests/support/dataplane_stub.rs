@@ -3,6 +3,17 @@
 //! the tests that deploy to a Data Plane target without the real API. Besides answering as
 //! the API does, it can be told to misbehave (`StubState::fault`): answer 500, answer what
 //! is not JSON, or hang, for every request after the switch.
+//!
+//! The quirks of the real API v3.4.0 it keeps (each seen against the real one): storage
+//! names are cleaned as the API cleans them (`www.example.com-tls.pem` is stored as
+//! `www_example_com-tls.pem`, and reads, replaces and deletes clean the name they are
+//! given); a runtime change HAProxy refuses (a weight on a `balance source` backend) is a
+//! 500 carrying HAProxy's answer, and so is an `X-Runtime-Actions` action, after the
+//! configuration was stored; a certificate that is no PEM certificate, or has no key, is a
+//! 500; and with [`ReloadCommand::SignalOnly`] the reload is reported `succeeded` as soon
+//! as it is started, as the API does with a reload command that only signals HAProxy, while
+//! the worker (`pid` in `/services/haproxy/runtime/info`) changes later or, when HAProxy
+//! refuses the configuration, never.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -53,6 +64,19 @@ impl Recorded {
     }
 }
 
+/// How the stub's reload command behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadCommand {
+    /// It waits for the new worker and fails when HAProxy refuses the configuration (the
+    /// chart's reload.sh): the reload's status is the outcome, and the worker has changed
+    /// once it says `succeeded`.
+    Verified,
+    /// It only signals HAProxy: the reload is `succeeded` at once; the new worker answers
+    /// the runtime API after `worker_after_reads` reads of the runtime info, or never when
+    /// HAProxy refuses the configuration.
+    SignalOnly { worker_after_reads: u32 },
+}
+
 #[derive(Debug)]
 pub struct StubReload {
     pub polls_before_done: u32,
@@ -88,6 +112,15 @@ pub struct StubState {
     pub requests: Vec<Recorded>,
     /// How the stub misbehaves for every request from now on (`None`: it does not).
     pub fault: Option<Fault>,
+    pub reload_command: ReloadCommand,
+    /// The pid of the worker that answers the runtime API.
+    pub worker_pid: u64,
+    /// A worker started by a signal-only reload, and the runtime info reads before it
+    /// answers.
+    pub starting_worker: Option<u32>,
+    /// Backends with a static load-balancing algorithm (`balance source`): HAProxy refuses
+    /// weights other than 0% and 100% there at runtime.
+    pub static_backends: Vec<String>,
 }
 
 /// A way for the stub to misbehave.
@@ -129,6 +162,10 @@ impl Stub {
             runtime_maps: BTreeMap::new(),
             requests: Vec::new(),
             fault: None,
+            reload_command: ReloadCommand::Verified,
+            worker_pid: 1000,
+            starting_worker: None,
+            static_backends: Vec::new(),
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -340,8 +377,12 @@ impl StubState {
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "application/json")],
                 json!({
-                    "runtimeAPI": "/var/run/haproxy.sock",
-                    "info": { "version": self.haproxy_version, "release_date": "2023-12-16" }
+                    "runtimeAPI": "/etc/haproxy/runtime.sock",
+                    "info": {
+                        "version": self.haproxy_version,
+                        "release_date": "2023-12-16",
+                        "pid": self.read_worker_pid(),
+                    }
                 })
                 .to_string(),
             )
@@ -386,7 +427,10 @@ impl StubState {
                 self.storage_create(kind, request, &content_type)
             }
             (Method::GET, ["services", "haproxy", "storage", kind, name]) => {
-                match self.storage.get(&(kind.to_string(), name.to_string())) {
+                match self
+                    .storage
+                    .get(&(kind.to_string(), api_storage_name(name)))
+                {
                     Some(content) => (
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, "application/octet-stream")],
@@ -400,10 +444,10 @@ impl StubState {
                 }
             }
             (Method::PUT, ["services", "haproxy", "storage", kind, name]) => {
-                self.storage_replace(kind, name, request, &content_type)
+                self.storage_replace(kind, &api_storage_name(name), request, &content_type)
             }
             (Method::DELETE, ["services", "haproxy", "storage", kind, name]) => {
-                self.storage_delete(kind, name, request)
+                self.storage_delete(kind, &api_storage_name(name), request)
             }
             (
                 Method::PUT,
@@ -427,6 +471,11 @@ impl StubState {
                 else {
                     return json_error(StatusCode::BAD_REQUEST, "body is not a JSON object");
                 };
+                if let Some(weight) = fields.get("weight")
+                    && let Some(refusal) = self.weight_refusal(backend, server, &weight.to_string())
+                {
+                    return json_error(StatusCode::INTERNAL_SERVER_ERROR, &refusal);
+                }
                 fields.insert("name".into(), json!(server));
                 (StatusCode::OK, axum::Json(Value::Object(fields))).into_response()
             }
@@ -560,6 +609,23 @@ impl StubState {
         self.last_good = std::mem::replace(&mut self.config, body);
         self.config_version += 1;
         let (checksum, stored) = self.stored_config();
+        // The API runs the actions after storing the configuration, and answers 500 when
+        // one fails; the new configuration stays.
+        if request.query_is("skip_reload", "true")
+            && let Some(actions) = &request.runtime_actions
+        {
+            for action in actions.split(';') {
+                let words: Vec<&str> = action.split(' ').collect();
+                if let ["SetServerWeight", backend, server, weight] = words.as_slice()
+                    && let Some(refusal) = self.weight_refusal(backend, server, weight)
+                {
+                    return json_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("cannot execute SetServerWeight: {refusal}"),
+                    );
+                }
+            }
+        }
         let mut response = if request.query_is("skip_reload", "true") {
             text(StatusCode::CREATED, stored)
         } else {
@@ -643,9 +709,21 @@ impl StubState {
         let Some(reload) = self.reloads.get_mut(id) else {
             return json_error(StatusCode::NOT_FOUND, &format!("reload {id} not found"));
         };
+        let signal_only = matches!(self.reload_command, ReloadCommand::SignalOnly { .. });
         let status = if reload.polls_before_done > 0 {
             reload.polls_before_done -= 1;
             "in_progress"
+        } else if signal_only {
+            // The signal was sent; the API knows nothing more.
+            if !reload.restored {
+                reload.restored = true;
+                if !reload.fails
+                    && let ReloadCommand::SignalOnly { worker_after_reads } = self.reload_command
+                {
+                    self.starting_worker = Some(worker_after_reads);
+                }
+            }
+            "succeeded"
         } else if reload.fails {
             if !reload.restored {
                 reload.restored = true;
@@ -653,9 +731,13 @@ impl StubState {
             }
             "failed"
         } else {
+            if !reload.restored {
+                reload.restored = true;
+                self.worker_pid += 1;
+            }
             "succeeded"
         };
-        let response = if status == "failed" {
+        let response = if status == "failed" && !signal_only {
             RELOAD_FAILURE_LOG
         } else {
             ""
@@ -681,12 +763,18 @@ impl StubState {
         if !matches!(kind, "maps" | "general" | "ssl_certificates") {
             return json_error(StatusCode::NOT_FOUND, "unknown storage");
         }
-        let Some((mut name, content)) = multipart_file(content_type, &request.body) else {
+        let Some((given, content)) = multipart_file(content_type, &request.body) else {
             return json_error(
                 StatusCode::BAD_REQUEST,
                 "http: no such file (multipart field file_upload)",
             );
         };
+        let mut name = api_storage_name(&given);
+        if kind == "ssl_certificates"
+            && let Some(refusal) = pem_refusal(&content)
+        {
+            return json_error(StatusCode::INTERNAL_SERVER_ERROR, refusal);
+        }
         if kind == "maps" && !name.ends_with(".map") {
             name.push_str(".map");
         }
@@ -740,8 +828,17 @@ impl StubState {
                 }
             }
         } else {
+            // The API's text body is required: an empty one is refused.
+            if request.body.is_empty() {
+                return json_error(StatusCode::BAD_REQUEST, "value is required but missing");
+            }
             request.body.clone()
         };
+        if kind == "ssl_certificates"
+            && let Some(refusal) = pem_refusal(&content)
+        {
+            return json_error(StatusCode::INTERNAL_SERVER_ERROR, refusal);
+        }
         self.storage.insert(key, content);
         if !request.query_is("skip_reload", "true") {
             self.unexpected_reloads += 1;
@@ -784,5 +881,75 @@ impl StubState {
             return accepted_with_reload(&id, String::new());
         }
         StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+impl StubState {
+    /// The worker pid the runtime info reports now; a worker a signal-only reload started
+    /// answers after its reads.
+    fn read_worker_pid(&mut self) -> u64 {
+        if let Some(reads) = self.starting_worker {
+            if reads == 0 {
+                self.starting_worker = None;
+                self.worker_pid += 1;
+            } else {
+                self.starting_worker = Some(reads - 1);
+            }
+        }
+        self.worker_pid
+    }
+
+    /// HAProxy's answer to a weight change it refuses, as the API passes it on.
+    fn weight_refusal(&self, backend: &str, server: &str, weight: &str) -> Option<String> {
+        let weight = weight.trim_matches('"');
+        (self.static_backends.iter().any(|b| b == backend) && !matches!(weight, "0" | "100" | "0%" | "100%")).then(|| {
+            format!(
+                "/etc/haproxy/runtime.sock [3]  Backend is using a static LB algorithm and only accepts weights '0%' and '100%'. [set server {backend}/{server} weight {weight}]"
+            )
+        })
+    }
+}
+
+/// The name the API stores an upload named `name` under (client-native's SanitizeFilename,
+/// written again here so that the stub checks haptor's naming rather than repeating it):
+/// the last extension stays, and each run of characters other than ASCII letters, digits,
+/// `_`, `-` and `\` in the stem and in the extension becomes one `_`.
+pub fn api_storage_name(name: &str) -> String {
+    let replace_runs = |text: &str| -> String {
+        let mut out = String::new();
+        let mut previous_replaced = false;
+        for c in text.chars() {
+            let kept = c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '\\';
+            if kept {
+                out.push(c);
+            } else if !previous_replaced {
+                out.push('_');
+            }
+            previous_replaced = !kept;
+        }
+        out
+    };
+    let base_start = name.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let (stem, extension) = match name[base_start..].rfind('.') {
+        Some(i) => (&name[..base_start + i], Some(&name[base_start + i + 1..])),
+        None => (name, None),
+    };
+    let stem = replace_runs(stem);
+    match extension {
+        None => stem,
+        Some(extension) if stem.is_empty() => format!("_{}", replace_runs(extension)),
+        Some(extension) => format!("{stem}.{}", replace_runs(extension)),
+    }
+}
+
+/// Why the API refuses a certificate file (it parses the PEM blocks: a certificate and a
+/// private key are both required), by its messages.
+fn pem_refusal(content: &str) -> Option<&'static str> {
+    if !content.contains("-----BEGIN CERTIFICATE-----") {
+        Some("failed to parse certificate")
+    } else if !content.contains("PRIVATE KEY-----") {
+        Some("file should contain both certificate and private key")
+    } else {
+        None
     }
 }

@@ -1,15 +1,24 @@
 //! A real HAProxy Data Plane API in front of a real haproxy, for the tests of the
 //! `DataplaneTarget` against the API itself rather than against our stub of it. The
-//! dataplaneapi binary is found through `TEST_ASSET_DATAPLANEAPI`; haproxy runs in
-//! master-worker mode (`-W -S`) under the API, which reloads it with SIGUSR2 to the master
-//! (HAProxy 2.6's master CLI `reload` answers nothing, so the API's `reload_cmd` route is
-//! the one that works there). The API reaches the runtime API through the configuration's
-//! own `stats socket`, not the master socket: on 2.6 the master CLI refuses the
-//! `set severity-output number` that client-native prefixes to every command routed
-//! through it, and every runtime call then answers 404 "no data for be/s1". The master
-//! socket serves only the tests (reload counts). Each peer has a directory of its own that plays the pod's `/etc/haproxy`: the
-//! configuration, `maps/`, `ssl/` and `general/` storage, and a userlist file with the
-//! peer's credentials.
+//! dataplaneapi binary is found through `TEST_ASSET_DATAPLANEAPI`.
+//!
+//! The peer is the chart's HAProxy pod, not a copy of it: haproxy is started by the chart's
+//! `start-haproxy.sh` (master-worker mode, `-W -S`, its stderr copied to `haproxy.stderr`),
+//! the API runs on the chart's `dataplaneapi.yaml` and reloads haproxy with the chart's
+//! `reload.sh` (SIGUSR2 to the master, then waiting until the new worker serves, or failing
+//! with HAProxy's message: HAProxy 2.6's master CLI `reload` answers nothing, so the API's
+//! `reload_cmd` route is the one that works there), all read from
+//! `deploy/chart/haptor/files/` with only what a pod's `init.sh` fills in (the pod's name,
+//! the API's port, the haproxy binary) and what a test's pod differs in (the API's listen
+//! address, the directory when it is not `/etc/haproxy`) replaced ([`write_api_files`]).
+//!
+//! The API reaches the runtime API through the configuration's own `stats socket`, not the
+//! master socket: on 2.6 the master CLI refuses the `set severity-output number` that
+//! client-native prefixes to every command routed through it, and every runtime call then
+//! answers 404 "no data for be/s1". The master socket serves `reload.sh` and the tests
+//! (reload counts). Each peer has a directory of its own that plays the pod's
+//! `/etc/haproxy`: the configuration, `maps/`, `ssl/` and `general/` storage, and a userlist
+//! file with the peer's credentials.
 //!
 //! Both processes run under a `sh` launcher whose standard input is a pipe this process
 //! holds; when the peer is dropped or the test process dies, the pipe closes and the
@@ -96,15 +105,13 @@ impl DataplanePeer {
             maps_dir,
         );
         let d = |p: &str| dir.join(p).display().to_string();
+        // The launcher's server script runs the chart's, as the haproxy container does.
         std::fs::write(
             dir.join("haproxy.sh"),
             format!(
-                "cd {root} && exec {bin} -W -S {master} -p {pid} -f {cfg}\n",
-                root = dir.display(),
+                "exec sh {start} {bin}\n",
+                start = d("start-haproxy.sh"),
                 bin = haproxy_binary().display(),
-                master = d("master.sock"),
-                pid = d("haproxy.pid"),
-                cfg = d("haproxy.cfg"),
             ),
         )
         .expect("haproxy.sh");
@@ -191,13 +198,18 @@ impl DataplanePeer {
         cli(&self.dir.join("runtime.sock"), command)
     }
 
-    /// Reloads haproxy the way the API does (SIGUSR2 to the master).
+    /// Reloads haproxy the way the API does (the chart's `reload.sh`).
     pub fn reload(&self) {
-        let status = Command::new("sh")
+        let output = Command::new("sh")
             .arg(self.dir.join("reload.sh"))
-            .status()
+            .output()
             .expect("sh runs reload.sh");
-        assert!(status.success(), "reload.sh failed");
+        assert!(
+            output.status.success(),
+            "reload.sh failed: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            self.logs()
+        );
     }
 
     /// How many times the master has reloaded (`show proc`), once it answers.
@@ -242,7 +254,8 @@ impl DataplanePeer {
             .join("\n")
     }
 
-    /// The API's access log lines (method and path of each request it served).
+    /// The API's access log lines (method and path of each request it served): none with the
+    /// chart's `log_types: [app]`.
     pub fn access_log(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("dataplaneapi.log"))
             .unwrap_or_default()
@@ -260,11 +273,77 @@ pub struct ApiListener {
     pub port: u16,
 }
 
-/// Writes what the API needs into `dir`, the directory holding `haproxy.cfg`, which the
-/// API and haproxy see as `seen_as` (`/etc/haproxy` in a pod): the storage directories,
-/// the userlist with the `admin` user, `reload.sh` (the API splits its reload command on
-/// spaces, without a shell's quoting, so the command is a script) and
-/// `dataplaneapi.yaml`. The API must be started in `seen_as` for a relative `maps_dir`.
+/// The chart's directory of the files its HAProxy pods run, relative to the repository.
+pub const CHART_FILES: &str = "deploy/chart/haptor/files";
+
+/// A file of the chart's HAProxy pods ([`CHART_FILES`]), as the chart's ConfigMap carries it.
+pub fn chart_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(CHART_FILES)
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `text` (the chart's `file`) with every `from` replaced by `to`; `from` must be there, so
+/// that a chart file that changes shape fails here rather than silently running unreplaced.
+fn replaced(text: &str, file: &str, from: &str, to: &str) -> String {
+    assert!(
+        text.contains(from),
+        "{CHART_FILES}/{file} no longer holds {from:?}, which the tests' pods replace"
+    );
+    text.replace(from, to)
+}
+
+/// A chart file for a pod whose `/etc/haproxy` is `seen_as`.
+fn chart_file_in(name: &str, seen_as: &str) -> String {
+    let text = chart_file(name);
+    if seen_as == "/etc/haproxy" {
+        text
+    } else {
+        replaced(&text, name, "/etc/haproxy", seen_as)
+    }
+}
+
+/// The API's configuration: the chart's `dataplaneapi.yaml` for a pod whose `/etc/haproxy`
+/// is `seen_as`, with what its `init.sh` fills in (the pod's name, the API's port, the haproxy
+/// binary) and the API's listen address `listener.host` (the chart's `0.0.0.0`); with
+/// [`MapsDir::Absolute`], `maps_dir` is `<seen_as>/maps` instead of the chart's `maps`.
+pub fn api_config(
+    seen_as: &str,
+    listener: &ApiListener,
+    haproxy_bin: &str,
+    maps_dir: MapsDir,
+) -> String {
+    const FILE: &str = "dataplaneapi.yaml";
+    let mut text = chart_file_in(FILE, seen_as);
+    for (from, to) in [
+        ("${POD_NAME}", listener.name.clone()),
+        ("${DATAPLANE_PORT}", listener.port.to_string()),
+        ("${HAPROXY_BIN}", haproxy_bin.to_string()),
+        (
+            "\n  host: 0.0.0.0\n",
+            format!("\n  host: {}\n", listener.host),
+        ),
+    ] {
+        text = replaced(&text, FILE, from, &to);
+    }
+    if maps_dir == MapsDir::Absolute {
+        text = replaced(
+            &text,
+            FILE,
+            "\n    maps_dir: maps\n",
+            &format!("\n    maps_dir: {seen_as}/maps\n"),
+        );
+    }
+    text
+}
+
+/// Writes what the pod's init container writes into `dir`, the directory holding
+/// `haproxy.cfg`, which the API and haproxy see as `seen_as` (`/etc/haproxy` in a pod): the
+/// storage directories, the userlist with the `admin` user, the chart's `reload.sh` and the
+/// API's configuration ([`api_config`]); and the chart's `start-haproxy.sh`, which the
+/// haproxy container runs from the ConfigMap (`sh start-haproxy.sh HAPROXY_BIN`). The API
+/// must be started in `seen_as` for a relative `maps_dir`.
 pub fn write_api_files(
     dir: &Path,
     seen_as: &str,
@@ -289,31 +368,20 @@ pub fn write_api_files(
     };
     write(
         "userlist.cfg",
-        format!("userlist controller\n    user admin insecure-password {password}\n"),
+        format!("userlist controller\n  user admin insecure-password {password}\n"),
     );
+    write("reload.sh", chart_file_in("reload.sh", seen_as));
     write(
-        "reload.sh",
-        format!("kill -USR2 $(cat {seen_as}/haproxy.pid)\n"),
+        "start-haproxy.sh",
+        chart_file_in("start-haproxy.sh", seen_as),
     );
-    let maps = match maps_dir {
-        MapsDir::Relative => "maps".to_string(),
-        MapsDir::Absolute => format!("{seen_as}/maps"),
-    };
     write(
         "dataplaneapi.yaml",
-        format!(
-            "name: {name}\n\
-             dataplaneapi:\n  host: {host}\n  port: {port}\n\
-             \x20 transaction:\n    transaction_dir: {seen_as}/transactions\n    backups_dir: {seen_as}/backups\n\
-             \x20 userlist:\n    userlist_file: {seen_as}/userlist.cfg\n\
-             \x20 resources:\n    maps_dir: {maps}\n    ssl_certs_dir: {seen_as}/ssl\n    general_storage_dir: {seen_as}/general\n    dataplane_storage_dir: {seen_as}/dataplane\n    spoe_dir: {seen_as}/spoe\n\
-             haproxy:\n  config_file: {seen_as}/haproxy.cfg\n  haproxy_bin: {bin}\n  master_worker_mode: true\n\
-             \x20 reload:\n    reload_delay: 1\n    reload_cmd: sh {seen_as}/reload.sh\n    restart_cmd: sh {seen_as}/reload.sh\n\
-             log_targets:\n  - log_to: stdout\n    log_level: info\n    log_types: [app, access]\n",
-            name = listener.name,
-            host = listener.host,
-            port = listener.port,
-            bin = haproxy_binary().display(),
+        api_config(
+            seen_as,
+            listener,
+            &haproxy_binary().display().to_string(),
+            maps_dir,
         ),
     );
 }

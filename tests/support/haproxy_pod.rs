@@ -6,9 +6,12 @@
 //!
 //! Every pod runs the same rendered configuration: binds name `"${POD_IP}"`, which HAProxy
 //! expands from the environment the pod's haproxy is started with. The pod's layout is the
-//! one the pods of a real deployment need (README, "Development"): the API started in
-//! `/etc/haproxy` with `maps_dir: maps`, reloads by SIGUSR2 to the master (HAProxy 2.6), the
-//! runtime API through the configuration's `stats socket /etc/haproxy/runtime.sock`.
+//! one the pods of a real deployment need (README, "Development"), and runs the chart's files
+//! (`dataplane_peer::write_api_files`): haproxy started by the chart's `start-haproxy.sh`, the
+//! API started in `/etc/haproxy` on the chart's `dataplaneapi.yaml` (`maps_dir: maps`),
+//! reloading with the chart's `reload.sh` (SIGUSR2 to the master, HAProxy 2.6, then waiting
+//! until the new worker serves), the runtime API through the configuration's
+//! `stats socket /etc/haproxy/runtime.sock`.
 #![allow(dead_code)]
 
 use std::net::Ipv4Addr;
@@ -73,17 +76,8 @@ impl HaproxyPod {
         );
         let ip = pod.ip().to_string();
         let env = [("POD_IP", ip.as_str())];
-        let haproxy = pod.spawn(
-            "sh",
-            [
-                "-c",
-                &format!(
-                    "cd /etc/haproxy && exec {} -W -S /etc/haproxy/master.sock -p /etc/haproxy/haproxy.pid -f /etc/haproxy/haproxy.cfg",
-                    haproxy_binary().display()
-                ),
-            ],
-            &env,
-        );
+        let bin = haproxy_binary().display().to_string();
+        let haproxy = pod.spawn("sh", ["/etc/haproxy/start-haproxy.sh", bin.as_str()], &env);
         let dataplaneapi = pod.spawn(
             "sh",
             [

@@ -200,3 +200,23 @@ pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// Waits for an Event with `reason` in `ns` (the replicas' logs in the panic otherwise).
+pub async fn wait_for_event(
+    client: &kube::Client,
+    ns: &str,
+    reason: &str,
+    replicas: &[&Replica],
+) -> k8s_openapi::api::events::v1::Event {
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns);
+    wait_for(&format!("a {reason} Event"), replicas, || async {
+        events
+            .list(&kube::api::ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+    })
+    .await
+}

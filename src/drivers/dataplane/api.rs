@@ -429,6 +429,9 @@ impl Api {
                 file_name: name,
                 content,
             },
+            // The API refuses an empty text body ("value is required but missing"); a map
+            // of one empty line is the same empty map to HAProxy.
+            StorageKind::Maps if content.is_empty() => Body::Text("\n"),
             StorageKind::Maps | StorageKind::SslCertificates => Body::Text(content),
         };
         match self.call(Method::PUT, url, body).await {

@@ -7,7 +7,9 @@
 //! 1. fences in memory: a request from an epoch lower than the highest this target accepted
 //!    is refused before any request is sent, and the same epoch with an older generation is
 //!    stale;
-//! 2. reads `/v3/info` once and refuses APIs older than v3; when the settings name the
+//! 2. reads `/v3/info` once and refuses APIs older than [`ApiVersion::MINIMUM`] (v3.2.0),
+//!    naming the version needed (a build without version flags, ` dev.dirty`, is deployed
+//!    to as the oldest supported version, with a warning); when the settings name the
 //!    HAProxy version renders are validated for ([`DataplaneSettings::haproxy_version`]),
 //!    reads the pod's from `/v3/services/haproxy/runtime/info` once and refuses a pod whose
 //!    major.minor differs (`/v3/info` describes the API and the system, not HAProxy);
@@ -16,28 +18,45 @@
 //!    restarted controller, or a deposed leader in another process, is refused by the pod
 //!    too. The storage API has no compare-and-swap: two leaders writing in the same instant
 //!    can both pass, a window the leader lease keeps to one deployment at most;
-//! 4. plans from the render it last deployed (or, when it knows none, from the pod's
-//!    `haproxy.cfg` with no auxiliary files known, so every file is written and HAProxy
-//!    reloads);
+//! 4. plans from the render it last deployed. When it knows none (a restarted controller, a
+//!    new leader), the general storage file [`DEPLOYED_FILE`] that every deployment leaves
+//!    on the pod names the render the pod runs and the API's checksum of the `haproxy.cfg`
+//!    it left: while the pod's checksum is still that one and the request is that render,
+//!    the pod is up to date and nothing is written (0 reloads after a restart); otherwise it
+//!    plans from the pod's `haproxy.cfg` with no auxiliary files known, so every file is
+//!    written and HAProxy reloads;
 //! 5. for a plan without reload: writes the changed map files (`skip_reload`), writes
 //!    `haproxy.cfg` with `skip_reload` so a later reload keeps the changes, then applies them
 //!    live: servers through `PUT /runtime/backends/{b}/servers/{s}` (address, port and weight
 //!    need API v3.3.1; older v3 APIs get them as `X-Runtime-Actions` on the configuration
 //!    push), map entries through `/runtime/maps/{map}/entries`. A change the runtime API
-//!    cannot express or refuses, or a `haproxy.cfg` changed by someone else, turns the
-//!    deployment into a reload;
+//!    cannot express, one HAProxy refuses (the API's 500 carrying HAProxy's `[N]` answer,
+//!    e.g. a weight on a `balance source` backend, or a failed `X-Runtime-Actions` action
+//!    after the file was stored), or a `haproxy.cfg` changed by someone else, turns the
+//!    deployment into a reload at once;
 //! 6. otherwise: uploads maps, certificates and general files (create, or replace with
 //!    `skip_reload`), pushes `haproxy.cfg` with `?version=N` (a 409, or a 406, re-reads the
-//!    version and retries, a bounded number of times), waits for the queued reload through its
-//!    `Reload-ID`, and only then deletes files the render no longer has (the API refuses to
-//!    delete a file the configuration still names, and a failed reload restores the old one).
+//!    version and retries, a bounded number of times; the API answers a stale version 409, and
+//!    406 when another commit outdated the push's own transaction), waits for the queued
+//!    reload through its `Reload-ID`, then for a worker other than the one that served
+//!    before the push to answer the runtime API (`pid` of `/runtime/info`): the API reports
+//!    a reload `succeeded` when its reload command exits 0, which a command that only
+//!    signals HAProxy does before the new worker serves, and even when HAProxy refused the
+//!    configuration. Only then are files the render no longer has deleted (the API refuses
+//!    to delete a file the configuration still names, and a failed reload restores the old
+//!    one);
+//! 7. records the render in [`DEPLOYED_FILE`] when it changed.
 //!
 //! A deployment that fails half way leaves the target not knowing what the pod runs: the
 //! next one plans from the pod's `haproxy.cfg` and reloads.
 //!
-//! Connection failures, timeouts, 5xx and refused credentials are
-//! [`DeployError::Unreachable`]; other 4xx answers and failed reloads are
-//! [`DeployError::Rejected`] with the API's own message.
+//! Connection failures, timeouts, refused credentials and 5xx answers with no known meaning
+//! are [`DeployError::Unreachable`]; other 4xx answers, failed or unconfirmed reloads and
+//! content the API refuses (a certificate it cannot parse, or without its key: a 500 whose
+//! message says so) are [`DeployError::Rejected`], naming the file and with the API's own
+//! message. File names are the API's own: every auxiliary path is named as the API stores
+//! an upload ([`crate::pure::rendered::storage_file_name`]), and a file named otherwise is
+//! refused before anything is written.
 //!
 //! What the real API (v3.4.0, `tests/dataplane_api.rs`) does that a naive client trips on:
 //! it prints the configuration it stores again through its own parser, so the text read
@@ -52,8 +71,9 @@
 //! changed on the pod behind haptor's back goes unnoticed. Map entries added live go to the
 //! end of the map: exact-match maps (`map`, `map_str`, the usual host map) behave as after a
 //! reload, first-match maps (`map_beg`, `map_reg`, ...) see the new entries last until the
-//! next reload. A controller restart costs one reload per pod whose render has auxiliary
-//! files, and forgets files that an earlier render left behind.
+//! next reload. A controller that restarts while the render changes costs one reload per
+//! pod whose render has auxiliary files (the record names the render, not its files), and
+//! forgets files that an earlier render left behind.
 
 mod api;
 
@@ -68,15 +88,20 @@ use serde_json::Value;
 
 use self::api::{Answer, Api, ApiError};
 use crate::pure::deploy::dataplane::{
-    ApiVersion, LiveChanges, Placement, StorageKind, live_changes, loaded_map_reference, placement,
-    placements, runs_pushed, strip_version_lines,
+    ApiVersion, DeployedMarker, LiveChanges, Placement, ReportedApiVersion, StorageKind,
+    is_content_refusal, is_runtime_action_failure, is_runtime_refusal, live_changes,
+    loaded_map_reference, placement, placements, runs_pushed, strip_version_lines,
 };
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::rendered::RenderedConfig;
 
-pub use crate::pure::deploy::dataplane::EPOCH_FILE;
+pub use crate::pure::deploy::dataplane::{DEPLOYED_FILE, EPOCH_FILE};
+
+/// How long the runtime API may stay silent after a reload before the reload is taken as
+/// done on the API's word alone (see `DataplaneTarget::wait_for_new_worker`).
+const UNCONFIRMED_GRACE: Duration = Duration::from_secs(3);
 
 /// How to reach one pod's Data Plane API and how long to wait for it.
 #[derive(Clone)]
@@ -189,6 +214,8 @@ struct TargetState {
     reload_required: bool,
     /// Files of earlier renders whose deletion failed, by auxiliary path.
     pending_deletions: BTreeMap<String, Placement>,
+    /// The [`DEPLOYED_FILE`] record as this target last wrote or read it.
+    recorded: Option<DeployedMarker>,
 }
 
 /// The outcome of applying a plan without a reload.
@@ -203,6 +230,9 @@ enum Pushed {
     Done(Answer),
     /// The pod's configuration is not the one the runtime changes were planned from.
     ChangedUnderneath,
+    /// The API stored the configuration, then an `X-Runtime-Actions` action failed: the
+    /// API's message.
+    ActionRefused(String),
 }
 
 /// One HAProxy pod reached through its Data Plane API v3.
@@ -375,18 +405,26 @@ impl DataplaneTarget {
             }
             Err(e) => return Err(self.failure("reading /v3/info", e)),
         };
-        let Some(version) = ApiVersion::parse(&text) else {
-            return Err(DeployError::Rejected(format!(
-                "{} ({}): /v3/info reports the API version '{text}', which haptor cannot read",
-                self.name,
-                self.api.base()
-            )));
+        let version = match ReportedApiVersion::read(&text) {
+            Some(ReportedApiVersion::Release(version)) => version,
+            Some(ReportedApiVersion::DevelopmentBuild) => {
+                tracing::warn!(target_name = %self.name, reported = %text.trim(), assumed = %ApiVersion::MINIMUM, "the Data Plane API reports no release version (a build without the release's version flags); deploying as to the oldest version haptor supports");
+                ApiVersion::MINIMUM
+            }
+            None => {
+                return Err(DeployError::Rejected(format!(
+                    "{} ({}): /v3/info reports the API version '{text}', which haptor cannot read",
+                    self.name,
+                    self.api.base()
+                )));
+            }
         };
         if version < ApiVersion::MINIMUM {
             return Err(DeployError::Rejected(format!(
-                "{} ({}): the pod runs Data Plane API {version}; haptor needs {} or later",
+                "{} ({}): the pod runs Data Plane API {version}; haptor needs {} or later (from {} on a certificate upload can skip the reload, so a deployment reloads HAProxy once, after its configuration)",
                 self.name,
                 self.api.base(),
+                ApiVersion::MINIMUM,
                 ApiVersion::MINIMUM
             )));
         }
@@ -424,19 +462,68 @@ impl DataplaneTarget {
         Ok(())
     }
 
-    /// What the pod runs, as far as its `haproxy.cfg` tells: `None` when it is empty.
-    async fn running_configuration(&self) -> Result<Option<RenderedConfig>, DeployError> {
+    /// What the pod runs, as far as its `haproxy.cfg` tells (`None` when it is empty), and
+    /// the API's checksum of that file.
+    async fn running_configuration(
+        &self,
+    ) -> Result<(Option<RenderedConfig>, Option<String>), DeployError> {
         let raw = self
             .api
             .raw_configuration()
             .await
             .map_err(|e| self.failure("reading haproxy.cfg", e))?;
         let text = strip_version_lines(&raw.text);
-        Ok((!text.trim().is_empty()).then(|| RenderedConfig {
+        let running = (!text.trim().is_empty()).then(|| RenderedConfig {
             haproxy_cfg: text.to_string(),
             aux_files: BTreeMap::new(),
             ..Default::default()
-        }))
+        });
+        Ok((running, raw.checksum))
+    }
+
+    /// The [`DEPLOYED_FILE`] record on the pod, if it holds one this target can read.
+    async fn read_record(&self) -> Result<Option<DeployedMarker>, DeployError> {
+        let text = self
+            .api
+            .storage_read(StorageKind::General, DEPLOYED_FILE)
+            .await
+            .map_err(|e| self.failure("reading the deployed-render record", e))?;
+        let record = text.as_deref().and_then(DeployedMarker::parse);
+        if text.is_some() && record.is_none() {
+            tracing::warn!(target_name = %self.name, file = DEPLOYED_FILE, "the deployed-render record cannot be read; the next deployment reloads and writes it again");
+        }
+        self.lock().recorded = record.clone();
+        Ok(record)
+    }
+
+    /// Writes the [`DEPLOYED_FILE`] record for the render just deployed, when it differs
+    /// from the one on the pod. A failure costs one reload after the next restart, not this
+    /// deployment: it is logged.
+    async fn write_record(&self, rendered: &RenderedConfig) {
+        let (record, exists) = {
+            let state = self.lock();
+            let Some(configuration) = state.pushed_checksum.clone() else {
+                return;
+            };
+            let record = DeployedMarker {
+                render: rendered.checksum(),
+                configuration,
+            };
+            if state.recorded.as_ref() == Some(&record) {
+                return;
+            }
+            (record, state.recorded.is_some())
+        };
+        let placement = Placement {
+            kind: StorageKind::General,
+            name: DEPLOYED_FILE.to_string(),
+        };
+        match self.upload(&placement, &record.to_text(), exists).await {
+            Ok(()) => self.lock().recorded = Some(record),
+            Err(error) => {
+                tracing::warn!(target_name = %self.name, %error, "cannot record the deployed render on the pod; a restarted controller will reload this pod once");
+            }
+        }
     }
 
     async fn run_deploy(&self, request: &DeployRequest) -> Result<DeployOutcome, DeployError> {
@@ -457,7 +544,26 @@ impl DataplaneTarget {
         };
         let from = match known {
             Some(known) => Some(known),
-            None => self.running_configuration().await?.map(Arc::new),
+            None => {
+                // A restarted controller, a new leader, or a deployment that stopped half
+                // way: the pod's record tells whether it already runs this render.
+                let record = self.read_record().await?;
+                let (running, live_checksum) = self.running_configuration().await?;
+                if let Some(record) = record
+                    && !reload_required
+                    && record.render == to.checksum()
+                    && record.still_runs(live_checksum.as_deref())
+                {
+                    tracing::info!(target_name = %self.name, render = %record.render, "the pod already runs this render (its deployed-render record and configuration checksum say so)");
+                    self.lock().pushed_checksum = Some(record.configuration);
+                    self.remember(request);
+                    return Ok(DeployOutcome {
+                        unchanged: true,
+                        ..DeployOutcome::default()
+                    });
+                }
+                running.map(Arc::new)
+            }
         };
         let plan = plan(from.as_deref(), to).map_err(|e| {
             DeployError::Rejected(format!("{} ({}): {e}", self.name, self.api.base()))
@@ -470,6 +576,7 @@ impl DataplaneTarget {
         if plan.is_empty() && !reload_required {
             self.delete_orphans(orphans).await;
             self.remember(request);
+            self.write_record(to).await;
             return Ok(DeployOutcome {
                 unchanged: true,
                 ..DeployOutcome::default()
@@ -510,12 +617,20 @@ impl DataplaneTarget {
         let outcome = match live_outcome {
             Some(outcome) => outcome,
             None => {
-                self.apply_with_reload(from.as_deref(), to, &plan, &placements, &mut written)
-                    .await?
+                self.apply_with_reload(
+                    request.reload_wait(),
+                    from.as_deref(),
+                    to,
+                    &plan,
+                    &placements,
+                    &mut written,
+                )
+                .await?
             }
         };
         self.delete_orphans(orphans).await;
         self.remember(request);
+        self.write_record(to).await;
         Ok(outcome)
     }
 
@@ -619,11 +734,23 @@ impl DataplaneTarget {
             let exists = from.is_some_and(|f| f.aux_files.contains_key(path));
             self.upload(placement, &file.content, exists)
                 .await
-                .map_err(|e| {
-                    self.failure(
+                .map_err(|e| match e {
+                    ApiError::Status { status, message }
+                        if is_content_refusal(placement.kind, status, &message) =>
+                    {
+                        DeployError::Rejected(format!(
+                            "{} ({}): the Data Plane API refused {} {path} (stored as {} file '{}'): HTTP {status}: {message}",
+                            self.name,
+                            self.api.base(),
+                            file.kind,
+                            placement.kind,
+                            placement.name
+                        ))
+                    }
+                    e => self.failure(
                         &format!("uploading {} {path} as {}", file.kind, placement.kind),
                         e,
-                    )
+                    ),
                 })?;
             written.insert(path.clone());
         }
@@ -694,6 +821,11 @@ impl DataplaneTarget {
                         }
                     };
                 }
+                Err(ApiError::Status { status, message })
+                    if runtime_actions.is_some() && is_runtime_action_failure(status, &message) =>
+                {
+                    return Ok(Pushed::ActionRefused(message));
+                }
                 Err(e) => return Err(self.failure(doing, e)),
             }
         }
@@ -705,10 +837,67 @@ impl DataplaneTarget {
         )))
     }
 
-    /// Polls a queued reload until it succeeds, fails or times out.
-    async fn wait_for_reload(&self, id: &str) -> Result<(), DeployError> {
+    /// The pid of the HAProxy worker that answers the runtime API now, or `None` when the
+    /// API cannot say (no runtime socket, an older API): the reload is then confirmed by
+    /// the API's word alone.
+    async fn serving_worker(&self) -> Option<u64> {
+        match self.api.haproxy_info().await {
+            Ok(info) => worker_pid(&info),
+            Err(error) => {
+                tracing::debug!(target_name = %self.name, %error, "cannot read the serving worker; a reload is confirmed by the API alone");
+                None
+            }
+        }
+    }
+
+    /// After the API reported reload `id` done: waits until a worker other than `before`
+    /// answers the runtime API. A reload command that only signals HAProxy makes the API
+    /// report success before the new worker serves, or when HAProxy refused the
+    /// configuration and the old worker goes on; this tells the two apart. A runtime API
+    /// that stops answering after the reload (a configuration without the stats socket)
+    /// leaves the API's word: accepted with a warning once it has not answered for
+    /// [`UNCONFIRMED_GRACE`].
+    async fn wait_for_new_worker(
+        &self,
+        id: &str,
+        before: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), DeployError> {
+        let mut unanswered_since: Option<tokio::time::Instant> = None;
+        loop {
+            let now = self.serving_worker().await;
+            match now {
+                Some(pid) if pid != before => {
+                    tracing::debug!(target_name = %self.name, reload_id = %id, old = before, new = pid, "reload confirmed: a new worker serves");
+                    return Ok(());
+                }
+                Some(_) => unanswered_since = None,
+                None => {
+                    let since = *unanswered_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= UNCONFIRMED_GRACE {
+                        tracing::warn!(target_name = %self.name, reload_id = %id, "the runtime API does not answer since the reload, so the new worker cannot be confirmed; taking the API's word that the reload succeeded");
+                        return Ok(());
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeployError::Rejected(format!(
+                    "{} ({}): reload {id} was reported succeeded, but HAProxy's worker {before} still serves, so the new configuration does not run (HAProxy may have refused it: see the haproxy container's log); the reload command must wait for the new worker and fail when HAProxy does, as the chart's reload.sh does",
+                    self.name,
+                    self.api.base()
+                )));
+            }
+            tokio::time::sleep(self.reload_poll_interval).await;
+        }
+    }
+
+    /// Polls a queued reload until it succeeds, fails or `deadline` passes.
+    async fn wait_for_reload(
+        &self,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), DeployError> {
         let at = format!("{} ({})", self.name, self.api.base());
-        let deadline = tokio::time::Instant::now() + self.reload_timeout;
         loop {
             let state = match self.api.reload(id).await {
                 Ok(state) => state,
@@ -742,6 +931,7 @@ impl DataplaneTarget {
     /// Files, then `haproxy.cfg` (queuing a reload), then waits for the reload.
     async fn apply_with_reload(
         &self,
+        reload_wait: Duration,
         from: Option<&RenderedConfig>,
         to: &RenderedConfig,
         plan: &DeploymentPlan,
@@ -752,6 +942,7 @@ impl DataplaneTarget {
             .await?;
         // The push triggers the reload even when haproxy.cfg itself is unchanged (only a
         // certificate changed, say).
+        let worker_before = self.serving_worker().await;
         let Pushed::Done(answer) = self.push(&to.haproxy_cfg, false, None, None).await? else {
             // Without `planned_from` a push never reports a changed configuration.
             return Err(DeployError::Rejected(format!(
@@ -762,7 +953,11 @@ impl DataplaneTarget {
         };
         let reloaded = match answer.reload_id() {
             Some(id) => {
-                self.wait_for_reload(&id).await?;
+                let deadline = tokio::time::Instant::now() + self.reload_timeout.min(reload_wait);
+                self.wait_for_reload(&id, deadline).await?;
+                if let Some(before) = worker_before {
+                    self.wait_for_new_worker(&id, before, deadline).await?;
+                }
                 true
             }
             None => {
@@ -810,6 +1005,11 @@ impl DataplaneTarget {
                     return Ok(Live::NeedsReload(
                         "haproxy.cfg on the pod changed behind haptor's back".into(),
                     ));
+                }
+                Pushed::ActionRefused(message) => {
+                    return Ok(Live::NeedsReload(format!(
+                        "HAProxy refused a runtime action of the configuration push ({message})"
+                    )));
                 }
             }
         }
@@ -870,9 +1070,7 @@ impl DataplaneTarget {
     ) -> Result<Option<String>, DeployError> {
         match result {
             Ok(()) => Ok(None),
-            Err(ApiError::Status { status, message })
-                if (400..500).contains(&status) && !matches!(status, 401 | 403) =>
-            {
+            Err(ApiError::Status { status, message }) if is_runtime_refusal(status, &message) => {
                 Ok(Some(format!(
                     "the runtime API refused a change to {what} (HTTP {status}: {message})"
                 )))
@@ -907,7 +1105,9 @@ impl DeployTarget for DataplaneTarget {
 
     /// The checksum of the render this target last deployed while the pod's `haproxy.cfg`
     /// is still the file that deployment pushed (the API's checksum of it says so: the text
-    /// read back is the API's reprint, never the render's text). Otherwise the checksum of
+    /// read back is the API's reprint, never the render's text); before this target deployed
+    /// anything, the render the pod's [`DEPLOYED_FILE`] names while the checksum is still
+    /// the recorded one. Otherwise the checksum of
     /// the pod's file combined with the auxiliary files this target last deployed (none
     /// after a restart or a failed deployment), which differs from every render: drift.
     /// Files changed on the pod behind haptor's back are not seen.
@@ -921,6 +1121,13 @@ impl DeployTarget for DataplaneTarget {
             let text = strip_version_lines(&raw.text);
             if text.trim().is_empty() {
                 return Ok(None);
+            }
+            let unknown = self.lock().last_deployed.is_none();
+            if unknown
+                && let Some(record) = self.read_record().await?
+                && record.still_runs(raw.checksum.as_deref())
+            {
+                return Ok(Some(record.render));
             }
             let state = self.lock();
             if let Some(last) = &state.last_deployed
@@ -948,6 +1155,15 @@ impl DeployTarget for DataplaneTarget {
             ))
         })
     }
+}
+
+/// The worker pid in `/services/haproxy/runtime/info` (`[{"info": {"pid": N, ...}}]`).
+fn worker_pid(info: &Value) -> Option<u64> {
+    let info = match info {
+        Value::Array(items) => items.first()?,
+        other => other,
+    };
+    info.pointer("/info/pid").and_then(Value::as_u64)
 }
 
 #[cfg(test)]

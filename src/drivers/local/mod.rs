@@ -4,12 +4,15 @@
 //! A deployment executes exactly the [`plan`] from what the work directory holds to the
 //! request's render. A plan without a reload applies its server and map changes through the
 //! runtime API and then writes the files, so a later reload keeps them; a runtime command
-//! that answers unexpectedly turns the deployment into a reload. A plan with a reload writes
-//! the files, asks the master CLI to `reload`, and confirms it: a new worker pid in `show
-//! proc` means success, a higher `[failed: N]` means HAProxy refused the files, which are
-//! then put back, so the disk always matches what runs. Requests are epoch-fenced: the
-//! highest accepted epoch is kept in memory and in the work directory, so a deposed leader's
-//! late write is refused even after haptor restarts.
+//! that answers unexpectedly turns the deployment into a reload. Runtime commands go to the
+//! runtime socket while it answers as HAProxy's worker, and to the worker through the master
+//! CLI (`@1 ...`) while it is missing, dead or someone else's, which a reload would not
+//! mend (`route.rs` says why and how). A plan with a reload writes the files, asks the
+//! master CLI to `reload`, and confirms it: a new worker pid in `show proc` means success, a
+//! higher `[failed: N]` means HAProxy refused the files, which are then put back, so the disk
+//! always matches what runs. Requests are epoch-fenced: the highest accepted epoch is kept in
+//! memory and in the work directory, so a deposed leader's late write is refused even after
+//! haptor restarts.
 //!
 //! [`HaproxyProcess`] starts and stops the HAProxy master itself (for `haptor local` and the
 //! integration tests); the target works the same with a HAProxy started by anyone else, as
@@ -18,6 +21,7 @@
 mod files;
 mod layout;
 mod process;
+mod route;
 mod sockets;
 
 use std::io;
@@ -38,6 +42,7 @@ pub use process::{HaproxyProcess, START_TIMEOUT, STOP_TIMEOUT};
 pub use sockets::{ProcInfo, parse_show_proc};
 
 use files::Snapshot;
+use route::{Route, RouteChange, RouteState, SocketFile};
 use sockets::{LoadedMap, ReloadReply, cli_word, exchange, find_map, parse_reload_reply};
 
 /// How often `show proc` is polled while a reload is being confirmed.
@@ -165,6 +170,9 @@ struct TargetState {
     /// hold, the files are `last_deployed` and need not be read back (a megabyte per
     /// deployment at 1 000 backends); `None` after a failure, or before the first write.
     written: Option<files::WrittenStamps>,
+    /// Which socket carries runtime commands, and whether the runtime socket's trouble
+    /// was told.
+    route: RouteState,
 }
 
 /// Why the runtime part of a deployment stopped.
@@ -197,6 +205,7 @@ impl LocalTarget {
                 deployed_generation: 0,
                 last_deployed,
                 written: None,
+                route: RouteState::default(),
             }),
         })
     }
@@ -334,7 +343,13 @@ impl LocalTarget {
         let mut degraded = None;
         if !plan.reload {
             // The runtime API answering is proof enough that HAProxy runs.
-            match self.apply_runtime(&plan).await {
+            let mut note = None;
+            let applied = self.apply_runtime(&plan, &mut state.route, &mut note).await;
+            let with_note = |problem: String| match &note {
+                Some(note) => format!("{note}; then {problem}"),
+                None => problem,
+            };
+            match applied {
                 Ok(applied) => {
                     self.write_files(&plan, to)?;
                     state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
@@ -349,12 +364,13 @@ impl LocalTarget {
                         reloaded: false,
                         runtime_changes: applied,
                         unchanged: false,
-                        degraded: None,
+                        degraded: note,
                     });
                 }
                 Err(RuntimeStop::Unreachable(error)) => {
-                    // The runtime socket is gone or dead while HAProxy may still run: when
-                    // the master answers, a reload's new worker binds the socket again.
+                    // Neither the runtime socket nor the master forwarding to the worker
+                    // answered. A master that answers now (it was re-executing, say) can
+                    // still reload; one that does not fails the deployment.
                     if self.show_proc().await.is_err() {
                         return Err(error.into());
                     }
@@ -363,9 +379,9 @@ impl LocalTarget {
                         error = %error,
                         "the runtime API cannot be reached; reloading through the master instead"
                     );
-                    degraded = Some(format!(
+                    degraded = Some(with_note(format!(
                         "{error}; deployed with a reload through the master CLI instead"
-                    ));
+                    )));
                 }
                 Err(RuntimeStop::Failed { applied, error }) => {
                     tracing::warn!(
@@ -374,9 +390,9 @@ impl LocalTarget {
                         "a runtime API change failed; reloading instead"
                     );
                     runtime_changes = applied;
-                    degraded = Some(format!(
+                    degraded = Some(with_note(format!(
                         "the runtime API refused a change ({error}); deployed with a reload instead"
-                    ));
+                    )));
                 }
             }
         }
@@ -487,8 +503,15 @@ impl LocalTarget {
         )
     }
 
-    /// Applies the plan's runtime operations; returns how many changed something.
-    async fn apply_runtime(&self, plan: &DeploymentPlan) -> Result<usize, RuntimeStop> {
+    /// Applies the plan's runtime operations; returns how many changed something. `note`
+    /// receives what the deployment reports about the runtime socket, the one time its
+    /// trouble is found (`route.rs`).
+    async fn apply_runtime(
+        &self,
+        plan: &DeploymentPlan,
+        routes: &mut RouteState,
+        note: &mut Option<String>,
+    ) -> Result<usize, RuntimeStop> {
         let mut operations: Vec<&Operation> = plan
             .operations
             .iter()
@@ -505,9 +528,26 @@ impl LocalTarget {
                 }
             )
         });
+        if operations.is_empty() {
+            return Ok(0);
+        }
+        let mut route = self.runtime_route(routes, note).await;
         let mut applied = 0;
         for op in operations {
-            match self.apply_operation(op).await {
+            let mut result = self.apply_operation(op, route).await;
+            if route == Route::Direct
+                && let Err(error) = &result
+                && error.is_connection_failure()
+                && self.show_proc().await.is_ok()
+            {
+                // The checked socket stopped answering while the master still does: this
+                // operation (sent again whole: each is idempotent) and the rest go to the
+                // worker through the master.
+                let problem = error.to_string();
+                route = self.through_master(routes, problem, note);
+                result = self.apply_operation(op, route).await;
+            }
+            match result {
                 Ok(true) => applied += 1,
                 Ok(false) => {}
                 Err(error) if error.is_connection_failure() => {
@@ -519,8 +559,104 @@ impl LocalTarget {
         Ok(applied)
     }
 
+    /// Where this deployment's runtime commands go: the runtime socket while the file at its
+    /// path is the one last found to answer as a worker of the master; otherwise that is
+    /// checked first (`show info` on the socket, `show proc` on the master), and a file that
+    /// is missing, refuses or answers as another process sends the commands through the
+    /// master.
+    async fn runtime_route(&self, routes: &mut RouteState, note: &mut Option<String>) -> Route {
+        let socket = self.work_dir.runtime_socket();
+        let file = SocketFile::at(&socket);
+        if let Some(route) = routes.known(file) {
+            return route;
+        }
+        let answer = self.runtime_command("show info").await;
+        let Ok(proc) = self.show_proc().await else {
+            // The master can neither tell whose socket it is nor forward to the worker: the
+            // socket it is, and its commands tell what happens.
+            return Route::Direct;
+        };
+        let problem = match answer {
+            Ok(reply) if route::answers_as_worker(&reply, &proc.workers) => {
+                let (route, change) = routes.trust(file);
+                if change == Some(RouteChange::Recovered) {
+                    tracing::info!(
+                        target_name = %self.name,
+                        socket = %socket.display(),
+                        "the runtime socket answers as haproxy's worker again; runtime changes use it again"
+                    );
+                }
+                return route;
+            }
+            Ok(reply) => format!(
+                "{} answers as {}, not as a worker of the haproxy master (pid {}) of this work directory",
+                socket.display(),
+                route::info_pid(&reply).map_or_else(
+                    || "something else".to_string(),
+                    |pid| format!("process {pid}")
+                ),
+                proc.master_pid
+            ),
+            Err(LocalTargetError::Unreachable { socket, source })
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                format!("{} is missing", socket.display())
+            }
+            Err(LocalTargetError::Unreachable { socket, source }) => {
+                format!("{} cannot be connected to: {source}", socket.display())
+            }
+            Err(error) => error.to_string(),
+        };
+        self.through_master(routes, problem, note)
+    }
+
+    /// Sends runtime commands through the master from now on; warns, and fills `note`, the
+    /// first time.
+    fn through_master(
+        &self,
+        routes: &mut RouteState,
+        problem: String,
+        note: &mut Option<String>,
+    ) -> Route {
+        let (route, change) = routes.distrust();
+        if change == Some(RouteChange::Degraded) {
+            tracing::warn!(
+                target_name = %self.name,
+                socket = %self.work_dir.runtime_socket().display(),
+                problem = %problem,
+                "the runtime socket does not answer as haproxy's worker (dead or replaced; a reload would not bind it again); runtime changes go to the worker through the master CLI, still without a reload"
+            );
+            *note = Some(format!(
+                "{problem}; runtime changes go to the worker through the master CLI (@1) until \
+                 the runtime socket answers again (a reload would not bind it again: the new \
+                 worker inherits the old socket)"
+            ));
+        } else {
+            tracing::debug!(problem = %problem, "runtime changes go through the master CLI");
+        }
+        route
+    }
+
+    /// One runtime command on `route`, with its payload if any, and its whole reply.
+    async fn send(&self, route: Route, command: &str) -> Result<String, LocalTargetError> {
+        let socket = match route {
+            Route::Direct => self.work_dir.runtime_socket(),
+            Route::ThroughMaster => self.work_dir.master_socket(),
+        };
+        exchange(
+            &socket,
+            &route.request(command),
+            self.settings.command_timeout,
+        )
+        .await
+    }
+
     /// One runtime operation; `false` when it had nothing to change live.
-    async fn apply_operation(&self, op: &Operation) -> Result<bool, LocalTargetError> {
+    async fn apply_operation(
+        &self,
+        op: &Operation,
+        route: Route,
+    ) -> Result<bool, LocalTargetError> {
         let server =
             |backend: &str, server: &str| format!("{}/{}", cli_word(backend), cli_word(server));
         match op {
@@ -538,7 +674,7 @@ impl LocalTarget {
                 if let Some(port) = port {
                     command.push_str(&format!(" port {port}"));
                 }
-                self.expect(&command, |reply| {
+                self.expect(route, &command, |reply| {
                     reply.contains("changed") || reply.contains("no need to change")
                 })
                 .await?;
@@ -549,7 +685,7 @@ impl LocalTarget {
                 weight,
             } => {
                 let command = format!("set server {} weight {weight}", server(backend, name));
-                self.expect(&command, silent).await?;
+                self.expect(route, &command, silent).await?;
             }
             Operation::SetServerState {
                 backend,
@@ -561,10 +697,10 @@ impl LocalTarget {
                     ServerState::Maint => "maint",
                 };
                 let command = format!("set server {} state {state}", server(backend, name));
-                self.expect(&command, silent).await?;
+                self.expect(route, &command, silent).await?;
             }
             Operation::ReplaceMap { path, entries } => {
-                return self.replace_map(path, entries).await;
+                return self.replace_map(route, path, entries).await;
             }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
                 return Ok(false);
@@ -576,10 +712,11 @@ impl LocalTarget {
     /// Sends a command and checks its reply.
     async fn expect(
         &self,
+        route: Route,
         command: &str,
         accept: impl Fn(&str) -> bool,
     ) -> Result<String, LocalTargetError> {
-        let reply = self.runtime_command(command).await?;
+        let reply = self.send(route, command).await?;
         if accept(&reply) {
             Ok(reply)
         } else {
@@ -594,8 +731,12 @@ impl LocalTarget {
         }
     }
 
-    async fn loaded_map(&self, path: &str) -> Result<Option<LoadedMap>, LocalTargetError> {
-        let listing = self.runtime_command("show map").await?;
+    async fn loaded_map(
+        &self,
+        route: Route,
+        path: &str,
+    ) -> Result<Option<LoadedMap>, LocalTargetError> {
+        let listing = self.send(route, "show map").await?;
         let maps = sockets::parse_show_map(&listing);
         Ok(find_map(&maps, path, self.work_dir.root()).cloned())
     }
@@ -605,10 +746,11 @@ impl LocalTarget {
     /// HAProxy has not loaded needs no live change (the file write is enough).
     async fn replace_map(
         &self,
+        route: Route,
         path: &str,
         entries: &[(String, String)],
     ) -> Result<bool, LocalTargetError> {
-        let Some(map) = self.loaded_map(path).await? else {
+        let Some(map) = self.loaded_map(route, path).await? else {
             tracing::debug!(
                 map = path,
                 "HAProxy has not loaded this map; writing the file is enough"
@@ -618,7 +760,7 @@ impl LocalTarget {
         let reference = cli_word(&map.reference);
         let prepare = format!("prepare map {reference}");
         let reply = self
-            .expect(&prepare, |reply| version_of(reply).is_some())
+            .expect(route, &prepare, |reply| version_of(reply).is_some())
             .await?;
         // `expect` accepted the reply only with a version in it.
         let version = version_of(&reply).unwrap_or_default();
@@ -632,18 +774,18 @@ impl LocalTarget {
             };
             if payload.len() > header.len() && payload.len() + line.len() > MAP_PAYLOAD_BYTES {
                 payload.push('\n');
-                self.expect(&payload, silent).await?;
+                self.expect(route, &payload, silent).await?;
                 payload.clone_from(&header);
             }
             payload.push_str(&line);
         }
         if payload.len() > header.len() {
             payload.push('\n');
-            self.expect(&payload, silent).await?;
+            self.expect(route, &payload, silent).await?;
         }
         let commit = format!("commit map @{version} {reference}");
-        self.expect(&commit, silent).await?;
-        let loaded = self.loaded_map(path).await?;
+        self.expect(route, &commit, silent).await?;
+        let loaded = self.loaded_map(route, path).await?;
         let count = loaded.as_ref().and_then(|m| m.entry_count);
         if count != Some(entries.len()) {
             return Err(LocalTargetError::UnexpectedReply {

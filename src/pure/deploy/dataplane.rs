@@ -1,7 +1,9 @@
 //! The decisions of the Data Plane API target, without I/O: which storage area and name each
 //! auxiliary file takes, which changes a running pod takes through the runtime API (server
 //! addresses, weights and states; map entries) and which need a reload, and how version
-//! lines and API versions are read. `drivers::dataplane` executes them over HTTP.
+//! lines and API versions are read, which refusals of the API mean "HAProxy or the API said
+//! no" rather than "unreachable", and what haptor keeps on a pod to recognise its own
+//! deployment after a restart. `drivers::dataplane` executes them over HTTP.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -10,10 +12,71 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 
 use super::plan::{DeploymentPlan, Operation, ServerState, map_entries};
-use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
+use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig, storage_file_name};
 
 /// The general storage file that keeps the highest epoch a pod accepted.
 pub const EPOCH_FILE: &str = "haptor-epoch";
+
+/// The general storage file that records which render the pod runs ([`DeployedMarker`]).
+pub const DEPLOYED_FILE: &str = "haptor-deployed";
+
+/// Storage names haptor keeps for itself; a render's file may not take one.
+const RESERVED_NAMES: [&str; 2] = [EPOCH_FILE, DEPLOYED_FILE];
+
+/// What haptor keeps on a pod after each deployment: the checksum of the render the pod
+/// runs and the API's checksum of the `haproxy.cfg` that deployment left. The API prints
+/// the configuration it stores again through its own parser, so the text on the pod never
+/// equals the render; a controller that restarts (a rolling update, a new leader) reads
+/// this file and knows the pod already runs a render while the API's checksum of the file
+/// is still the recorded one, instead of reloading every pod to find out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployedMarker {
+    /// [`RenderedConfig::checksum`] of the render.
+    pub render: String,
+    /// The `Configuration-Checksum` the API answered for the configuration it stored.
+    pub configuration: String,
+}
+
+impl DeployedMarker {
+    /// The file's text: `render <checksum>` and `configuration <checksum>` lines.
+    pub fn to_text(&self) -> String {
+        format!(
+            "render {}\nconfiguration {}\n",
+            self.render, self.configuration
+        )
+    }
+
+    /// Reads [`DeployedMarker::to_text`]; `None` for anything else (a file from another
+    /// writer or a damaged one counts as no record, which costs a reload, never a wrong
+    /// "unchanged").
+    pub fn parse(text: &str) -> Option<DeployedMarker> {
+        let mut render = None;
+        let mut configuration = None;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match line.split_once(' ') {
+                Some(("render", value)) if render.is_none() => render = Some(value.trim()),
+                Some(("configuration", value)) if configuration.is_none() => {
+                    configuration = Some(value.trim())
+                }
+                _ => return None,
+            }
+        }
+        let (render, configuration) = (render?, configuration?);
+        if render.is_empty() || configuration.is_empty() {
+            return None;
+        }
+        Some(DeployedMarker {
+            render: render.to_string(),
+            configuration: configuration.to_string(),
+        })
+    }
+
+    /// Whether a pod whose `haproxy.cfg` the API checksums as `live_checksum` still runs the
+    /// recorded render.
+    pub fn still_runs(&self, live_checksum: Option<&str>) -> bool {
+        live_checksum == Some(self.configuration.as_str())
+    }
+}
 
 /// A Data Plane API version, from `/v3/info`'s `api.version` (`v3.1.2 4a1b2c3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -24,8 +87,14 @@ pub struct ApiVersion {
 }
 
 impl ApiVersion {
-    /// The oldest API this target talks to.
-    pub const MINIMUM: ApiVersion = ApiVersion::new(3, 0, 0);
+    /// The oldest API this target talks to: v3.2.0 is the first whose certificate upload
+    /// honours `skip_reload` (older ones reload HAProxy on every certificate written, before
+    /// the configuration naming it is pushed), and v3.0.5 the first whose general file
+    /// replace takes the multipart upload haptor sends (older ones want a text body). Every
+    /// other endpoint haptor uses (`/info`, raw configuration with `Configuration-Checksum`
+    /// and `X-Runtime-Actions`, reloads, map and general storage, runtime maps with
+    /// `include_unmanaged`, runtime servers, runtime info) is in every v3.
+    pub const MINIMUM: ApiVersion = ApiVersion::new(3, 2, 0);
     /// From this version on, the runtime server endpoint sets address, port and weight.
     pub const RUNTIME_SERVER_FIELDS: ApiVersion = ApiVersion::new(3, 3, 1);
 
@@ -53,6 +122,27 @@ impl ApiVersion {
         let minor = parts.next().flatten().unwrap_or(0);
         let patch = parts.next().flatten().unwrap_or(0);
         Some(ApiVersion::new(major, minor, patch))
+    }
+}
+
+/// What `/v3/info`'s `api.version` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportedApiVersion {
+    /// A release's version.
+    Release(ApiVersion),
+    /// A binary built without the release's version flags: the API reports its version as
+    /// ` dev.dirty` (or `dev`), which says nothing of the features it has.
+    DevelopmentBuild,
+}
+
+impl ReportedApiVersion {
+    /// Reads `api.version`; `None` when it is neither a version nor a development build.
+    pub fn read(text: &str) -> Option<ReportedApiVersion> {
+        if let Some(version) = ApiVersion::parse(text) {
+            return Some(ReportedApiVersion::Release(version));
+        }
+        let word = text.split_whitespace().next()?;
+        (word == "dev" || word.starts_with("dev.")).then_some(ReportedApiVersion::DevelopmentBuild)
     }
 }
 
@@ -175,15 +265,22 @@ pub fn placement(file: &AuxFile) -> Result<Placement, String> {
         }
         AuxKind::Cert => StorageKind::SslCertificates,
         AuxKind::File | AuxKind::CrtList => {
-            if name == EPOCH_FILE {
+            if RESERVED_NAMES.contains(&name) {
                 return Err(format!(
-                    "{} '{}' is stored as general file '{EPOCH_FILE}', the name haptor keeps its fencing epoch under; rename it",
+                    "{} '{}' is stored as general file '{name}', a name haptor keeps its own records under ({EPOCH_FILE}: the fencing epoch, {DEPLOYED_FILE}: the deployed render); rename it",
                     file.kind, file.path
                 ));
             }
             StorageKind::General
         }
     };
+    let stored = storage_file_name(name);
+    if stored != name {
+        return Err(format!(
+            "{} '{}' would be stored by the Data Plane API as '{stored}', so the configuration would name a file that does not exist; name it '{stored}' (haptor's path_for and register_file do)",
+            file.kind, file.path
+        ));
+    }
     Ok(Placement {
         kind,
         name: name.to_string(),
@@ -368,6 +465,60 @@ pub fn live_changes(
         }
     }
     Ok(changes)
+}
+
+/// Whether an error answer of a runtime endpoint (a server or map entry change) carries
+/// HAProxy's own refusal of the command: the API runs it on HAProxy's runtime socket and,
+/// when HAProxy answers with an error, says so with status 500 and the message
+/// `<socket> [<severity>] <HAProxy's answer> [<command>]` (v3.4.0: `/etc/haproxy/runtime.sock
+/// [3]  Backend is using a static LB algorithm and only accepts weights '0%' and '100%'.
+/// [set server be/s1 weight 5]`). Any
+/// 4xx but refused credentials is the API refusing the call. Either way a reload can still
+/// apply the change; other 5xx (the runtime socket cannot be reached, a crash) cannot be
+/// told from an outage.
+pub fn is_runtime_refusal(status: u16, message: &str) -> bool {
+    match status {
+        401 | 403 => false,
+        400..=499 => true,
+        500 => is_haproxy_answer(message),
+        _ => false,
+    }
+}
+
+/// A runtime answer HAProxy tagged with its severity: `[N]` somewhere in the message (the
+/// API puts the socket's path before it).
+fn is_haproxy_answer(message: &str) -> bool {
+    message.split('[').skip(1).any(|after| {
+        after
+            .split_once(']')
+            .is_some_and(|(tag, _)| !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Whether the API's error answer to a configuration push with `X-Runtime-Actions` says an
+/// action failed. The API stores the configuration first and runs the actions after it
+/// (`cannot execute SetServerWeight: ...`), so the pod has the new file without its live
+/// changes: a reload applies them.
+pub fn is_runtime_action_failure(status: u16, message: &str) -> bool {
+    status == 500 && message.trim_start().starts_with("cannot execute ")
+}
+
+/// Whether the API's error answer to a storage upload is its refusal of the content (it
+/// checks certificates: a file that is no PEM certificate, or one without its private key).
+/// The API answers these with 500, like its own failures; the messages tell them apart.
+pub fn is_content_refusal(kind: StorageKind, status: u16, message: &str) -> bool {
+    const CERTIFICATE_REFUSALS: [&str; 2] = [
+        "failed to parse certificate",
+        "file should contain both certificate and private key",
+    ];
+    match kind {
+        StorageKind::SslCertificates => {
+            (400..=500).contains(&status)
+                && !matches!(status, 401 | 403 | 404 | 409)
+                && CERTIFICATE_REFUSALS.iter().any(|m| message.contains(m))
+        }
+        StorageKind::Maps | StorageKind::General => false,
+    }
 }
 
 /// A backend or server name as one word of `X-Runtime-Actions` (split on `;` and spaces).
@@ -657,5 +808,100 @@ mod tests {
         ));
         assert_eq!(checksum_line(reprinted), Some("abc"));
         assert_eq!(checksum_line("# _version=4\n"), None);
+    }
+
+    #[test]
+    fn a_development_build_is_told_from_a_release_and_from_garbage() {
+        assert_eq!(
+            ReportedApiVersion::read("v3.4.0 8c7bce50"),
+            Some(ReportedApiVersion::Release(ApiVersion::new(3, 4, 0)))
+        );
+        assert_eq!(
+            ReportedApiVersion::read(" dev.dirty"),
+            Some(ReportedApiVersion::DevelopmentBuild)
+        );
+        assert_eq!(
+            ReportedApiVersion::read("dev"),
+            Some(ReportedApiVersion::DevelopmentBuild)
+        );
+        assert_eq!(ReportedApiVersion::read("developer"), None);
+        assert_eq!(ReportedApiVersion::read(""), None);
+        assert!(ApiVersion::new(3, 1, 14) < ApiVersion::MINIMUM);
+        assert!(ApiVersion::new(3, 2, 0) >= ApiVersion::MINIMUM);
+    }
+
+    #[test]
+    fn a_file_whose_name_the_api_would_change_is_refused_naming_the_stored_name() {
+        let dotted = placement(&aux(AuxKind::Cert, "ssl/default_www.example.com-tls.pem"))
+            .expect_err("the API stores another name");
+        assert!(
+            dotted.contains("'default_www_example_com-tls.pem'"),
+            "{dotted}"
+        );
+        let deployed =
+            placement(&aux(AuxKind::File, "general/haptor-deployed")).expect_err("reserved");
+        assert!(deployed.contains(DEPLOYED_FILE), "{deployed}");
+    }
+
+    #[test]
+    fn haproxys_runtime_refusals_are_told_from_outages() {
+        // As the real API v3.4.0 answered them.
+        let weight = "/etc/haproxy/runtime.sock [3]  Backend is using a static LB algorithm and only accepts weights '0%' and '100%'. [set server be/s1 weight 5]";
+        assert!(is_runtime_refusal(500, weight));
+        assert!(is_runtime_refusal(404, "Runtime server s9 not found"));
+        assert!(!is_runtime_refusal(
+            500,
+            "dial unix /etc/haproxy/runtime.sock: connect: connection refused [set server be/s1 weight 5]"
+        ));
+        assert!(!is_runtime_refusal(503, weight));
+        assert!(!is_runtime_refusal(401, "invalid username or password"));
+        assert!(is_runtime_action_failure(
+            500,
+            "cannot execute SetServerWeight: /etc/haproxy/runtime.sock [3]  Backend is using a static LB algorithm and only accepts weights '0%' and '100%'. [set server be/s1 weight 20]"
+        ));
+        assert!(!is_runtime_action_failure(500, "injected: the API failed"));
+    }
+
+    #[test]
+    fn only_the_apis_certificate_checks_count_as_refused_content() {
+        let kind = StorageKind::SslCertificates;
+        assert!(is_content_refusal(kind, 500, "failed to parse certificate"));
+        assert!(is_content_refusal(
+            kind,
+            500,
+            "file should contain both certificate and private key"
+        ));
+        assert!(!is_content_refusal(
+            kind,
+            500,
+            "open /etc/haproxy/ssl/x.pem: no space left on device"
+        ));
+        assert!(!is_content_refusal(
+            StorageKind::Maps,
+            500,
+            "failed to parse certificate"
+        ));
+    }
+
+    #[test]
+    fn the_deployed_record_reads_back_what_it_wrote_and_nothing_else() {
+        let marker = DeployedMarker {
+            render: "abc123".into(),
+            configuration: "f00d".into(),
+        };
+        assert_eq!(
+            DeployedMarker::parse(&marker.to_text()),
+            Some(marker.clone())
+        );
+        assert!(marker.still_runs(Some("f00d")));
+        assert!(!marker.still_runs(Some("f00e")));
+        assert!(!marker.still_runs(None));
+        assert_eq!(DeployedMarker::parse("7\n"), None);
+        assert_eq!(DeployedMarker::parse("render abc\n"), None);
+        assert_eq!(DeployedMarker::parse("render \nconfiguration x\n"), None);
+        assert_eq!(
+            DeployedMarker::parse("render a\nconfiguration b\nextra c\n"),
+            None
+        );
     }
 }
