@@ -742,3 +742,90 @@ async fn once_the_api_answers_a_forced_reload_every_request_gets_the_new_configu
         stale.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_map_entry_removed_empties_the_map_live_and_in_its_file() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let a = Backend::start("backend-a").await;
+    let servers = format!("    server s1 127.0.0.1:{}\n", a.port);
+    let with_map = |content: &str| {
+        render(
+            config(&root, frontend, &servers, ""),
+            vec![aux(AuxKind::Map, "maps/hosts.map", content)],
+        )
+    };
+    let target = target(&peer);
+    target
+        .deploy(&request(&with_map("old.example other\n"), 1, 1))
+        .await
+        .unwrap_or_else(|e| panic!("first deployment: {e}\n{}", peer.logs()));
+    let reloads = peer.wait_reloads(1);
+    assert_eq!(
+        wait_for_answer(frontend, "old.example", "200 other-backend").await,
+        "200 other-backend"
+    );
+
+    // The last Ingress of the host map goes: the API refuses an empty text body.
+    let outcome = target
+        .deploy(&request(&with_map(""), 1, 2))
+        .await
+        .unwrap_or_else(|e| panic!("emptying the map: {e}\n{}", peer.logs()));
+
+    assert!(!outcome.reloaded, "{outcome:?}");
+    assert_eq!(get(frontend, "old.example").await, "200 backend-a");
+    assert_eq!(peer.reloads(), Some(reloads), "no reload");
+    assert_eq!(
+        peer.file("maps/hosts.map").map(|m| m.trim().to_string()),
+        Some(String::new())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_without_its_key_is_rejected_naming_the_file_and_nothing_is_pushed() {
+    let frontend = free_port();
+    let peer = DataplanePeer::start(&initial(frontend));
+    let root = peer.root().display().to_string();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cert = dir.path().join("cert.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=www.example.com", "-keyout"])
+        .arg(dir.path().join("key.pem"))
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs (./scripts/test installs it)");
+    assert!(made.status.success(), "{made:?}");
+    let certificate_only = std::fs::read_to_string(&cert).expect("the certificate");
+    let rendered = render(
+        config(&root, frontend, "", "").replace(
+            &format!("bind 127.0.0.1:{frontend}"),
+            &format!("bind 127.0.0.1:{frontend} ssl crt ssl/default_www_example_com-tls.pem"),
+        ),
+        vec![aux(
+            AuxKind::Cert,
+            "ssl/default_www_example_com-tls.pem",
+            &certificate_only,
+        )],
+    );
+    let version_before = peer.config_on_disk();
+
+    let error = target(&peer)
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect_err("the API refuses a certificate without its key");
+
+    let DeployError::Rejected(message) = &error else {
+        panic!("refused content is no outage: expected Rejected, got {error:?}");
+    };
+    assert!(
+        message.contains("ssl/default_www_example_com-tls.pem")
+            && message.contains("file should contain both certificate and private key"),
+        "{message}"
+    );
+    assert_eq!(peer.config_on_disk(), version_before, "nothing was pushed");
+}
