@@ -14,13 +14,14 @@ WORKDIR /build
 
 # Dependencies first, in a layer of their own: it is rebuilt only when Cargo.toml or
 # Cargo.lock change. The manifest names bench and test targets explicitly, so each gets a
-# stub; the stubs are removed again before the sources are copied.
+# stub, their names read from the manifest itself (a `name = ` line right after each
+# `[[bench]]` and `[[test]]`); the stubs are removed again before the sources are copied.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches tests \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
-    && for bench in pipeline actors endpoint_change; do echo 'fn main() {}' > "benches/$bench.rs"; done \
-    && for test in dataplane_api haproxy_pods run_pods; do touch "tests/$test.rs"; done \
+    && for bench in $(sed -n '/^\[\[bench\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do echo 'fn main() {}' > "benches/$bench.rs"; done \
+    && for test in $(sed -n '/^\[\[test\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do touch "tests/$test.rs"; done \
     && cargo build --release --locked \
     && rm -rf src benches tests
 

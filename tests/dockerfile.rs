@@ -413,3 +413,68 @@ fn the_build_context_leaves_out_the_target_directory_and_git() {
         );
     }
 }
+
+/// The dependency layer's `RUN`, run for real up to its `cargo build` (no container
+/// engine here): in a scratch directory holding what the builder stage has at that point
+/// (`Cargo.toml`, `Cargo.lock`), its stub-making commands leave a tree in which cargo finds
+/// every target the manifest declares. A bench or test added to `Cargo.toml` without a stub
+/// made `cargo build` fail there, and with it the image.
+#[test]
+fn the_dependency_layers_stubs_give_cargo_every_target_the_manifest_declares() {
+    let stages = dockerfile();
+    let run = stages
+        .iter()
+        .flat_map(|s| &s.instructions)
+        .find(|i| i.keyword == "RUN" && i.args.contains("cargo build"))
+        .expect("a RUN that runs cargo build");
+    let before_build: Vec<&str> = run
+        .args
+        .split("&&")
+        .map(str::trim)
+        .take_while(|part| !part.contains("cargo build"))
+        .collect();
+    assert!(
+        !before_build.is_empty(),
+        "line {}: no stubs are made",
+        run.line
+    );
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        std::fs::copy(repo(file), scratch.path().join(file)).expect("the manifest files");
+    }
+    let script = before_build.join(" && ");
+    let made = std::process::Command::new("sh")
+        .args(["-ec", &script])
+        .current_dir(scratch.path())
+        .output()
+        .expect("sh runs");
+    assert!(
+        made.status.success(),
+        "line {}: `{script}` failed: {}",
+        run.line,
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // The layer's own `cargo build`, stopped once cargo has found its targets: asked for a
+    // binary that does not exist, it names that binary if it found every declared target,
+    // and the missing stub if one is not there, before it compiles anything.
+    let build = run
+        .args
+        .split("&&")
+        .map(str::trim)
+        .find(|part| part.starts_with("cargo build"))
+        .expect("the cargo build");
+    let words: Vec<&str> = build.split_whitespace().skip(1).collect();
+    let probe = std::process::Command::new(env!("CARGO"))
+        .args(&words)
+        .args(["--offline", "--bin", "no-such-binary-in-haptor"])
+        .current_dir(scratch.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .expect("cargo runs");
+    let stderr = String::from_utf8_lossy(&probe.stderr);
+    assert!(
+        stderr.contains("no bin target named `no-such-binary-in-haptor`"),
+        "line {}: after the stubs, `{build}` does not find every target the manifest declares:\n{stderr}",
+        run.line
+    );
+}

@@ -79,6 +79,12 @@ async fn a_single_replica_publishes_its_render_writes_a_valid_status_and_turns_r
         body.contains("a valid HAProxyTemplateConfig"),
         "the body names the missing config: {body}"
     );
+    const NO_CREDENTIALS: &str = "the config has no credentialsSecretRef";
+    assert!(
+        !replica.log_text().contains(NO_CREDENTIALS),
+        "nothing is said about a config before one is read:\n{}",
+        replica.log_text()
+    );
 
     web_app(kit, &client, &ns, "web.example").await;
     let created = create_config(&client, &ns, no_election()).await;
@@ -122,6 +128,13 @@ async fn a_single_replica_publishes_its_render_writes_a_valid_status_and_turns_r
         .await
         .expect("the probe port answers");
     assert_eq!(code, 404, "the probe port serves no debug endpoint");
+    // The library names no credentials Secret: said once the config is read, and once.
+    assert_eq!(
+        replica.log_text().matches(NO_CREDENTIALS).count(),
+        1,
+        "{}",
+        replica.log_text()
+    );
 }
 
 #[tokio::test]

@@ -110,7 +110,7 @@ pub struct RunArgs {
     )]
     pub publish_address: Vec<String>,
     /// The Service whose addresses served Ingresses get in `status.loadBalancer.ingress`:
-    /// its `status.loadBalancer.ingress`, else its `spec.clusterIP` (watched; needs get,
+    /// its `status.loadBalancer.ingress`, else its `spec.clusterIP` (watched by name: needs
     /// list and watch on services). Without it or --publish-address no Ingress status is
     /// written.
     #[arg(long, value_name = "NAMESPACE/NAME")]

@@ -55,25 +55,36 @@ pub fn credentials_from_secret(secret: &Secret) -> Result<DataplaneCredentials, 
 }
 
 /// Watches the Secret `reference` names (none while it is `None`) and publishes its
-/// credentials on `out`, until the task is aborted.
+/// credentials on `out`, until the task is aborted. `reference` starts as `None` before any
+/// config is read: only a config read without a `credentialsSecretRef` is warned about,
+/// once until it names one again.
 pub fn spawn(
     client: Client,
     mut reference: watch::Receiver<Option<SecretName>>,
     out: watch::Sender<DataplaneCredentials>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        // The channel's initial value was sent by no config; every later one by a config.
+        let mut first = true;
+        let mut warned = false;
         loop {
+            let from_a_config = !first || reference.has_changed().unwrap_or(false);
+            first = false;
             let current = reference.borrow_and_update().clone();
             match current {
                 None => {
-                    tracing::warn!(
-                        "the config has no credentialsSecretRef; the HAProxy pods' Data Plane API is called without credentials"
-                    );
+                    if from_a_config && !warned {
+                        tracing::warn!(
+                            "the config has no credentialsSecretRef; the HAProxy pods' Data Plane API is called without credentials"
+                        );
+                        warned = true;
+                    }
                     if reference.changed().await.is_err() {
                         return;
                     }
                 }
                 Some(secret) => {
+                    warned = false;
                     tokio::select! {
                         () = watch_secret(client.clone(), &secret, &out) => return,
                         changed = reference.changed() => {

@@ -494,7 +494,7 @@ async fn watch_service(
             Err(e) => {
                 let message = e.to_string();
                 if last_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!(service = %object, error = %message, "watching the --publish-service Service failed (haptor needs get, list and watch on services); retrying");
+                    tracing::warn!(service = %object, error = %message, "watching the --publish-service Service failed (haptor needs list and watch on services); retrying");
                     last_error = Some(message);
                 }
             }
