@@ -2,7 +2,9 @@
 //! HTTP or file system; parsing bytes is pure, reading them is not) and imports nothing
 //! above it (`actors`, `drivers`, `local`, `cli`, `messages`, `supervision`). Unit tests
 //! (a `#[cfg(test)]` module or a sibling `tests.rs`) may touch files, so they are not
-//! read. A violation names the file, the line and the rule.
+//! read. A violation names the file, the line and the rule. Also one rule, one place: the
+//! epoch fencing rule (refusing a lower epoch, or an older generation of the same epoch) is
+//! decided in `src/pure/deploy/fence.rs` only, which every deploy target uses.
 
 use std::path::{Path, PathBuf};
 
@@ -93,4 +95,76 @@ fn the_check_finds_an_io_import_and_ignores_tests_and_comments() {
         violations(text),
         vec![(3, "std::fs", "file system access belongs in src/drivers")]
     );
+}
+
+/// Where production code builds a fencing or staleness refusal itself
+/// (`DeployError::Fenced { offered: …` or `DeployError::Stale { offered: …`), in one file's
+/// text: the lines it starts on. A match on one (`Fenced { accepted, .. }`) is not a
+/// decision; tests (after the first `#[cfg(test)]`) and comment lines are left out.
+fn fencing_decisions(text: &str) -> Vec<usize> {
+    let code: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .map(|l| {
+            if l.trim_start().starts_with("//") {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (number, line) in code.iter().enumerate() {
+        for variant in ["DeployError::Fenced {", "DeployError::Stale {"] {
+            for (at, _) in line.match_indices(variant) {
+                let rest = &line[at + variant.len()..];
+                let next = code.get(number + 1).copied().unwrap_or_default();
+                let fields = if rest.trim().is_empty() { next } else { rest };
+                if fields.trim_start().starts_with("offered:") {
+                    found.push(number + 1);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_fencing_rule_is_decided_in_one_place_that_every_target_uses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let fence = root.join("pure/deploy/fence.rs");
+    let mut report = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| **f != fence && f.file_name().is_some_and(|n| n != "tests.rs"))
+    {
+        let text = std::fs::read_to_string(file).expect("a source file reads");
+        for line in fencing_decisions(&text) {
+            report.push(format!(
+                "{}:{line}: decides a fencing refusal itself; use pure::deploy::fence::Fence",
+                file.display()
+            ));
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+    // Every target takes it from there: the local, Data Plane API and recording targets.
+    for target in [
+        "drivers/local/mod.rs",
+        "drivers/dataplane/mod.rs",
+        "pure/deploy/mod.rs",
+    ] {
+        let text = std::fs::read_to_string(root.join(target)).expect("a target reads");
+        assert!(
+            text.contains("fence.admit("),
+            "{target} does not ask the Fence"
+        );
+    }
+}
+
+#[test]
+fn the_fencing_check_finds_a_refusal_built_outside_the_fence_and_not_a_match_on_one() {
+    let text = "if e < a {\n    return Err(DeployError::Fenced {\n        offered: e,\n    });\n}\nlet s = DeployError::Stale { offered: 1, deployed: 2 };\nmatches!(r, Err(DeployError::Stale { .. }));\nif let Err(DeployError::Fenced { accepted, .. }) = r {}\n// DeployError::Stale { offered: 3, deployed: 4 }\n#[cfg(test)]\nmod tests { const X: DeployError = DeployError::Stale { offered: 1, deployed: 2 }; }\n";
+    assert_eq!(fencing_decisions(text), vec![2, 6]);
 }

@@ -92,6 +92,7 @@ use crate::pure::deploy::dataplane::{
     is_content_refusal, is_runtime_action_failure, is_runtime_refusal, live_changes,
     loaded_map_reference, placement, placements, runs_pushed, strip_version_lines,
 };
+use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use crate::pure::haproxy::HaproxyVersion;
@@ -203,8 +204,8 @@ struct TargetState {
     api_version: Option<ApiVersion>,
     /// The pod reported the expected HAProxy version.
     haproxy_version_confirmed: bool,
-    accepted_epoch: u64,
-    deployed_generation: u64,
+    /// The epoch and generation accepted (the epoch also kept on the pod, [`EPOCH_FILE`]).
+    fence: Fence,
     /// The render the pod runs, when this target knows it.
     last_deployed: Option<Arc<RenderedConfig>>,
     /// The API's checksum of the `haproxy.cfg` haptor last pushed, as the push answered it:
@@ -324,20 +325,7 @@ impl DataplaneTarget {
 
     /// Epoch fencing and generation ordering against what this target accepted, with no I/O.
     fn fence_in_memory(&self, request: &DeployRequest) -> Result<(), DeployError> {
-        let state = self.lock();
-        if request.epoch < state.accepted_epoch {
-            return Err(DeployError::Fenced {
-                offered: request.epoch,
-                accepted: state.accepted_epoch,
-            });
-        }
-        if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
-            return Err(DeployError::Stale {
-                offered: request.generation,
-                deployed: state.deployed_generation,
-            });
-        }
-        Ok(())
+        self.lock().fence.admit(request)
     }
 
     /// Epoch fencing against the epoch kept on the pod; raises it for a newer leader and
@@ -359,22 +347,15 @@ impl DataplaneTarget {
                 }
             },
         };
-        if let Some(stored_epoch) = stored_epoch
-            && request.epoch < stored_epoch
-        {
+        if let Some(stored_epoch) = stored_epoch {
             let mut state = self.lock();
-            state.accepted_epoch = state.accepted_epoch.max(stored_epoch);
-            return Err(DeployError::Fenced {
-                offered: request.epoch,
-                accepted: stored_epoch,
-            });
+            state.fence.learn(stored_epoch);
+            state.fence.admit(request)?;
         }
         if stored_epoch != Some(request.epoch) {
             self.write_epoch(request.epoch, stored.is_some()).await?;
         }
-        let mut state = self.lock();
-        state.accepted_epoch = request.epoch;
-        state.deployed_generation = request.generation;
+        self.lock().fence.accept(request);
         Ok(())
     }
 

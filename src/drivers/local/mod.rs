@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
+use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, ServerState, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use crate::pure::rendered::{AuxKind, RenderedConfig};
@@ -160,10 +161,10 @@ pub struct LocalTarget {
 
 #[derive(Debug)]
 struct TargetState {
-    accepted_epoch: u64,
-    /// The generation of the newest request accepted in `accepted_epoch`. Kept in memory
-    /// only: a restarted controller numbers its renders from 1 again.
-    deployed_generation: u64,
+    /// The accepted epoch (also kept in the work directory) and the generation last
+    /// deployed in it (in memory only: a restarted controller numbers its renders from 1
+    /// again).
+    fence: Fence,
     /// The last configuration HAProxy took (`None`: nothing haptor deployed, or unknown).
     last_deployed: Option<Arc<RenderedConfig>>,
     /// The stamps of `last_deployed`'s files right after this target wrote them. While they
@@ -201,8 +202,7 @@ impl LocalTarget {
             work_dir,
             settings: LocalTargetSettings::default(),
             state: tokio::sync::Mutex::new(TargetState {
-                accepted_epoch,
-                deployed_generation: 0,
+                fence: Fence::with_epoch(accepted_epoch),
                 last_deployed,
                 written: None,
                 route: RouteState::default(),
@@ -222,7 +222,7 @@ impl LocalTarget {
 
     /// The highest epoch accepted so far.
     pub async fn accepted_epoch(&self) -> u64 {
-        self.state.lock().await.accepted_epoch
+        self.state.lock().await.fence.accepted_epoch()
     }
 
     /// The last configuration HAProxy took through this target (or found on disk at open).
@@ -250,8 +250,9 @@ impl LocalTarget {
         let Some(last) = state.last_deployed.clone() else {
             return Ok(false);
         };
-        if state.accepted_epoch > 0 {
-            files::write_epoch(&self.work_dir, state.accepted_epoch)?;
+        let accepted_epoch = state.fence.accepted_epoch();
+        if accepted_epoch > 0 {
+            files::write_epoch(&self.work_dir, accepted_epoch)?;
         }
         for (path, file) in &last.aux_files {
             let target = self.work_dir.aux_file(path)?;
@@ -304,23 +305,11 @@ impl LocalTarget {
 
     async fn run_deploy(&self, request: &DeployRequest) -> Result<DeployOutcome, DeployError> {
         let mut state = self.state.lock().await;
-        if request.epoch < state.accepted_epoch {
-            return Err(DeployError::Fenced {
-                offered: request.epoch,
-                accepted: state.accepted_epoch,
-            });
-        }
-        if request.epoch == state.accepted_epoch && request.generation < state.deployed_generation {
-            return Err(DeployError::Stale {
-                offered: request.generation,
-                deployed: state.deployed_generation,
-            });
-        }
-        if request.epoch > state.accepted_epoch {
+        state.fence.admit(request)?;
+        if state.fence.raises_epoch(request) {
             files::write_epoch(&self.work_dir, request.epoch)?;
-            state.accepted_epoch = request.epoch;
         }
-        state.deployed_generation = request.generation;
+        state.fence.accept(request);
 
         let to = &request.rendered;
         for path in to.aux_files.keys() {

@@ -5,9 +5,11 @@
 //!
 //! Every request carries the leader's epoch. A target remembers the highest epoch it accepted
 //! and refuses lower ones ([`DeployError::Fenced`]): leader election alone does not stop a
-//! deposed leader's late write, fencing does.
+//! deposed leader's late write, fencing does. [`fence::Fence`] is that rule, the one every
+//! target (the recording one included) applies.
 
 pub mod dataplane;
+pub mod fence;
 pub mod pacing;
 pub mod plan;
 
@@ -146,8 +148,7 @@ pub struct RecordingTarget {
 
 #[derive(Debug, Default)]
 struct RecordingState {
-    accepted_epoch: u64,
-    deployed_generation: u64,
+    fence: fence::Fence,
     deployed: Vec<DeployRequest>,
     attempts: Vec<DeployAttempt>,
     current_checksum: Option<String>,
@@ -164,20 +165,8 @@ impl RecordingState {
         if self.unreachable {
             return Err(DeployError::Unreachable(format!("{name} is down")));
         }
-        if request.epoch < self.accepted_epoch {
-            return Err(DeployError::Fenced {
-                offered: request.epoch,
-                accepted: self.accepted_epoch,
-            });
-        }
-        if request.epoch == self.accepted_epoch && request.generation < self.deployed_generation {
-            return Err(DeployError::Stale {
-                offered: request.generation,
-                deployed: self.deployed_generation,
-            });
-        }
-        self.accepted_epoch = request.epoch;
-        self.deployed_generation = request.generation;
+        self.fence.admit(request)?;
+        self.fence.accept(request);
         let unchanged = self.current_checksum.as_deref() == Some(request.checksum.as_str());
         self.current_checksum = Some(request.checksum.clone());
         self.deployed.push(request.clone());
