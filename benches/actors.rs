@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
-use haptor::actors::context::{ControllerSettings, ReconcilePipeline, Sources};
+use haptor::actors::context::{ControllerSettings, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership};
@@ -20,6 +19,8 @@ use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarg
 use haptor::pure::pipeline::CompiledConfig;
 use haptor::pure::rendered::RenderedConfig;
 use haptor::pure::store::StoresSnapshot;
+use haptor::seams::InMemorySink;
+use haptor::seams::ReconcilePipeline;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 

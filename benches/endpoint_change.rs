@@ -18,7 +18,6 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
 use haptor::actors::context::{ControllerSettings, FullPipeline, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::drivers::haproxy_check::{CheckerSettings, HaproxyChecker};
 use haptor::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
@@ -26,6 +25,7 @@ use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::fixtures;
+use haptor::seams::InMemorySink;
 use tokio::sync::{mpsc, watch};
 
 #[path = "../tests/support/mod.rs"]

@@ -14,5 +14,6 @@ pub mod observability;
 pub mod output;
 pub mod pure;
 pub mod run;
+pub mod seams;
 pub mod supervision;
 pub mod telemetry;

@@ -12,16 +12,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use haptor::actors::context::{ControllerSettings, ResourceSourceFactory};
+use haptor::actors::context::ControllerSettings;
 use haptor::actors::controller::{Controller, ServerAddresses};
 use haptor::actors::http::{DEBUG_SERVER_NAME, METRICS_SERVER_NAME};
-use haptor::actors::publisher::InMemorySink;
 use haptor::actors::sources::MemorySource;
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent};
 use haptor::pure::config::{
     HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, WatchedResource,
 };
 use haptor::pure::deploy::{DeployError, RecordingTarget};
+use haptor::seams::InMemorySink;
+use haptor::seams::ResourceSourceFactory;
 use ractor::ActorRef;
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use haptor::actors::context::{ControllerSettings, ReconcilePipeline, ResourceSourceFactory};
+use haptor::actors::context::ControllerSettings;
 use haptor::actors::controller::ServerAddresses;
 use haptor::actors::http::DEBUG_SERVER_NAME;
 use haptor::messages::{DeploySchedulerMsg, Instance, Leadership, ResourceEvent, WatcherMsg};
@@ -20,6 +20,7 @@ use haptor::pure::deploy::{
     DeployError, DeployOutcome, DeployRequest, DeployTarget, RecordingTarget,
 };
 use haptor::pure::store::CompactObject;
+use haptor::seams::{ReconcilePipeline, ResourceSourceFactory};
 use ractor::ActorRef;
 use serde_json::{Value, json};
 

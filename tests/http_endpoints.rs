@@ -11,9 +11,9 @@ use haptor::actors::http::{
     DEBUG_SERVER_NAME, DebugState, HttpServerMsg, METRICS_SERVER_NAME, Readiness,
     debug_server_spec, metrics_server_spec,
 };
-use haptor::actors::introspection::{ErrorRecord, Introspection};
 use haptor::messages::events::{EventFanout, EventKind};
 use haptor::observability::event_log::EventLog;
+use haptor::observability::introspection::{ErrorRecord, Introspection};
 use haptor::observability::metrics::Metrics;
 use haptor::pure::rendered::RenderedConfig;
 use haptor::supervision::{

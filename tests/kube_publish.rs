@@ -17,7 +17,6 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haptor::actors::publisher::PublishSink;
 use haptor::drivers::kube::publish::KubePublishSink;
 use haptor::pure::config::published::{
     CONTENT_PUBLISHED, CONTENT_TOO_LARGE, ENCODED_LIMIT, GZIP_BASE64, OMITTED, PUBLISHED,
@@ -27,6 +26,7 @@ use haptor::pure::config::{
     HAProxyCfg, HAProxyCfgSpec, HAProxyCfgStatus, HAProxyTemplateConfig, InstanceStatus,
     config_from_value,
 };
+use haptor::seams::PublishSink;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};

@@ -16,12 +16,12 @@ mod verifier;
 
 use std::time::Duration;
 
-use haptor::actors::publisher::PublishSink;
 use haptor::drivers::kube::publish::KubePublishSink;
 use haptor::pure::config::{
     AuxiliaryFileEntry, AuxiliaryFileSummary, HAProxyCfg, HAProxyCfgSpec, HAProxyCfgStatus,
     InstanceStatus,
 };
+use haptor::seams::PublishSink;
 use http::StatusCode;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};

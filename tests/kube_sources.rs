@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use haptor::actors::context::ResourceSourceFactory;
 use haptor::drivers::kube::resources::{KubeResources, SourceError};
 use haptor::messages::ResourceEvent;
 use haptor::pure::config::{WatchedResource, config_from_yaml};
 use haptor::pure::pipeline::CompiledConfig;
 use haptor::pure::store::field_selector::server_fields;
 use haptor::pure::store::{ObjectSelection, WatchOutcome, WatchState};
+use haptor::seams::ResourceSourceFactory;
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::Ingress;

@@ -2,7 +2,9 @@
 //! HTTP or file system; parsing bytes is pure, reading them is not) and imports nothing
 //! above it (`actors`, `drivers`, `local`, `cli`, `messages`, `supervision`). Unit tests
 //! (a `#[cfg(test)]` module or a sibling `tests.rs`) may touch files, so they are not
-//! read. A violation names the file, the line and the rule. Also one rule, one place: the
+//! read. A violation names the file, the line and the rule. `src/drivers` (the edges)
+//! does not import `crate::actors`: the traits both sides meet at are `crate::seams`, the
+//! shared debug record `crate::observability`. Also one rule, one place: the
 //! epoch fencing rule (refusing a lower epoch, or an older generation of the same epoch) is
 //! decided in `src/pure/deploy/fence.rs` only, which every deploy target uses.
 
@@ -95,6 +97,35 @@ fn the_check_finds_an_io_import_and_ignores_tests_and_comments() {
         violations(text),
         vec![(3, "std::fs", "file system access belongs in src/drivers")]
     );
+}
+
+#[test]
+fn src_drivers_import_nothing_from_the_actors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/drivers");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(files.len() > 10, "src/drivers was found: {files:?}");
+    let mut report = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+    {
+        let text = std::fs::read_to_string(file).expect("a source file reads");
+        for (number, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("#[cfg(test)]") {
+                break;
+            }
+            if !code.starts_with("//") && code.contains("crate::actors") {
+                report.push(format!(
+                    "{}:{}: imports crate::actors: a driver meets the actors at crate::seams",
+                    file.display(),
+                    number + 1
+                ));
+            }
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
 }
 
 /// Where production code builds a fencing or staleness refusal itself

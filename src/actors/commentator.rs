@@ -44,7 +44,7 @@ pub struct CommentatorArgs {
     /// The fan-out queue to pump from; `None` when events are sent to the actor directly.
     pub events: Option<SharedEventReceiver>,
     /// Where the actor marks itself busy for `/healthz` (`None`: nobody watches).
-    pub busy: Option<crate::actors::introspection::Introspection>,
+    pub busy: Option<crate::observability::introspection::Introspection>,
 }
 
 /// The Commentator actor (see the module documentation).
@@ -53,7 +53,7 @@ pub struct Commentator;
 
 pub struct CommentatorState {
     log: EventLog,
-    busy: Option<crate::actors::introspection::Introspection>,
+    busy: Option<crate::observability::introspection::Introspection>,
     _pump: Option<EventPump>,
 }
 

@@ -7,35 +7,19 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::stream::BoxStream;
 use ractor::ActorRef;
 use tokio::sync::watch;
 
-use crate::actors::introspection::Introspection;
 use crate::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance,
-    IterationManagerMsg, Leadership, ReconcilerMsg, ResourceEvent, ValidatedRender, ValidatorMsg,
+    IterationManagerMsg, Leadership, ReconcilerMsg, ValidatedRender, ValidatorMsg,
 };
-use crate::pure::config::{HAProxyTemplateConfig, WatchedResource};
+use crate::observability::introspection::Introspection;
+use crate::pure::config::HAProxyTemplateConfig;
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
 use crate::pure::store::{Stores, StoresSnapshot};
-
-/// Opens a stream of events for one watched resource (a Kubernetes watch, a manifest
-/// folder, a test channel). Called again when a watcher restarts.
-pub trait ResourceSourceFactory: Send + Sync {
-    fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent>;
-}
-
-/// Runs one render+validate step. The real one is [`FullPipeline`]; tests and benches plug
-/// in others.
-pub trait ReconcilePipeline: Send + Sync {
-    fn run(
-        &self,
-        compiled: &CompiledConfig,
-        snapshot: StoresSnapshot,
-    ) -> Result<RenderedAndValidated, RenderFailure>;
-}
+use crate::seams::{ReconcilePipeline, ResourceSourceFactory};
 
 /// Render with the config's templates, then the three validation phases (cached). A render
 /// that differs from the last accepted one only in runtime-changeable values skips

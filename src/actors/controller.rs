@@ -9,16 +9,17 @@ use std::sync::{Arc, RwLock};
 use ractor::ActorRef;
 
 use crate::actors::commentator::{Commentator, CommentatorArgs};
-use crate::actors::context::{ControllerSettings, ReconcilePipeline, Services, Sources};
+use crate::actors::context::{ControllerSettings, Services, Sources};
 use crate::actors::event_pump::SharedEventReceiver;
 use crate::actors::http::{DebugState, Readiness, debug_server_spec, metrics_server_spec};
-use crate::actors::introspection::Introspection;
 use crate::actors::metrics::{MetricsActor, MetricsArgs};
-use crate::actors::publisher::PublishSink;
 use crate::actors::tree::start_root;
 use crate::messages::EventFanout;
 use crate::observability::event_log::EventLog;
+use crate::observability::introspection::Introspection;
 use crate::observability::metrics::Metrics;
+use crate::seams::PublishSink;
+use crate::seams::ReconcilePipeline;
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
 use crate::telemetry::LogLevelHandle;
 

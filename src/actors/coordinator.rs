@@ -14,12 +14,12 @@ use std::time::{Instant, SystemTime};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
-use crate::actors::introspection::ErrorRecord;
 use crate::messages::deploy::{FailureStage, RenderFailure, RenderOutcome};
 use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, CorrelationId, DeploySchedulerMsg, EventKind,
     ReconcilerMsg, ValidatedRender,
 };
+use crate::observability::introspection::ErrorRecord;
 use crate::pure::certificates::expired_certificates;
 use crate::pure::rendered::{Outcomes, RenderedConfig, newly_left_out};
 use crate::pure::validate::ValidationPhase;

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current};
-use crate::actors::introspection::ErrorRecord;
 use crate::messages::{
     ConfigPublisherMsg, DeploySchedulerMsg, DeployerMsg, EventKind, ValidatedRender,
 };
+use crate::observability::introspection::ErrorRecord;
 use crate::pure::config::parse_duration;
 use crate::pure::deploy::{DeployError, DeployRequest, DeployTarget};
 

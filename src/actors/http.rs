@@ -28,8 +28,8 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::introspection::Introspection;
 use crate::observability::event_log::EventLog;
+use crate::observability::introspection::Introspection;
 use crate::observability::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use crate::pure::readiness::{ReadinessState, ReadinessVerdict};
 use crate::supervision::{ActorRole, ChildSpec, actor_tree};

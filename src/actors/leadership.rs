@@ -10,11 +10,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::actors::context::{Iteration, current, forward_watch};
 use crate::actors::coordinator::Coordinator;
 use crate::actors::drift::DriftMonitor;
-use crate::actors::publisher::{ConfigPublisher, PublishSink};
+use crate::actors::publisher::ConfigPublisher;
 use crate::actors::scheduler::DeployScheduler;
 use crate::messages::{
     DeploySchedulerMsg, DiscoveryMsg, EventKind, Instance, LeaderElectorMsg, Leadership,
 };
+use crate::seams::PublishSink;
 use crate::supervision::{
     ActorRole, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,
 };

@@ -24,7 +24,7 @@ pub struct MetricsArgs {
     /// The fan-out queue to pump from; `None` when events are sent to the actor directly.
     pub events: Option<SharedEventReceiver>,
     /// Where the actor marks itself busy for `/healthz` (`None`: nobody watches).
-    pub busy: Option<crate::actors::introspection::Introspection>,
+    pub busy: Option<crate::observability::introspection::Introspection>,
 }
 
 /// Updates [`Metrics`] from observability events.
@@ -33,7 +33,7 @@ pub struct MetricsActor;
 
 pub struct MetricsState {
     metrics: Arc<Metrics>,
-    busy: Option<crate::actors::introspection::Introspection>,
+    busy: Option<crate::observability::introspection::Introspection>,
     _pump: Option<EventPump>,
 }
 

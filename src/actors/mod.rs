@@ -10,7 +10,6 @@ pub mod deployer;
 pub mod drift;
 pub mod event_pump;
 pub mod http;
-pub mod introspection;
 pub mod leadership;
 pub mod metrics;
 pub mod publisher;

@@ -3,37 +3,14 @@
 //! deployment state through a [`PublishSink`] — the Kubernetes API in-cluster, memory in
 //! `haptor local` and tests.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::ConfigPublisherMsg;
 use crate::pure::config::{AuxiliaryFileSummary, HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus};
-use crate::pure::rendered::Outcomes;
-
-/// Where the ConfigPublisher writes `HAProxyCfg`: the Kubernetes API in-cluster, memory
-/// elsewhere.
-pub trait PublishSink: Send + Sync {
-    fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus);
-
-    /// What the templates of each published render recorded about the objects they served
-    /// or ignored (`served`, `ignored`); called on every publication of a render, before
-    /// [`PublishSink::publish`]. Nothing by default.
-    fn outcomes(&self, _outcomes: &Outcomes) {}
-}
-
-/// Keeps the last published resource in memory (local mode, tests).
-#[derive(Debug, Default)]
-pub struct InMemorySink {
-    pub last: Mutex<Option<(HAProxyCfgSpec, HAProxyCfgStatus)>>,
-}
-
-impl PublishSink for InMemorySink {
-    fn publish(&self, spec: &HAProxyCfgSpec, status: &HAProxyCfgStatus) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((spec.clone(), status.clone()));
-    }
-}
+use crate::seams::PublishSink;
 
 /// Publishes the rendered configuration and each instance's state.
 #[derive(Clone)]

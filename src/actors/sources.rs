@@ -21,13 +21,13 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
 use crate::pure::selector::namespaces::is_namespace_kind;
 use crate::pure::selector::{LabelSelector, NamespaceChange, NamespaceLabels};
 use crate::pure::store::CompactObject;
 use crate::pure::store::namespace_join::moving_objects;
+use crate::seams::ResourceSourceFactory;
 
 /// One open stream.
 struct Subscriber {

@@ -24,15 +24,15 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, Services, current, forward_watch, set};
-use crate::actors::introspection::ErrorRecord;
 use crate::actors::leadership::{CredentialsLoader, Discovery, LeaderElector};
-use crate::actors::publisher::PublishSink;
 use crate::actors::reconciler::Reconciler;
 use crate::actors::validators::{ConfigValidator, ValidatorKind, gather_verdicts};
 use crate::actors::watcher::{IndexTracker, ResourceWatcher};
 use crate::messages::{ConfigLoaderMsg, EventKind, IterationManagerMsg, ReconcilerMsg};
+use crate::observability::introspection::ErrorRecord;
 use crate::pure::config::{HAProxyTemplateConfig, HAProxyTemplateConfigSpec};
 use crate::pure::pipeline::CompiledConfig;
+use crate::seams::PublishSink;
 use crate::supervision::registry::{self, ActorInfo};
 use crate::supervision::{
     ActorRole, ChildSpec, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,

@@ -12,14 +12,14 @@ use tokio::sync::watch;
 use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
 use crate::actors::controller::{ServerAddresses, start_controller};
 use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
-use crate::actors::introspection::{ErrorRecord, Introspection};
-use crate::actors::publisher::InMemorySink;
 use crate::actors::sources::MemorySource;
 use crate::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
 use crate::local::folder::ManifestFolder;
 use crate::messages::{Instance, Leadership};
+use crate::observability::introspection::{ErrorRecord, Introspection};
 use crate::output::outln;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
+use crate::seams::InMemorySink;
 use crate::supervision::SupervisorMsg;
 use crate::telemetry::LogLevelHandle;
 

@@ -10,17 +10,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haptor::actors::context::{
-    ControllerSettings, ReconcilePipeline, ResourceSourceFactory, Sources,
-};
+use haptor::actors::context::{ControllerSettings, Sources};
 use haptor::actors::controller::{Controller, ServerAddresses, start_controller};
 use haptor::actors::http::HttpServerMsg;
-use haptor::actors::publisher::InMemorySink;
 use haptor::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::{HAProxyTemplateConfig, config_from_yaml};
 use haptor::pure::pipeline::CompiledConfig;
 use haptor::pure::store::StoresSnapshot;
+use haptor::seams::InMemorySink;
+use haptor::seams::{ReconcilePipeline, ResourceSourceFactory};
 use haptor::supervision::SupervisorMsg;
 use ractor::{ActorCell, ActorRef};
 use tokio::sync::watch;

@@ -26,9 +26,9 @@ use prometheus::IntCounterVec;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::actors::introspection::{ErrorRecord, Introspection};
 use crate::drivers::kube::resources::{KubeResources, SourceError};
 use crate::messages::{EventFanout, EventKind, Leadership};
+use crate::observability::introspection::{ErrorRecord, Introspection};
 use crate::pure::config::{
     HAProxyTemplateConfig, HAProxyTemplateConfigSpec, HAProxyTemplateConfigStatus, TemplateProblem,
     ValidationStatus,

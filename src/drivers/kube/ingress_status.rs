@@ -37,7 +37,6 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::actors::publisher::PublishSink;
 use crate::messages::Leadership;
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
 use crate::pure::ingress_status::{
@@ -45,6 +44,7 @@ use crate::pure::ingress_status::{
     service_addresses,
 };
 use crate::pure::rendered::Outcomes;
+use crate::seams::PublishSink;
 
 /// How long one request (a read, a status patch, an Event) may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

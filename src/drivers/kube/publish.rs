@@ -31,11 +31,11 @@ use prometheus::{IntCounterVec, Opts, Registry};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::actors::publisher::PublishSink;
 use crate::pure::config::published::{
     EncodedSpec, TEXT_LIMIT, encode_spec, with_content_condition,
 };
 use crate::pure::config::{HAProxyCfg, HAProxyCfgSpec, HAProxyCfgStatus};
+use crate::seams::PublishSink;
 
 /// The field manager of every `HAProxyCfg` write.
 pub const FIELD_MANAGER: &str = "haptor";

@@ -52,13 +52,13 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::actors::context::ResourceSourceFactory;
 use crate::messages::ResourceEvent;
 use crate::pure::config::WatchedResource;
 use crate::pure::selector::LabelSelector;
 use crate::pure::store::CompactObject;
 use crate::pure::store::field_selector::server_field_selector;
 use crate::pure::store::namespace_join::{Keyed, ListEvent, NamespaceJoin};
+use crate::seams::ResourceSourceFactory;
 
 /// The first wait before resolving a resource again that could not be resolved when its
 /// stream opened; it doubles up to [`RESOLVE_RETRY_MAX`].
