@@ -27,6 +27,10 @@ RUN mkdir -p src benches tests \
 
 # The sources. COPY keeps the files' modification times, which may be older than the stub
 # build's outputs: touching the crate roots makes cargo rebuild haptor itself.
+# build.rs records the commit for `haptor version`; the context has no .git, so it comes
+# from the build argument: docker build --build-arg HAPTOR_GIT_COMMIT=$(git rev-parse --short=12 HEAD)
+ARG HAPTOR_GIT_COMMIT=""
+COPY build.rs ./
 COPY src ./src
 COPY benches ./benches
 COPY tests ./tests

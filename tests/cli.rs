@@ -75,10 +75,53 @@ fn run_with_an_unreadable_kubeconfig_fails_naming_the_file() {
 }
 
 #[test]
-fn version_prints_the_package_version() {
+fn version_prints_the_package_version_the_commit_the_target_and_the_haproxy_checker() {
     let output = haptor(&["version"]);
     assert!(output.status.success());
-    assert!(stdout(&output).contains(env!("CARGO_PKG_VERSION")));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("haptor {}", env!("CARGO_PKG_VERSION")),
+        "{text}"
+    );
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs in the checkout");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert_eq!(lines[1], format!("commit: {head}"), "{text}");
+    assert!(
+        lines[2].starts_with("built for: ") && lines[2].contains("linux"),
+        "{text}"
+    );
+    let checker = Command::new("haproxy")
+        .arg("-v")
+        .output()
+        .or_else(|_| Command::new("/usr/sbin/haproxy").arg("-v").output())
+        .expect("haproxy runs (./scripts/test installs it)");
+    let reported = String::from_utf8_lossy(&checker.stdout)
+        .split_whitespace()
+        .nth(2)
+        .expect("haproxy -v names its version")
+        .to_string();
+    assert!(
+        lines[3].starts_with("haproxy -c checker: ")
+            && lines[3].ends_with(&format!("(HAProxy {reported})")),
+        "{text}"
+    );
+
+    let without = Command::new(env!("CARGO_BIN_EXE_haptor"))
+        .arg("version")
+        .env("HAPROXY_BIN", "/nonexistent/haproxy")
+        .output()
+        .expect("haptor runs");
+    let text = stdout(&without);
+    assert!(
+        text.contains("haproxy -c checker: none: haproxy binary '/nonexistent/haproxy' not found"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -274,7 +274,7 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
     match cli.command {
         Command::Crd => offline::print_crds(),
         Command::Version => {
-            outln!("haptor {}", env!("CARGO_PKG_VERSION"));
+            print_version();
             ExitCode::SUCCESS
         }
         Command::Validate(args) => offline::validate(&args),
@@ -283,6 +283,29 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
         Command::Plan(args) => offline::plan(&args),
         Command::Run(args) => run_in_cluster(*args, log_level),
         Command::Local(args) => run_local(args, log_level),
+    }
+}
+
+/// `haptor version`: the package version, the commit and target it was built from and for
+/// (`build.rs`), and the `haproxy -c` checker commands run by default (`HAPROXY_BIN`, else
+/// the haproxy found) with the version it reports, or why there is none.
+fn print_version() {
+    outln!("haptor {}", env!("CARGO_PKG_VERSION"));
+    outln!(
+        "commit: {}",
+        option_env!("HAPTOR_GIT_COMMIT").unwrap_or("unknown")
+    );
+    outln!(
+        "built for: {}",
+        option_env!("HAPTOR_BUILD_TARGET").unwrap_or("unknown")
+    );
+    let binary = std::env::var("HAPROXY_BIN")
+        .ok()
+        .filter(|b| !b.trim().is_empty())
+        .unwrap_or_else(installed_haproxy);
+    match crate::drivers::haproxy_check::reported_version(std::path::Path::new(&binary)) {
+        Ok(version) => outln!("haproxy -c checker: {binary} (HAProxy {version})"),
+        Err(error) => outln!("haproxy -c checker: none: {error}"),
     }
 }
 

@@ -491,6 +491,12 @@ pub fn validator(binary: impl Into<PathBuf>, cache_entries: usize) -> Validator 
     Validator::new(Arc::new(HaproxyChecker::new(settings)), cache_entries)
 }
 
+/// The whole version `binary` reports (`haproxy -v`: `2.6.12-1+deb12u4`), or why it
+/// reports none.
+pub fn reported_version(binary: &Path) -> Result<String, SemanticCheckError> {
+    haproxy_version_with_timeout(binary, DEFAULT_TIMEOUT)
+}
+
 /// The major.minor version of `binary` (`haproxy -v`), or `None` when it does not run or
 /// prints no version.
 pub fn binary_version(binary: &Path) -> Option<HaproxyVersion> {
