@@ -9,15 +9,20 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-env-changed=HAPTOR_GIT_COMMIT");
     // A new commit moves the branch HEAD points to; a checkout moves HEAD itself.
+    // Only files that exist are named: cargo runs a build script again on every build when
+    // a file it names is missing.
     let git = Path::new(".git");
-    if git.is_dir() {
-        println!("cargo:rerun-if-changed=.git/HEAD");
-        println!("cargo:rerun-if-changed=.git/packed-refs");
-        if let Ok(head) = std::fs::read_to_string(git.join("HEAD"))
-            && let Some(reference) = head.trim().strip_prefix("ref: ")
-        {
-            println!("cargo:rerun-if-changed=.git/{reference}");
+    let watch = |path: &Path| {
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
+    };
+    watch(&git.join("HEAD"));
+    watch(&git.join("packed-refs"));
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD"))
+        && let Some(reference) = head.trim().strip_prefix("ref: ")
+    {
+        watch(&git.join(reference));
     }
     let commit = std::env::var("HAPTOR_GIT_COMMIT")
         .ok()
