@@ -790,3 +790,52 @@ fn a_tls_secret_with_dots_in_its_name_is_served_over_https_by_haptor_local() {
         "{crt_lists:?}\n{config}"
     );
 }
+
+#[test]
+fn a_haproxy_c_that_cannot_run_is_counted_as_such_and_not_as_a_failed_validation() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    // A haproxy that runs, reports its version and serves, but whose `haproxy -c` is killed
+    // before it says anything about the configuration.
+    let scripts = tempfile::tempdir().expect("a temp dir");
+    let wrapper = scripts.path().join("haproxy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -c ] && kill -KILL $$; done\nexec {} \"$@\"\n",
+            support::haproxy_binary().display()
+        ),
+    )
+    .expect("the wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("executable");
+    let mut setup = local::Setup::quickstart(a, b);
+    setup
+        .env
+        .push(("HAPROXY_BIN".into(), wrapper.display().to_string()));
+    let local = setup.start();
+
+    let unavailable = eventually(
+        "haptor_checker_unavailable_total",
+        Duration::from_secs(60),
+        || sample(&local.metrics_text(), "haptor_checker_unavailable_total").filter(|n| *n >= 1.0),
+    );
+    assert!(unavailable >= 1.0);
+    let metrics = local.metrics_text();
+    assert_eq!(
+        sample(
+            &metrics,
+            "haptor_validation_errors_total{phase=\"semantic\"}"
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "a check that could not run refused nothing:\n{metrics}"
+    );
+    let log = local.log_text();
+    assert!(
+        log.contains("haproxy -c could not run, so the render was neither accepted nor refused"),
+        "{log}"
+    );
+}

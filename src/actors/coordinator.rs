@@ -22,7 +22,6 @@ use crate::messages::{
 use crate::observability::introspection::ErrorRecord;
 use crate::pure::certificates::expired_certificates;
 use crate::pure::rendered::{Outcomes, RenderedConfig, newly_left_out};
-use crate::pure::validate::ValidationPhase;
 
 #[derive(Clone)]
 pub struct Coordinator {
@@ -211,11 +210,7 @@ impl Coordinator {
                 let kind = match failure.stage {
                     FailureStage::Render => EventKind::RenderFailed { error },
                     FailureStage::Validation(phase) => EventKind::ValidationFailed { phase, error },
-                    // `haproxy -c` is the semantic phase; its message says it could not run.
-                    FailureStage::CheckUnavailable => EventKind::ValidationFailed {
-                        phase: ValidationPhase::Semantic,
-                        error,
-                    },
+                    FailureStage::CheckUnavailable => EventKind::CheckerUnavailable { error },
                 };
                 services.fanout.publish(correlation, kind);
                 tracing::warn!(stage = %failure.stage, error = %failure.message, "reconciliation failed; the last good configuration keeps serving");

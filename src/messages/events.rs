@@ -125,10 +125,14 @@ pub enum EventKind {
         /// values the runtime API changes.
         semantic_skipped: bool,
     },
-    /// A validation phase refused the render, or `haproxy -c` could not run (counted as the
-    /// semantic phase; `error` says which).
+    /// A validation phase refused the render.
     ValidationFailed {
         phase: ValidationPhase,
+        error: String,
+    },
+    /// `haproxy -c` could not run (missing binary, timeout, I/O): the render was neither
+    /// accepted nor refused, and says nothing about the configuration.
+    CheckerUnavailable {
         error: String,
     },
     DeploymentSucceeded {
@@ -184,6 +188,7 @@ impl EventKind {
             EventKind::RenderFailed { .. } => "render_failed",
             EventKind::ValidationSucceeded { .. } => "validation_succeeded",
             EventKind::ValidationFailed { .. } => "validation_failed",
+            EventKind::CheckerUnavailable { .. } => "checker_unavailable",
             EventKind::DeploymentSucceeded { .. } => "deployment_succeeded",
             EventKind::DeploymentFailed { .. } => "deployment_failed",
             EventKind::DeploymentFenced { .. } => "deployment_fenced",

@@ -227,6 +227,13 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
                 ),
             )
         }
+        EventKind::CheckerUnavailable { error } => Comment::new(
+            Warn,
+            format!(
+                "haproxy -c could not run, so the render was neither accepted nor refused{}; the last good config keeps serving: {error}",
+                for_trigger(history, event)
+            ),
+        ),
         EventKind::ValidationFailed { phase, error } => Comment::new(
             Warn,
             format!(

@@ -7,7 +7,9 @@
 //! labelled by cause: `haptor_deployment_errors_total{error, instance}` with
 //! [`DeployError::metric_label`](crate::pure::deploy::DeployError::metric_label), and
 //! `haptor_validation_errors_total{phase}` with
-//! [`ValidationPhase::metric_label`](crate::pure::validate::ValidationPhase::metric_label).
+//! [`ValidationPhase::metric_label`](crate::pure::validate::ValidationPhase::metric_label);
+//! a `haproxy -c` that could not run refused nothing and counts in
+//! `haptor_checker_unavailable_total` instead.
 //!
 //! Two kinds of value are not events but counters kept elsewhere, read at scrape time through
 //! sources the owner installs: events the fan-out dropped ([`Metrics::watch_event_fanout`])
@@ -144,6 +146,7 @@ pub struct Metrics {
     reconciliation_duration: Histogram,
     validations: IntCounter,
     validation_errors: IntCounterVec,
+    checker_unavailable: IntCounter,
     validation_duration: Histogram,
     deployments: IntCounterVec,
     deployment_errors: IntCounterVec,
@@ -247,9 +250,14 @@ impl Metrics {
         let validation_errors = counter_vec(
             r,
             "haptor_validation_errors_total",
-            "Validations that refused a rendered configuration, by the phase that refused it \
-             (a semantic check that could not run counts as semantic)",
+            "Validations that refused a rendered configuration, by the phase that refused it",
             &["phase"],
+        )?;
+        let checker_unavailable = counter(
+            r,
+            "haptor_checker_unavailable_total",
+            "Renders left unvalidated because haproxy -c could not run (missing binary, timeout, \
+             I/O); the last good configuration keeps serving",
         )?;
         let validation_duration = histogram(
             r,
@@ -398,6 +406,7 @@ impl Metrics {
             reconciliation_duration,
             validations,
             validation_errors,
+            checker_unavailable,
             validation_duration,
             deployments,
             deployment_errors,
@@ -479,6 +488,7 @@ impl Metrics {
                     .with_label_values(&[phase.metric_label()])
                     .inc();
             }
+            EventKind::CheckerUnavailable { .. } => self.checker_unavailable.inc(),
             EventKind::DeploymentSucceeded {
                 instance,
                 duration,

@@ -62,6 +62,7 @@ pub fn kube_event_of(kind: &EventKind) -> Option<KubeEventNote> {
         | EventKind::RenderFailed { .. }
         | EventKind::ValidationSucceeded { .. }
         | EventKind::ValidationFailed { .. }
+        | EventKind::CheckerUnavailable { .. }
         | EventKind::DeploymentSucceeded { .. }
         | EventKind::InstancesDiscovered { .. }
         | EventKind::ActorRestarted { .. } => None,
