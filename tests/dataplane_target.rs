@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use haptor::drivers::dataplane::{DEPLOYED_FILE, DataplaneTarget, EPOCH_FILE};
 use haptor::pure::deploy::plan::plan;
-use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 
 #[path = "support/dataplane_stub.rs"]
@@ -127,6 +127,11 @@ async fn a_first_deployment_uploads_files_then_pushes_haproxy_cfg_then_waits_for
         .expect("deployed");
 
     assert!(outcome.reloaded && !outcome.unchanged, "{outcome:?}");
+    assert_eq!(
+        outcome.reload_reason,
+        Some(ReloadReason::StateUnknown),
+        "a first deployment knows nothing the pod runs"
+    );
     let requests = stub.requests();
     let push = position(&requests, is_push).expect("a configuration push");
     assert_eq!(requests.iter().filter(|r| is_push(r)).count(), 1);
@@ -1012,6 +1017,7 @@ async fn a_reload_that_fails_behind_a_reported_success_is_rejected_and_the_next_
         outcome.reloaded,
         "after a failed reload the next one reloads: {outcome:?}"
     );
+    assert_eq!(outcome.reload_reason, Some(ReloadReason::StateUnknown));
 }
 
 /// Deploys a server weight 10, then 20, to an API of `version` whose HAProxy refuses the
@@ -1044,6 +1050,7 @@ async fn a_weight_change_haproxy_refuses_at_runtime_is_applied_by_one_reload_at_
     let (outcome, requests) = weight_change_haproxy_refuses("v3.4.0").await;
 
     assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(outcome.reload_reason, Some(ReloadReason::RuntimeRefused));
     let refused = position(&requests, |r| {
         r.path.ends_with("/runtime/backends/be/servers/s1")
     })
@@ -1065,6 +1072,7 @@ async fn a_runtime_action_haproxy_refuses_after_the_push_is_applied_by_one_reloa
     let (outcome, requests) = weight_change_haproxy_refuses("v3.2.15").await;
 
     assert!(outcome.reloaded, "{outcome:?}");
+    assert_eq!(outcome.reload_reason, Some(ReloadReason::RuntimeRefused));
     let with_actions = position(&requests, |r| is_push(r) && r.runtime_actions.is_some())
         .expect("the actions were sent");
     let reloading = position(&requests, is_reloading_push).expect("then a reloading push");

@@ -47,6 +47,14 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
 
     // Editing an EndpointSlice moves traffic without a reload.
     let before = worker_and_reloads(&local.work());
+    let counted = |reason: &str| {
+        sample(
+            &local.metrics_text(),
+            &format!("haptor_reloads_total{{instance=\"local\",reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let structural_before = counted("structural");
     local.move_first_endpoint_port(a, b);
     eventually(
         "a.localhost moved to app-b",
@@ -91,6 +99,14 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
         reloads(&before.1) + 1,
         "exactly one reload"
     );
+    // haptor counts it, with its reason; the endpoint and map changes before counted nothing.
+    let structural = eventually("the reload counted", Duration::from_secs(30), || {
+        Some(counted("structural")).filter(|n| *n > structural_before)
+    });
+    assert_eq!(structural, structural_before + 1.0);
+    for other in ["runtime_refused", "runtime_unreachable", "state_unknown"] {
+        assert_eq!(counted(other), 0.0, "{other}");
+    }
 
     // TLS with the Secret's certificate, chosen by SNI.
     let output = Command::new("openssl")

@@ -381,13 +381,14 @@ async fn haptor_run_under_the_shipped_rbac_makes_no_request_the_api_server_refus
         "rbac-replica",
         &["--publish-address", "192.0.2.10"],
     );
-    // An Ingress of another controller: ignored, with an IngressIgnored Event.
+    // An Ingress of haptor's whose only path the library cannot use: ignored, with an
+    // IngressIgnored Event (another controller's Ingresses get none).
     let other: Ingress = serde_json::from_value(json!({
         "metadata": { "name": "other" },
         "spec": {
-            "ingressClassName": "nginx",
+            "ingressClassName": "haptor",
             "rules": [{ "host": "other.example", "http": { "paths": [{
-                "path": "/", "pathType": "Prefix",
+                "path": "/with space", "pathType": "Prefix",
                 "backend": { "service": { "name": "web", "port": { "number": 80 } } },
             }]}}],
         },

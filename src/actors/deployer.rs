@@ -97,13 +97,14 @@ impl Deployer {
                         instance: self.instance.clone(),
                         duration: started.elapsed(),
                         reloaded: outcome.reloaded,
+                        reload_reason: outcome.reload_reason,
                         since_change: render.changed_at.map(|at| at.elapsed()),
                     },
                 );
                 services
                     .readiness
                     .update(|r| r.instance_deployed(&self.instance));
-                tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, took_ms = started.elapsed().as_millis() as u64, "deployed");
+                tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, reload_reason = ?outcome.reload_reason, took_ms = started.elapsed().as_millis() as u64, "deployed");
                 if let Some(degraded) = &outcome.degraded {
                     tracing::warn!(instance = %self.instance, problem = %degraded, "deployed, around a problem");
                     services.introspection.record_error(ErrorRecord::new(

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::pure::deploy::DeployError;
+use crate::pure::deploy::{DeployError, ReloadReason};
 use crate::pure::validate::ValidationPhase;
 
 /// Ties together the events of one reconciliation (trigger → render → validate → deploy).
@@ -141,6 +141,9 @@ pub enum EventKind {
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
         reloaded: bool,
+        /// Why it reloaded, when it did.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reload_reason: Option<ReloadReason>,
         /// From the moment the change was first seen (see `ValidatedRender::changed_at`) to
         /// this acknowledgement; `None` for deployments no change asked for.
         #[serde(
@@ -316,6 +319,7 @@ pub(crate) mod test_events {
                 instance: instance.into(),
                 duration: Duration::from_millis(40),
                 reloaded: false,
+                reload_reason: None,
                 since_change: None,
             },
         )

@@ -245,12 +245,13 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
             instance,
             duration,
             reloaded,
+            reload_reason,
             ..
         } => {
-            let how = if *reloaded {
-                "with a reload"
-            } else {
-                "through the runtime API"
+            let how = match (reloaded, reload_reason) {
+                (true, Some(reason)) => format!("with a reload: {}", reason.describe()),
+                (true, None) => "with a reload".to_string(),
+                (false, _) => "through the runtime API".to_string(),
             };
             let after = since_trigger(history, event);
             let after = if after.is_empty() {

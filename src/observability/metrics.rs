@@ -27,6 +27,7 @@ use prometheus::{
 };
 
 use crate::messages::events::{EventFanout, EventKind, ObservedEvent};
+use crate::pure::deploy::ReloadReason;
 
 /// The content type of the Prometheus text exposition format served by `/metrics`.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -149,6 +150,7 @@ pub struct Metrics {
     checker_unavailable: IntCounter,
     validation_duration: Histogram,
     deployments: IntCounterVec,
+    reloads: IntCounterVec,
     deployment_errors: IntCounterVec,
     deployment_duration: Histogram,
     change_to_deploy: HistogramVec,
@@ -270,6 +272,15 @@ impl Metrics {
             "haptor_deployments_total",
             "Deployments to an HAProxy instance",
             &["instance"],
+        )?;
+        let reloads = counter_vec(
+            r,
+            "haptor_reloads_total",
+            "HAProxy reloads by deployments, by instance and reason (structural: a change the \
+             runtime API cannot make; runtime_refused, runtime_unreachable: runtime changes the \
+             runtime API refused or could not take; state_unknown: what the instance ran was \
+             not known); a change applied through the runtime API counts nowhere here",
+            &["instance", "reason"],
         )?;
         let deployment_errors = counter_vec(
             r,
@@ -409,6 +420,7 @@ impl Metrics {
             checker_unavailable,
             validation_duration,
             deployments,
+            reloads,
             deployment_errors,
             deployment_duration,
             change_to_deploy,
@@ -493,11 +505,18 @@ impl Metrics {
                 instance,
                 duration,
                 since_change,
-                ..
+                reloaded,
+                reload_reason,
             } => {
                 self.deployments
                     .with_label_values(&[instance.as_str()])
                     .inc();
+                if *reloaded {
+                    let reason = reload_reason.map_or("unknown", ReloadReason::metric_label);
+                    self.reloads
+                        .with_label_values(&[instance.as_str(), reason])
+                        .inc();
+                }
                 self.deployment_duration.observe(duration.as_secs_f64());
                 if let Some(since_change) = since_change {
                     self.change_to_deploy

@@ -94,7 +94,7 @@ use crate::pure::deploy::dataplane::{
 };
 use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
-use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::haproxy::HaproxyVersion;
 use crate::pure::rendered::RenderedConfig;
 
@@ -523,6 +523,7 @@ impl DataplaneTarget {
             let state = self.lock();
             (state.last_deployed.clone(), state.reload_required)
         };
+        let planned_from_the_pod = known.is_none();
         let from = match known {
             Some(known) => Some(known),
             None => {
@@ -572,6 +573,11 @@ impl DataplaneTarget {
             state.reload_required = true;
         }
         let mut written = BTreeSet::new();
+        let mut reload_reason = if planned_from_the_pod || reload_required {
+            ReloadReason::StateUnknown
+        } else {
+            ReloadReason::Structural
+        };
         let live_from = from.as_deref().filter(|_| !plan.reload && !reload_required);
         let mut live_outcome = None;
         if let Some(live_from) = live_from {
@@ -593,15 +599,16 @@ impl DataplaneTarget {
             };
             if let Some(reason) = reason {
                 tracing::info!(target_name = %self.name, %reason, "reloading instead of runtime changes");
+                reload_reason = ReloadReason::RuntimeRefused;
             }
         }
         let outcome = match live_outcome {
             Some(outcome) => outcome,
             None => {
                 self.apply_with_reload(
-                    request.reload_wait(),
+                    request,
+                    reload_reason,
                     from.as_deref(),
-                    to,
                     &plan,
                     &placements,
                     &mut written,
@@ -912,13 +919,14 @@ impl DataplaneTarget {
     /// Files, then `haproxy.cfg` (queuing a reload), then waits for the reload.
     async fn apply_with_reload(
         &self,
-        reload_wait: Duration,
+        request: &DeployRequest,
+        reason: ReloadReason,
         from: Option<&RenderedConfig>,
-        to: &RenderedConfig,
         plan: &DeploymentPlan,
         placements: &BTreeMap<String, Placement>,
         written: &mut BTreeSet<String>,
     ) -> Result<DeployOutcome, DeployError> {
+        let to = &request.rendered;
         self.upload_planned(from, to, plan, placements, written)
             .await?;
         // The push triggers the reload even when haproxy.cfg itself is unchanged (only a
@@ -934,7 +942,8 @@ impl DataplaneTarget {
         };
         let reloaded = match answer.reload_id() {
             Some(id) => {
-                let deadline = tokio::time::Instant::now() + self.reload_timeout.min(reload_wait);
+                let deadline =
+                    tokio::time::Instant::now() + self.reload_timeout.min(request.reload_wait());
                 self.wait_for_reload(&id, deadline).await?;
                 if let Some(before) = worker_before {
                     self.wait_for_new_worker(&id, before, deadline).await?;
@@ -948,6 +957,7 @@ impl DataplaneTarget {
         };
         Ok(DeployOutcome {
             reloaded,
+            reload_reason: reloaded.then_some(reason),
             runtime_changes: 0,
             unchanged: false,
             degraded: None,
@@ -1074,7 +1084,7 @@ impl DeployTarget for DataplaneTarget {
             let result = self.run_deploy(request).await;
             match &result {
                 Ok(outcome) => {
-                    tracing::info!(target_name = %self.name, epoch = request.epoch, generation = request.generation, reloaded = outcome.reloaded, runtime_changes = outcome.runtime_changes, unchanged = outcome.unchanged, "deployed through the data plane API");
+                    tracing::info!(target_name = %self.name, epoch = request.epoch, generation = request.generation, reloaded = outcome.reloaded, reload_reason = ?outcome.reload_reason, runtime_changes = outcome.runtime_changes, unchanged = outcome.unchanged, "deployed through the data plane API");
                 }
                 Err(error) => {
                     tracing::warn!(target_name = %self.name, epoch = request.epoch, generation = request.generation, %error, "deployment through the data plane API failed");

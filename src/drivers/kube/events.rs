@@ -345,6 +345,7 @@ mod tests {
                 instance: "haproxy-0".into(),
                 duration: Duration::ZERO,
                 reloaded: true,
+                reload_reason: Some(crate::pure::deploy::ReloadReason::Structural),
                 since_change: None,
             },
             EventKind::ActorRestarted {

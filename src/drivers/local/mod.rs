@@ -33,7 +33,7 @@ use futures::future::BoxFuture;
 
 use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, ServerState, plan};
-use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::rendered::{AuxKind, RenderedConfig};
 
 pub use layout::{
@@ -330,6 +330,7 @@ impl LocalTarget {
 
         let mut runtime_changes = 0;
         let mut degraded = None;
+        let mut reason = ReloadReason::Structural;
         if !plan.reload {
             // The runtime API answering is proof enough that HAProxy runs.
             let mut note = None;
@@ -351,6 +352,7 @@ impl LocalTarget {
                     );
                     return Ok(DeployOutcome {
                         reloaded: false,
+                        reload_reason: None,
                         runtime_changes: applied,
                         unchanged: false,
                         degraded: note,
@@ -371,6 +373,7 @@ impl LocalTarget {
                     degraded = Some(with_note(format!(
                         "{error}; deployed with a reload through the master CLI instead"
                     )));
+                    reason = ReloadReason::RuntimeUnreachable;
                 }
                 Err(RuntimeStop::Failed { applied, error }) => {
                     tracing::warn!(
@@ -382,6 +385,7 @@ impl LocalTarget {
                     degraded = Some(with_note(format!(
                         "the runtime API refused a change ({error}); deployed with a reload instead"
                     )));
+                    reason = ReloadReason::RuntimeRefused;
                 }
             }
         }
@@ -401,11 +405,13 @@ impl LocalTarget {
                 tracing::info!(
                     target_name = %self.name,
                     generation = request.generation,
+                    reason = %reason,
                     reasons = ?plan.reload_reasons,
                     "deployed with a reload"
                 );
                 Ok(DeployOutcome {
                     reloaded: true,
+                    reload_reason: Some(reason),
                     runtime_changes,
                     unchanged: false,
                     degraded,

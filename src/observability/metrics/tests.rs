@@ -44,6 +44,7 @@ fn one_of_each() -> Vec<EventKind> {
             instance: "haproxy-0".into(),
             duration: Duration::from_millis(12),
             reloaded: true,
+            reload_reason: Some(crate::pure::deploy::ReloadReason::Structural),
             since_change: Some(Duration::from_millis(150)),
         },
         EventKind::DeploymentFailed {
@@ -107,9 +108,18 @@ fn events_update_the_counters_they_concern() {
         instance: "haproxy-0".into(),
         duration: Duration::from_millis(5),
         reloaded: false,
+        reload_reason: None,
         since_change: None,
     }));
     let text = metrics.encode_text().expect("metrics encode");
+    assert_eq!(
+        sample(
+            &text,
+            "haptor_reloads_total{instance=\"haproxy-0\",reason=\"structural\"}"
+        ),
+        Some(1.0),
+        "the reload counted by its reason, the runtime deployment not at all"
+    );
     assert_eq!(sample(&text, "haptor_reconciliations_total"), Some(2.0));
     assert_eq!(
         sample(&text, "haptor_reconciliation_errors_total"),

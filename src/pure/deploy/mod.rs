@@ -49,11 +49,59 @@ impl DeployRequest {
     }
 }
 
+/// Why a deployment reloaded HAProxy: the `reason` of `haptor_reloads_total`, in the
+/// deployment's log line and event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadReason {
+    /// The change needs one: the plan's reasons (a new backend, a listener, a certificate,
+    /// a server a runtime slot cannot take, ...).
+    Structural,
+    /// The plan's changes were runtime ones, but the runtime API refused one or could not
+    /// express it (HAProxy's refusal, a host name for an address, a changed file).
+    RuntimeRefused,
+    /// The plan's changes were runtime ones, but the runtime API could not be reached.
+    RuntimeUnreachable,
+    /// What the instance ran was not known (a first deployment from this controller with
+    /// no record of what it runs, or after a deployment that stopped half way): the reload
+    /// makes it known.
+    StateUnknown,
+}
+
+impl ReloadReason {
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ReloadReason::Structural => "structural",
+            ReloadReason::RuntimeRefused => "runtime_refused",
+            ReloadReason::RuntimeUnreachable => "runtime_unreachable",
+            ReloadReason::StateUnknown => "state_unknown",
+        }
+    }
+
+    /// What the reason means, in a sentence's words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ReloadReason::Structural => "a change the runtime API cannot make",
+            ReloadReason::RuntimeRefused => "the runtime API refused a change",
+            ReloadReason::RuntimeUnreachable => "the runtime API could not be reached",
+            ReloadReason::StateUnknown => "what the instance ran was not known",
+        }
+    }
+}
+
+impl fmt::Display for ReloadReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.metric_label())
+    }
+}
+
 /// What a deployment did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DeployOutcome {
     /// HAProxy was reloaded (a new worker took over).
     pub reloaded: bool,
+    /// Why, when it was.
+    pub reload_reason: Option<ReloadReason>,
     /// Changes applied live through the runtime API.
     pub runtime_changes: usize,
     /// Nothing had to change (the instance already ran this configuration).
@@ -172,6 +220,7 @@ impl RecordingState {
         self.deployed.push(request.clone());
         Ok(DeployOutcome {
             reloaded: !unchanged,
+            reload_reason: (!unchanged).then_some(ReloadReason::Structural),
             runtime_changes: 0,
             unchanged,
             degraded: None,
@@ -309,6 +358,7 @@ mod tests {
                     "up",
                     Ok(DeployOutcome {
                         reloaded: true,
+                        reload_reason: Some(ReloadReason::Structural),
                         runtime_changes: 0,
                         unchanged: false,
                         degraded: None
