@@ -1,8 +1,13 @@
 //! The typed messages haptor's actors exchange. There is no event bus: each actor has one
 //! message enum, requests that need an answer carry a ractor `RpcReplyPort`, and business
-//! messages are sent to a known `ActorRef` and never dropped. Observability events
-//! ([`events::ObservedEvent`]) are the one exception: they fan out to the Commentator and
-//! Metrics through a lossy, counted channel ([`events::EventFanout`]).
+//! messages are cast to the `ActorRef` the iteration's wiring holds for the receiver at that
+//! moment, into an unbounded mailbox. A receiver that is not there does not get them: a
+//! leader-only actor on a follower (nothing to deploy or publish there), or one between a
+//! crash and its restart; what it needs is the latest state, which is replayed into it when
+//! it starts (a new coordinator gets a trigger, a new scheduler the last render), so no
+//! change is lost, though the messages themselves are. Observability events
+//! ([`events::ObservedEvent`]) fan out to the Commentator and Metrics through a lossy,
+//! counted channel ([`events::EventFanout`]).
 
 pub mod config;
 pub mod deploy;
