@@ -4,7 +4,7 @@
 //! moment, into an unbounded mailbox. A receiver that is not there does not get them: a
 //! leader-only actor on a follower (nothing to deploy or publish there), or one between a
 //! crash and its restart; what it needs is the latest state, which is replayed into it when
-//! it starts (a new coordinator gets a trigger, a new scheduler the last render), so no
+//! it starts (a new coordinator renders again, a new scheduler gets the known instances), so no
 //! change is lost, though the messages themselves are. Observability events
 //! ([`events::ObservedEvent`]) fan out to the Commentator and Metrics through a lossy,
 //! counted channel ([`events::EventFanout`]).
