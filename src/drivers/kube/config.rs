@@ -86,7 +86,7 @@ pub fn spawn(
         let api: Api<HAProxyTemplateConfig> = Api::namespaced(client, &namespace);
         let selector = format!("metadata.name={name}");
         let mut events = watcher(api.clone(), watcher::Config::default().fields(&selector))
-            .default_backoff()
+            .backoff(super::watch_retry())
             .boxed();
         let object_name = format!("HAProxyTemplateConfig {namespace}/{name}");
         // The latest object and the verdict on its spec.

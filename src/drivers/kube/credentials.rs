@@ -107,7 +107,7 @@ async fn watch_secret(
     let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
     let selector = format!("metadata.name={}", secret.name);
     let mut events = watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
+        .backoff(super::watch_retry())
         .boxed();
     let object = format!("Secret {}/{}", secret.namespace, secret.name);
     let mut found = false;

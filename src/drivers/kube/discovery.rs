@@ -114,7 +114,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let api: Api<Pod> = Api::namespaced(client, &settings.namespace);
         let config = watcher::Config::default().labels(&settings.label_selector());
-        let mut events = watcher(api, config).default_backoff().boxed();
+        let mut events = watcher(api, config).backoff(super::watch_retry()).boxed();
         let mut pods: BTreeMap<String, ObservedPod> = BTreeMap::new();
         let mut listing: Option<BTreeMap<String, ObservedPod>> = None;
         let mut targets: BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> = BTreeMap::new();

@@ -456,7 +456,7 @@ async fn watch_service(
     let api: Api<Service> = Api::namespaced(client, &namespace);
     let selector = format!("metadata.name={name}");
     let mut events = watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
+        .backoff(super::watch_retry())
         .boxed();
     let object = format!("Service {namespace}/{name}");
     let send = |addresses: Addresses| {

@@ -321,7 +321,7 @@ impl KubeResources {
             None => Api::<DynamicObject>::all_with(client.clone(), &api_resource),
         };
         let objects = watcher::watcher(api, config)
-            .default_backoff()
+            .backoff(super::watch_retry())
             .filter_map(move |item| future::ready(keep(&watched, item)))
             .filter_map(move |event| future::ready(keyed_event(event, &api_resource)));
         let Some(selector) = plan.namespace_selector else {
@@ -338,7 +338,7 @@ impl KubeResources {
             Api::<PartialObjectMeta<Namespace>>::all(client),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(super::watch_retry())
         .filter_map(move |item| future::ready(keep(&namespaces_watched, item)))
         .map(|event| list_event(event, namespace_metadata));
         let mut join = NamespaceJoin::new(selector);
