@@ -761,5 +761,12 @@ mod in_cluster {
             "figures: a change made as the restarted apiserver answered was rendered {:.1} s later",
             seen.as_secs_f64()
         );
+        // The log says when the watches actually resumed, not only that they failed.
+        let log = replica.log_text();
+        let resumed = log
+            .lines()
+            .find(|l| l.contains("the watch of ingresses resumed after"))
+            .unwrap_or_else(|| panic!("no resumption is logged:\n{log}"));
+        eprintln!("figures: {}", resumed.trim());
     }
 }

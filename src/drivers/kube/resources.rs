@@ -307,12 +307,13 @@ impl KubeResources {
                 None => "cluster-wide".to_string(),
             }
         );
-        let watched = Watched {
+        let mut watched = Watched {
             resource: plan.resource.clone(),
             api_version: api_resource.api_version.clone(),
             group: api_resource.group.clone(),
             plural: api_resource.plural.clone(),
             for_resource: None,
+            failing: None,
         };
         let api = match &watch_namespace {
             Some(namespace) => {
@@ -322,24 +323,25 @@ impl KubeResources {
         };
         let objects = watcher::watcher(api, config)
             .backoff(super::watch_retry())
-            .filter_map(move |item| future::ready(keep(&watched, item)))
+            .filter_map(move |item| future::ready(keep(&mut watched, item)))
             .filter_map(move |event| future::ready(keyed_event(event, &api_resource)));
         let Some(selector) = plan.namespace_selector else {
             return objects.map(ResourceEvent::from).boxed();
         };
-        let namespaces_watched = Watched {
+        let mut namespaces_watched = Watched {
             resource: "namespaces".into(),
             api_version: "v1".into(),
             group: String::new(),
             plural: "namespaces".into(),
             for_resource: Some(plan.resource.clone()),
+            failing: None,
         };
         let namespaces = watcher::watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client),
             watcher::Config::default(),
         )
         .backoff(super::watch_retry())
-        .filter_map(move |item| future::ready(keep(&namespaces_watched, item)))
+        .filter_map(move |item| future::ready(keep(&mut namespaces_watched, item)))
         .map(|event| list_event(event, namespace_metadata));
         let mut join = NamespaceJoin::new(selector);
         stream::select(
@@ -419,17 +421,49 @@ struct Watched {
     plural: String,
     /// For the Namespaces watch: the resource whose namespaceSelector it serves.
     for_resource: Option<String>,
+    /// Since when, and how many times, the watch has failed without an event in between.
+    failing: Option<(std::time::Instant, u32)>,
 }
 
 /// Passes an event on; logs an error, naming the watch and what to do about it, and drops
-/// it (the watcher retries with its backoff).
-fn keep<T>(watched: &Watched, item: watcher::Result<Event<T>>) -> Option<Event<T>> {
+/// it (the watcher retries with `watch_retry`). The first event after failures says, once,
+/// that the watch resumed, after how many tries and how long (an expired watch's relist,
+/// `410 Gone`, is no failure).
+fn keep<T>(watched: &mut Watched, item: watcher::Result<Event<T>>) -> Option<Event<T>> {
     match item {
-        Ok(event) => Some(event),
+        Ok(event) => {
+            if let Some((since, failures)) = watched.failing.take() {
+                tracing::info!(
+                    resource = %watched.resource,
+                    for_resource = watched.for_resource.as_deref().unwrap_or_default(),
+                    "the watch of {} resumed after {failures} failed tries over {:.1} s",
+                    watched.plural,
+                    since.elapsed().as_secs_f64()
+                );
+            }
+            Some(event)
+        }
         Err(error) => {
             report(watched, &error);
+            if status_code(&error) != Some(410) {
+                watched
+                    .failing
+                    .get_or_insert_with(|| (std::time::Instant::now(), 0))
+                    .1 += 1;
+            }
             None
         }
+    }
+}
+
+/// The HTTP status an API server answered a watch with, if it answered.
+fn status_code(error: &watcher::Error) -> Option<u16> {
+    match error {
+        watcher::Error::WatchError(status) => Some(status.code),
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        _ => None,
     }
 }
 
@@ -440,16 +474,10 @@ fn report(watched: &Watched, error: &watcher::Error) {
         group,
         plural,
         for_resource,
+        ..
     } = watched;
     let for_resource = for_resource.as_deref().unwrap_or_default();
-    let status = match error {
-        watcher::Error::WatchError(status) => Some(status.code),
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        _ => None,
-    };
-    match status {
+    match status_code(error) {
         Some(410) => tracing::info!(
             %resource, %for_resource, %error,
             "the watch of {plural} expired (410 Gone): listing {plural} again"
