@@ -585,14 +585,13 @@ mod in_cluster {
             .unwrap_or(-1.0)
     }
 
-    #[tokio::test]
-    async fn an_api_server_restarted_under_a_running_controller_resumes_its_watches_loses_no_change_and_renders_nothing_new()
-     {
-        // A server of its own: its apiserver is stopped and started again on the same port
-        // and etcd.
+    /// A kit of its own (its apiserver is stopped and started again on the same port and
+    /// etcd), a namespace with Service `web`, its EndpointSlice and Ingress `web.example`,
+    /// the Ingress library as config, and `haptor run` on it.
+    async fn restart_world(prefix: &str) -> (Kit, Client, String, Replica) {
         let kit = Kit::start_with(KitOptions::default());
         let client = kit.admin().await;
-        let ns = kit.temp_ns("fault-restart").await;
+        let ns = kit.temp_ns(prefix).await;
         let service: Service = serde_json::from_value(json!({
             "metadata": { "name": "web" },
             "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] },
@@ -611,6 +610,13 @@ mod in_cluster {
             .await
             .expect("the config is created");
         let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+        (kit, client, ns, replica)
+    }
+
+    #[tokio::test]
+    async fn an_api_server_restarted_under_a_running_controller_resumes_its_watches_loses_no_change_and_renders_nothing_new()
+     {
+        let (kit, client, ns, replica) = restart_world("fault-restart").await;
         wait_for("web.example published", &[&replica], || async {
             let (_, checksum) = published(&client, &ns).await?;
             let rendered = rendered(&replica).await?;
@@ -713,25 +719,9 @@ mod in_cluster {
     /// (`drivers::kube::watch_retry`), not by the server, and is printed as a figure (about
     /// 2 s with it, about 21 s with kube-rs's default back-off after this 8 s outage).
     #[tokio::test]
-    async fn a_change_made_as_soon_as_a_restarted_api_server_answers_is_seen_within_seconds() {
-        let kit = Kit::start_with(KitOptions::default());
-        let client = kit.admin().await;
-        let ns = kit.temp_ns("fault-resume").await;
-        let service: Service = serde_json::from_value(json!({
-            "metadata": { "name": "web" },
-            "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] },
-        }))
-        .expect("a Service");
-        Api::<Service>::namespaced(client.clone(), &ns)
-            .create(&PostParams::default(), &service)
-            .await
-            .expect("the Service is created");
-        create_ingress(&client, &ns, "web", "haptor", "web.example").await;
-        Api::<haptor::pure::config::HAProxyTemplateConfig>::namespaced(client.clone(), &ns)
-            .create(&PostParams::default(), &library_config(&ns, no_election()))
-            .await
-            .expect("the config is created");
-        let replica = Replica::start(kit.admin_kubeconfig(), &ns, "solo");
+    async fn a_change_made_as_soon_as_a_restarted_api_server_answers_is_seen_and_the_log_says_when_the_watches_resumed()
+     {
+        let (kit, _, ns, replica) = restart_world("fault-resume").await;
         wait_for("web.example rendered", &[&replica], || async {
             rendered(&replica)
                 .await
