@@ -577,10 +577,43 @@ fn the_default_config_is_the_ingress_library_but_for_what_the_chart_sets() {
     let secret = spec["credentialsSecretRef"]["name"]
         .as_str()
         .expect("credentialsSecretRef");
-    let credentials = find(&documents, "Secret", secret);
+    // No password is given: the chart renders no credentials (so none is public), the
+    // controller creates that Secret, and its RBAC lets it create Secrets.
+    assert!(
+        all(&documents, "Secret").is_empty(),
+        "the default rendering holds no Secret"
+    );
+    let args = controller_args(&[]);
+    let create = args
+        .iter()
+        .position(|a| a == "--create-credentials-secret")
+        .and_then(|i| args.get(i + 1));
+    assert_eq!(create.map(String::as_str), Some(secret), "{args:?}");
+    assert!(
+        find(&documents, "Role", "haptor")["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .any(|r| r["resources"] == json!(["secrets"])
+                && r["verbs"] == json!(["create"])
+                && r.get("resourceNames").is_none()),
+        "the Role lets the controller create the credentials Secret"
+    );
+    // A password given: the chart's Secret holds it, and the controller creates none.
+    let given = helm::documents(&template(
+        "haptor",
+        "haptor",
+        &["--set", "haproxy.credentials.password=s3cret"],
+    ));
+    let credentials = find(&given, "Secret", secret);
     for key in ["dataplane_username", "dataplane_password"] {
         assert!(credentials["stringData"][key].is_string(), "Secret {key}");
     }
+    assert_eq!(credentials["stringData"]["dataplane_password"], "s3cret");
+    assert!(
+        !controller_args(&["--set", "haproxy.credentials.password=s3cret"])
+            .contains(&"--create-credentials-secret".to_string())
+    );
     let context = &spec["extraContext"];
     for (key, port) in [
         ("http_bind", "http"),
@@ -672,8 +705,25 @@ fn the_controller_serves_the_webhook_the_webhook_configuration_calls() {
         assert_eq!(args[0], "run");
         assert_eq!(flag("--config-name"), "haptor-config");
         assert_eq!(flag("--webhook-addr"), "0.0.0.0:9443");
-        assert_eq!(flag("--webhook-cert-file"), "/etc/haptor/webhook/tls.crt");
-        assert_eq!(flag("--webhook-key-file"), "/etc/haptor/webhook/tls.key");
+        // By default the controller issues its certificate for the webhook Service and
+        // patches the configuration; with cert-manager it reads the mounted Secret.
+        let self_issued = url.is_none();
+        if self_issued {
+            assert_eq!(
+                flag("--webhook-self-issued-secret"),
+                "haptor-webhook-certificate"
+            );
+            assert_eq!(flag("--webhook-service"), "haptor-webhook");
+            assert_eq!(
+                flag("--webhook-configuration"),
+                name_of(all(&documents, "ValidatingWebhookConfiguration")[0])
+            );
+            assert!(!args.contains(&"--webhook-cert-file"));
+        } else {
+            assert_eq!(flag("--webhook-cert-file"), "/etc/haptor/webhook/tls.crt");
+            assert_eq!(flag("--webhook-key-file"), "/etc/haptor/webhook/tls.key");
+            assert!(!args.contains(&"--webhook-self-issued-secret"));
+        }
         assert_eq!(flag("--publish-service"), "haptor/haptor-haproxy");
         assert_eq!(container_port(pods.controller, "webhook"), Some(9443));
 
@@ -692,10 +742,17 @@ fn the_controller_serves_the_webhook_the_webhook_configuration_calls() {
                 format!("{}s", timeout - 2),
                 "the controller answers 2 s before the API server gives up"
             );
-            assert_eq!(
-                flag("--webhook-failure-policy"),
-                hook["failurePolicy"].as_str().expect("failurePolicy")
-            );
+            // The self-issued configuration starts with Ignore and no caBundle (nothing is
+            // refused before the controller answers); the controller then sets its
+            // --webhook-failure-policy. Otherwise the two are the same from the start.
+            let starting = hook["failurePolicy"].as_str().expect("failurePolicy");
+            if self_issued {
+                assert_eq!(starting, "Ignore");
+                assert_eq!(flag("--webhook-failure-policy"), "Fail");
+                assert!(hook["clientConfig"].get("caBundle").is_none());
+            } else {
+                assert_eq!(flag("--webhook-failure-policy"), starting);
+            }
             assert_eq!(hook["sideEffects"], "None");
             assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
             let path = if hook["name"] == "resources.haptor.dev" {
@@ -742,17 +799,40 @@ fn the_controller_serves_the_webhook_the_webhook_configuration_calls() {
                     "resources": ["ingresses"], "operations": ["CREATE", "UPDATE", "DELETE"] })
         );
 
-        // The certificate Secret the controller mounts: cert-manager's, or the user's.
+        // The certificate Secret the controller mounts: cert-manager's, or the user's; none
+        // when it issues its own, which it may get and update by name only, as it may get
+        // and patch its webhook configuration.
         let volumes = &pods.controller["spec"]["template"]["spec"]["volumes"];
-        let secret = volumes
+        let mounted = volumes
             .as_array()
             .expect("volumes")
             .iter()
-            .find(|v| v["name"] == "webhook-cert")
-            .expect("the webhook-cert volume")["secret"]["secretName"]
-            .clone();
-        assert_eq!(secret, "haptor-webhook-tls");
+            .find(|v| v["name"] == "webhook-cert");
         let certificates = all(&documents, "Certificate");
+        if self_issued {
+            assert!(mounted.is_none(), "{volumes}");
+            assert!(certificates.is_empty());
+            let role = find(&documents, "Role", "haptor")["rules"].clone();
+            assert!(
+                role.as_array().expect("rules").contains(&json!({
+                    "apiGroups": [""], "resources": ["secrets"],
+                    "resourceNames": ["haptor-webhook-certificate"], "verbs": ["get", "update"]
+                })),
+                "{role}"
+            );
+            let cluster_role = find(&documents, "ClusterRole", "haptor")["rules"].clone();
+            assert!(
+                cluster_role.as_array().expect("rules").contains(&json!({
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["validatingwebhookconfigurations"],
+                    "resourceNames": [name_of(config[0])], "verbs": ["get", "patch"]
+                })),
+                "{cluster_role}"
+            );
+            continue;
+        }
+        let secret = mounted.expect("the webhook-cert volume")["secret"]["secretName"].clone();
+        assert_eq!(secret, "haptor-webhook-tls");
         if url.is_some() {
             assert_eq!(certificates.len(), 1);
             assert_eq!(certificates[0]["spec"]["secretName"], secret);

@@ -24,6 +24,8 @@ mod haptor_run;
 mod helm;
 #[path = "support/kube.rs"]
 mod kube_kit;
+#[path = "support/pod_network.rs"]
+mod pod_network;
 mod support;
 
 use std::path::PathBuf;
@@ -825,4 +827,395 @@ async fn a_webhook_started_before_its_certificate_exists_serves_once_the_files_a
             .filter(|r| r.status() == 200)
     })
     .await;
+}
+
+/// The flag values of a Deployment's container `args` after `flag`.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+        .unwrap_or_else(|| panic!("the Deployment passes {flag}: {args:?}"))
+}
+
+/// Creates `document` as it is (`kubectl apply` of a new object), whatever its kind.
+async fn create_document(client: &Client, document: &Value) {
+    let object: kube::api::DynamicObject =
+        serde_json::from_value(document.clone()).expect("an object");
+    let types = object.types.clone().expect("apiVersion and kind");
+    let (group, version) = types
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("the API server serves {}: {e}", types.kind));
+    let api: Api<kube::api::DynamicObject> = match (capabilities.scope, &object.metadata.namespace)
+    {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {} {:?}: {e}", types.kind, object.metadata.name));
+}
+
+/// A kubeconfig for ServiceAccount `name` of `ns`: the kit's server and CA and a token of
+/// the TokenRequest API, nothing else.
+async fn service_account_kubeconfig(
+    kit: &Kit,
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    path: &std::path::Path,
+) {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .expect("the TokenRequest's status")
+        .token;
+    let admin_config: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(kit.admin_kubeconfig()).expect("the admin kubeconfig"),
+    )
+    .expect("the admin kubeconfig is YAML");
+    let cluster = &admin_config["clusters"][0]["cluster"];
+    let user = format!("system:serviceaccount:{ns}:{name}");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "kit", "cluster": {
+            "server": cluster["server"], "certificate-authority-data": cluster["certificate-authority-data"] } }],
+        "users": [{ "name": user, "user": { "token": token } }],
+        "contexts": [{ "name": "sa", "context": { "cluster": "kit", "user": user, "namespace": ns } }],
+        "current-context": "sa",
+    });
+    std::fs::write(path, serde_yaml_ng::to_string(&config).expect("YAML")).expect("a kubeconfig");
+}
+
+/// The failure policy and decoded caBundle of each webhook of the configuration `name`.
+async fn webhook_state(client: &Client, name: &str) -> Vec<(String, Option<String>)> {
+    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(name)
+        .await
+        .expect("the webhook configuration");
+    configuration
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| {
+            (
+                w.failure_policy.unwrap_or_default(),
+                w.client_config
+                    .ca_bundle
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned()),
+            )
+        })
+        .collect()
+}
+
+/// `kubectl create namespace haptor && kubectl apply -f deploy/manifests/haptor.yaml`, as the
+/// README gives it, on a kube-apiserver of its own (which reaches a webhook Service at an
+/// address of its EndpointSlices, `--enable-aggregator-routing`, as the kit has no Service
+/// network). No controller-manager or kubelet runs: the controller is the `haptor` binary
+/// with the arguments and environment of the manifest's Deployment and a token of its
+/// ServiceAccount, serving the webhook on a non-loopback address of the host (a pod
+/// network's gateway: the API server refuses loopback endpoints), and the test writes the
+/// EndpointSlice the endpoints controller would write for the controller pod. Nothing else
+/// is done by hand: the Secret, the certificate, the `caBundle` and the failure policy are
+/// haptor's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_manifest_applied_as_the_readme_gives_it_issues_its_webhook_certificate_and_refuses_only_what_breaks_the_config()
+ {
+    let kit = Kit::start_with_apiserver_args(
+        kube_kit::KitOptions::default(),
+        &["--enable-aggregator-routing=true"],
+    );
+    let admin = kit.admin().await;
+    let network = pod_network::PodNetwork::new();
+    let manifest = std::fs::read_to_string(haptor_run::repo("deploy/manifests/haptor.yaml"))
+        .expect("the manifest");
+    let documents = helm::documents(&manifest);
+
+    // kubectl create namespace haptor && kubectl apply -f deploy/manifests/haptor.yaml
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": "haptor" } })).expect("a Namespace");
+    Api::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace haptor");
+    for document in &documents {
+        create_document(&admin, document).await;
+    }
+    let configuration = documents
+        .iter()
+        .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
+        .expect("the manifest registers the webhook")["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    // As applied, before any controller runs: no caBundle, failurePolicy Ignore, so the API
+    // server admits an Ingress as it would without the webhook.
+    for (policy, bundle) in webhook_state(&admin, &configuration).await {
+        assert_eq!((policy.as_str(), bundle), ("Ignore", None));
+    }
+    let apps = kit.temp_ns("apps").await;
+    create_service(&admin, &apps).await;
+    let ingresses = Api::<Ingress>::namespaced(admin.clone(), &apps);
+    ingresses
+        .create(
+            &PostParams::default(),
+            &ingress("before-haptor", "before.example", None, json!({})),
+        )
+        .await
+        .expect("before haptor runs, an Ingress is admitted as without a webhook");
+
+    // The controller pod, as its Deployment says.
+    let deployment = documents
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "haptor")
+        .expect("the controller Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let mut args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let port = free_port();
+    let webhook_addr = format!("{}:{port}", network.gateway());
+    let at = args
+        .iter()
+        .position(|a| a == "--webhook-addr")
+        .expect("--webhook-addr");
+    args[at + 1] = webhook_addr.clone();
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .chain([("POD_NAMESPACE".to_string(), "haptor".to_string())])
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let kubeconfig = dir.path().join("haptor.kubeconfig");
+    let account = pod["serviceAccountName"]
+        .as_str()
+        .expect("a ServiceAccount");
+    service_account_kubeconfig(&kit, &admin, "haptor", account, &kubeconfig).await;
+    // The controller pod's endpoint, as the endpoints controller writes it: the webhook
+    // Service's port `webhook` at the pod's address, not ready until the pod's
+    // readinessProbe (`/readyz` on the health port) answers 200.
+    let service = "haptor-webhook";
+    assert_eq!(flag_value(&args, "--webhook-service"), service);
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["path"], "/readyz",
+        "the pod is Ready once /readyz answers 200"
+    );
+    let slice = |ready: bool| -> k8s_openapi::api::discovery::v1::EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": { "name": format!("{service}-pod"), "namespace": "haptor",
+                          "labels": { "kubernetes.io/service-name": service } },
+            "addressType": "IPv4",
+            "endpoints": [{ "addresses": [network.gateway().to_string()],
+                            "conditions": { "ready": ready } }],
+            "ports": [{ "name": "webhook", "port": port, "protocol": "TCP" }],
+        }))
+        .expect("an EndpointSlice")
+    };
+    let slices =
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(admin.clone(), "haptor");
+    slices
+        .create(&PostParams::default(), &slice(false))
+        .await
+        .expect("the EndpointSlice");
+    let replica = Replica::start_as(&kubeconfig, "haptor-0", &args, &env);
+    let started = Instant::now();
+
+    // haptor creates the Secret with a CA and a certificate for the Service's names...
+    let secret_name = flag_value(&args, "--webhook-self-issued-secret").to_string();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), "haptor");
+    let secret = wait_for(
+        "haptor to create the webhook certificate Secret",
+        &[&replica],
+        || async { secrets.get_opt(&secret_name).await.ok().flatten() },
+    )
+    .await;
+    let secret_in = started.elapsed();
+    let data = secret.data.clone().expect("data");
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).expect("ca.crt");
+    for key in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(!data[key].0.is_empty(), "{key}");
+    }
+    // ... and puts its CA into the webhook configuration's caBundle.
+    wait_for("haptor to patch the caBundle", &[&replica], || async {
+        let state = webhook_state(&admin, &configuration).await;
+        state
+            .iter()
+            .all(|(_, bundle)| bundle.as_deref() == Some(ca.as_str()))
+            .then_some(())
+    })
+    .await;
+    let bundle_in = started.elapsed();
+
+    // While no controller pod is Ready the API server cannot call the webhook, and the
+    // failure policy is still Ignore: what breaks the configuration is admitted, as it
+    // would be without a webhook (the controller's own checks keep it out of HAProxy).
+    let certificates = Certificates::new();
+    mismatched_tls_secret(&admin, &apps, &certificates).await;
+    let broken = ingress(
+        "broken-tls",
+        "broken.example",
+        Some("mismatched"),
+        json!({}),
+    );
+    ingresses
+        .create(&dry_run(), &broken)
+        .await
+        .expect("with no Ready controller pod, the Ingress is admitted (failurePolicy Ignore)");
+
+    // The pod turns Ready: the API server calls the webhook through the Service with
+    // haptor's certificate; the Ingress that breaks the configuration is refused, a good
+    // one admitted.
+    wait_for("/readyz 200", &[&replica], || async {
+        replica.readyz().await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    let ready_in = started.elapsed();
+    let mut ready = slices
+        .get(&format!("{service}-pod"))
+        .await
+        .expect("the EndpointSlice");
+    ready.endpoints = slice(true).endpoints;
+    slices
+        .replace(&format!("{service}-pod"), &PostParams::default(), &ready)
+        .await
+        .expect("the endpoint turns ready");
+    let refusal = wait_for(
+        "the API server to refuse through the webhook",
+        &[&replica],
+        || async {
+            match ingresses.create(&dry_run(), &broken).await {
+                Err(kube::Error::Api(status)) => Some(status.message.clone()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    let refused_in = started.elapsed();
+    assert!(
+        refusal.contains("denied the request") && refusal.contains("semantic phase"),
+        "{refusal}"
+    );
+    let error = ingresses
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect_err("the Ingress that breaks the configuration is refused");
+    assert!(error.to_string().contains("broken-tls"), "{error}");
+    ingresses
+        .create(
+            &PostParams::default(),
+            &ingress("good", "good.example", None, json!({})),
+        )
+        .await
+        .expect("a good Ingress is admitted");
+
+    // Once ready, haptor sets the configuration's failure policy to its own (Fail).
+    let wanted = flag_value(&args, "--webhook-failure-policy").to_string();
+    wait_for("haptor to set the failure policy", &[&replica], || async {
+        let state = webhook_state(&admin, &configuration).await;
+        state
+            .iter()
+            .all(|(policy, _)| *policy == wanted)
+            .then_some(())
+    })
+    .await;
+    eprintln!(
+        "from haptor's start: Secret created {secret_in:?}, caBundle patched {bundle_in:?}, \
+         /readyz 200 {ready_in:?}, first refusal through the webhook {refused_in:?}, \
+         failurePolicy {wanted} {:?}",
+        started.elapsed()
+    );
+    let log = replica.log_text();
+    assert!(
+        log.contains("issued a CA and a serving certificate for the webhook"),
+        "{log}"
+    );
+    // The chart's RBAC grants every request (a refusal is logged with its "forbidden").
+    assert!(!log.to_lowercase().contains("forbidden"), "{log}");
+}
+
+/// `--create-credentials-secret` (the chart's default, without a password): the Secret is
+/// created once with user admin and a random password, and one that exists is left as it
+/// is.
+#[tokio::test]
+async fn the_data_plane_credentials_secret_is_created_once_with_a_random_password() {
+    use haptor::drivers::kube::dataplane_secret::{Created, CredentialsSecret, create_once};
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("credentials").await;
+    let secret = CredentialsSecret {
+        namespace: ns.clone(),
+        name: "haptor-dataplane".into(),
+    };
+    assert_eq!(
+        create_once(client.clone(), &secret).await.expect("created"),
+        Created::Created
+    );
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let read = |s: Secret| {
+        let data = s.data.expect("data");
+        (
+            String::from_utf8(data["dataplane_username"].0.clone()).expect("text"),
+            String::from_utf8(data["dataplane_password"].0.clone()).expect("text"),
+        )
+    };
+    let (user, password) = read(secrets.get("haptor-dataplane").await.expect("the Secret"));
+    assert_eq!(user, "admin");
+    assert_eq!(password.len(), 32);
+    assert_eq!(
+        create_once(client.clone(), &secret)
+            .await
+            .expect("answered"),
+        Created::Existed
+    );
+    let again = read(secrets.get("haptor-dataplane").await.expect("the Secret"));
+    assert_eq!(again, ("admin".to_string(), password), "never changed");
+    // Another namespace gets another password.
+    let other = kit.temp_ns("credentials").await;
+    create_once(
+        client.clone(),
+        &CredentialsSecret {
+            namespace: other.clone(),
+            name: "haptor-dataplane".into(),
+        },
+    )
+    .await
+    .expect("created");
+    let theirs = read(
+        Api::<Secret>::namespaced(client, &other)
+            .get("haptor-dataplane")
+            .await
+            .expect("the Secret"),
+    );
+    assert_ne!(theirs.1, again.1);
 }

@@ -121,7 +121,7 @@ pub struct RunArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
     /// Address of the admission webhook (HTTPS only; served when --webhook-cert-file and
-    /// --webhook-key-file are given).
+    /// --webhook-key-file, or --webhook-self-issued-secret, are given).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_addr: String,
     /// The webhook's PEM certificate chain (e.g. a kubernetes.io/tls Secret's tls.crt);
@@ -131,6 +131,27 @@ pub struct RunArgs {
     /// The webhook's PEM private key (tls.key); read again when it changes.
     #[arg(long, requires = "webhook_cert_file")]
     pub webhook_key_file: Option<PathBuf>,
+    /// Issue the webhook's certificate here instead: a CA and a serving certificate for
+    /// --webhook-service's DNS names, kept in this Secret of haptor's namespace (created
+    /// when missing, shared by the replicas, issued again before it expires). Needs get,
+    /// create and update on that Secret.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        requires = "webhook_service",
+        conflicts_with = "webhook_cert_file"
+    )]
+    pub webhook_self_issued_secret: Option<String>,
+    /// The webhook's Service in haptor's namespace: the self-issued certificate is for
+    /// <service>.<namespace>.svc and <service>.<namespace>.svc.cluster.local.
+    #[arg(long, value_name = "SERVICE", requires = "webhook_self_issued_secret")]
+    pub webhook_service: Option<String>,
+    /// The ValidatingWebhookConfiguration haptor's self-issued CA goes into (each
+    /// webhook's caBundle), whose failurePolicy becomes --webhook-failure-policy once this
+    /// replica is ready (ship it with Ignore: nothing is refused before haptor answers).
+    /// Needs get and patch on it.
+    #[arg(long, value_name = "NAME", requires = "webhook_self_issued_secret")]
+    pub webhook_configuration: Option<String>,
     /// How long the webhook may take to decide one request (keep it below the
     /// ValidatingWebhookConfiguration's timeoutSeconds); Go duration syntax.
     #[arg(long, default_value = "8s", value_parser = parse_go_duration)]
@@ -139,6 +160,11 @@ pub struct RunArgs {
     /// (allowed with a warning); mirror the ValidatingWebhookConfiguration's failurePolicy.
     #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
     pub webhook_failure_policy: String,
+    /// Create the Data Plane API credentials Secret of this name in haptor's namespace,
+    /// user admin with a random password, when it does not exist (an existing one is never
+    /// changed); the HAProxy pods wait for it. Needs create on secrets.
+    #[arg(long, value_name = "SECRET")]
+    pub create_credentials_secret: Option<String>,
 }
 
 fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -365,16 +391,34 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
         identity: args.identity,
         log_level,
         watch_namespace: args.watch_namespace.filter(|n| !n.is_empty()),
-        webhook: match (args.webhook_cert_file, args.webhook_key_file) {
-            (Some(cert_file), Some(key_file)) => Some(crate::run::WebhookOptions {
-                addr: args.webhook_addr,
-                cert_file,
-                key_file,
-                timeout: args.webhook_timeout,
-                failure_policy: args.webhook_failure_policy.parse().unwrap_or_default(),
-            }),
+        webhook: match (
+            args.webhook_cert_file,
+            args.webhook_key_file,
+            args.webhook_self_issued_secret,
+            args.webhook_service,
+        ) {
+            (Some(cert_file), Some(key_file), _, _) => {
+                Some(crate::run::WebhookCertificate::Files {
+                    cert_file,
+                    key_file,
+                })
+            }
+            (_, _, Some(secret), Some(service)) => {
+                Some(crate::run::WebhookCertificate::SelfIssued {
+                    secret,
+                    service,
+                    configuration: args.webhook_configuration,
+                })
+            }
             _ => None,
-        },
+        }
+        .map(|certificate| crate::run::WebhookOptions {
+            addr: args.webhook_addr,
+            certificate,
+            timeout: args.webhook_timeout,
+            failure_policy: args.webhook_failure_policy.parse().unwrap_or_default(),
+        }),
+        create_credentials_secret: args.create_credentials_secret.filter(|n| !n.is_empty()),
     };
     match runtime.block_on(crate::run::run(
         options,

@@ -1,9 +1,10 @@
 //! The webhook's serving certificate, read from a PEM certificate chain and a PEM private key
 //! (the `tls.crt` and `tls.key` of a kubernetes.io/tls Secret, as cert-manager writes them)
-//! and read again whenever the files change: [`ReloadingCertificate`] is the rustls
-//! certificate resolver, so each TLS handshake uses the latest pair that loaded. A pair that
-//! does not load (half-written during a rotation, a key that does not match) is logged and
-//! counted, and the previous pair keeps serving.
+//! and read again whenever the files change, or handed over as PEM text by haptor's own
+//! issuer (`drivers::kube::webhook_issuer`, [`ReloadingCertificate::in_memory`]):
+//! [`ReloadingCertificate`] is the rustls certificate resolver, so each TLS handshake uses
+//! the latest pair that loaded. A pair that does not load (half-written during a rotation, a
+//! key that does not match) is logged and counted, and the previous pair keeps serving.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,11 +31,12 @@ pub enum CertificateError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// A certificate resolver over two files, reloaded when they change.
+/// A certificate resolver over two files, reloaded when they change, or over PEM text
+/// handed to [`Self::load_pem`].
 #[derive(Debug)]
 pub struct ReloadingCertificate {
-    cert_file: PathBuf,
-    key_file: PathBuf,
+    /// The files; `None` for a resolver fed by [`Self::load_pem`] only.
+    files: Option<(PathBuf, PathBuf)>,
     current: RwLock<Option<Arc<CertifiedKey>>>,
     /// The bytes of the pair that loaded last (or failed last), to notice a change.
     seen: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
@@ -44,8 +46,16 @@ impl ReloadingCertificate {
     /// A resolver for the pair; nothing is loaded yet (see [`Self::reload`]).
     pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
         ReloadingCertificate {
-            cert_file: cert_file.into(),
-            key_file: key_file.into(),
+            files: Some((cert_file.into(), key_file.into())),
+            current: RwLock::new(None),
+            seen: Mutex::new(None),
+        }
+    }
+
+    /// A resolver with no files, fed by [`Self::load_pem`]; nothing is loaded yet.
+    pub fn in_memory() -> Self {
+        ReloadingCertificate {
+            files: None,
             current: RwLock::new(None),
             seen: Mutex::new(None),
         }
@@ -62,16 +72,48 @@ impl ReloadingCertificate {
     /// Reads both files and, when they differ from the last reading, loads them. `Ok(true)`:
     /// a new pair serves from now on; `Ok(false)`: unchanged. On an error the pair that
     /// served keeps serving (and the same broken bytes are not reported again).
+    /// A resolver without files has nothing to read: `Ok(false)`.
     pub fn reload(&self) -> Result<bool, CertificateError> {
-        let cert = read(&self.cert_file)?;
-        let key = read(&self.key_file)?;
+        let Some((cert_file, key_file)) = &self.files else {
+            return Ok(false);
+        };
+        let cert = read(cert_file)?;
+        let key = read(key_file)?;
+        self.load(cert_file, cert, key_file, key)
+    }
+
+    /// Loads a PEM certificate chain and key given as bytes, when they differ from the last
+    /// pair seen; `source` names where they came from in an error (`Secret haptor/x`).
+    /// `Ok(true)`: the pair serves from now on; `Ok(false)`: unchanged. On an error the pair
+    /// that served keeps serving.
+    pub fn load_pem(
+        &self,
+        source: &str,
+        cert: &[u8],
+        key: &[u8],
+    ) -> Result<bool, CertificateError> {
+        self.load(
+            Path::new(&format!("{source} tls.crt")),
+            cert.to_vec(),
+            Path::new(&format!("{source} tls.key")),
+            key.to_vec(),
+        )
+    }
+
+    fn load(
+        &self,
+        cert_path: &Path,
+        cert: Vec<u8>,
+        key_path: &Path,
+        key: Vec<u8>,
+    ) -> Result<bool, CertificateError> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.as_ref().is_some_and(|(c, k)| *c == cert && *k == key) {
             return Ok(false);
         }
         *seen = Some((cert.clone(), key.clone()));
         drop(seen);
-        let certified = certified_key(&self.cert_file, &cert, &self.key_file, &key)?;
+        let certified = certified_key(cert_path, &cert, key_path, &key)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(certified));
         Ok(true)
     }
@@ -94,7 +136,9 @@ impl ReloadingCertificate {
                     Ok(Ok(true)) => {
                         reloads.with_label_values(&["success"]).inc();
                         last_error = None;
-                        tracing::info!(cert = %self.cert_file.display(), key = %self.key_file.display(), "webhook certificate loaded");
+                        if let Some((cert, key)) = &self.files {
+                            tracing::info!(cert = %cert.display(), key = %key.display(), "webhook certificate loaded");
+                        }
                     }
                     Ok(Ok(false)) => {}
                     Ok(Err(e)) => {

@@ -4,7 +4,8 @@
 //! file expired. Only the few DER fields on the way to the validity period are read (the
 //! outer certificate, its to-be-signed part, the optional version, the serial number, the
 //! signature algorithm, the issuer, then the validity); anything else is not judged here
-//! (`haproxy -c` is).
+//! (`haproxy -c` is). [`validity`] reads the whole period, by which haptor rotates the
+//! webhook certificates it issues itself (`pure::webhook_certificate`).
 
 use base64::Engine;
 
@@ -40,7 +41,7 @@ pub fn expired_certificates(rendered: &RenderedConfig, now: i64) -> Vec<ExpiredC
 
 /// The DER bytes of each `CERTIFICATE` block of a PEM text (blocks that do not decode are
 /// skipped).
-fn pem_certificates(text: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
+pub fn pem_certificates(text: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
     text.split("-----BEGIN CERTIFICATE-----")
         .skip(1)
         .filter_map(|block| {
@@ -76,6 +77,17 @@ fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 
 /// The certificate's `notAfter`: seconds since the Unix epoch and the time as text.
 fn not_after(der: &[u8]) -> Option<(i64, String)> {
+    validity_times(der).map(|(_, after)| after)
+}
+
+/// The certificate's validity period, `notBefore` and `notAfter` in seconds since the Unix
+/// epoch (`None` when the DER is not a certificate this walk can read).
+pub fn validity(der: &[u8]) -> Option<(i64, i64)> {
+    validity_times(der).map(|(before, after)| (before.0, after.0))
+}
+
+/// `notBefore` and `notAfter`, each in seconds and as text.
+fn validity_times(der: &[u8]) -> Option<((i64, String), (i64, String))> {
     const SEQUENCE: u8 = 0x30;
     let (tag, certificate, _) = element(der)?;
     let (tbs_tag, tbs, _) = element(certificate)?;
@@ -99,9 +111,12 @@ fn not_after(der: &[u8]) -> Option<(i64, String)> {
     if tag != SEQUENCE {
         return None;
     }
-    let (_, _, after_not_before) = element(validity)?;
-    let (tag, time, _) = element(after_not_before)?;
-    parse_time(tag, std::str::from_utf8(time).ok()?)
+    let (before_tag, before, after_not_before) = element(validity)?;
+    let (after_tag, after, _) = element(after_not_before)?;
+    Some((
+        parse_time(before_tag, std::str::from_utf8(before).ok()?)?,
+        parse_time(after_tag, std::str::from_utf8(after).ok()?)?,
+    ))
 }
 
 /// A UTCTime (`YYMMDDHHMMSSZ`, tag 0x17) or GeneralizedTime (`YYYYMMDDHHMMSSZ`, 0x18).
@@ -200,6 +215,15 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_validity_period_is_read_from_not_before_to_not_after() {
+        let der = pem_certificates(EXPIRED).next().expect("a certificate");
+        let (before, after) = validity(&der).expect("its validity");
+        assert_eq!(before, days_from_civil(2020, 1, 1) * 86_400);
+        assert_eq!(after, days_from_civil(2020, 1, 2) * 86_400);
+        assert!(validity(b"not a certificate").is_none());
     }
 
     #[test]

@@ -26,3 +26,4 @@ pub mod store;
 pub mod template;
 pub mod validate;
 pub mod validation_tests;
+pub mod webhook_certificate;

@@ -76,6 +76,10 @@ pub struct RunOptions {
     pub publish: PublishAddress,
     /// The admission webhook, when it has a certificate.
     pub webhook: Option<WebhookOptions>,
+    /// `--create-credentials-secret`: the Data Plane API credentials Secret of this name
+    /// in haptor's namespace is created with a random password when it does not exist
+    /// (`drivers::kube::dataplane_secret`).
+    pub create_credentials_secret: Option<String>,
     /// Watch namespaced resources in this namespace only (`--watch-namespace`).
     pub watch_namespace: Option<String>,
 }
@@ -84,10 +88,30 @@ pub struct RunOptions {
 #[derive(Debug, Clone)]
 pub struct WebhookOptions {
     pub addr: String,
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
+    /// Where its serving certificate comes from.
+    pub certificate: WebhookCertificate,
     pub timeout: Duration,
     pub failure_policy: crate::pure::admission::FailurePolicy,
+}
+
+/// Where the webhook's serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum WebhookCertificate {
+    /// `--webhook-cert-file`, `--webhook-key-file` (a mounted Secret: cert-manager's or the
+    /// user's), read again when they change.
+    Files {
+        cert_file: PathBuf,
+        key_file: PathBuf,
+    },
+    /// `--webhook-self-issued-secret`: haptor issues a CA and a serving certificate for the
+    /// `service`'s DNS names, kept in `secret` of its namespace, rotated before expiry, and
+    /// sets the `caBundle` (then, once ready, the `failurePolicy`) of the
+    /// ValidatingWebhookConfiguration `configuration` (`drivers::kube::webhook_issuer`).
+    SelfIssued {
+        secret: String,
+        service: String,
+        configuration: Option<String>,
+    },
 }
 
 /// How often the webhook's certificate files are read for a rotation.
@@ -239,24 +263,59 @@ pub async fn run(
     };
     let run_metrics =
         RunMetrics::new().map_err(|e| RunError::Controller(format!("metrics: {e}")))?;
-    // The webhook: its certificate loads (and reloads) from files; until one loads, TLS
-    // handshakes fail and the API server applies its failure policy.
+    // The webhook: its certificate loads (and reloads) from files, or haptor issues it and
+    // keeps it in a Secret; until one loads, TLS handshakes fail and the API server applies
+    // its failure policy.
     let mut certificate_task = None;
     let webhook_serving = match &options.webhook {
         Some(settings) => {
-            let certificate = Arc::new(
-                crate::drivers::webhook_certificate::ReloadingCertificate::new(
-                    &settings.cert_file,
-                    &settings.key_file,
-                ),
-            );
-            if let Err(e) = certificate.reload() {
-                tracing::error!(error = %e, "the webhook certificate does not load yet; the webhook refuses TLS handshakes until it does");
-            }
-            certificate_task = Some(Arc::clone(&certificate).spawn_watch(
-                CERTIFICATE_POLL,
-                run_metrics.webhook.certificate_reloads.clone(),
-            ));
+            let reloads = run_metrics.webhook.certificate_reloads.clone();
+            // Readiness exists once the tree runs; the webhook server, started with it,
+            // hands it over for the issuer's failure-policy switch.
+            let readiness = Arc::new(std::sync::OnceLock::<crate::actors::http::Readiness>::new());
+            let certificate = match &settings.certificate {
+                WebhookCertificate::Files {
+                    cert_file,
+                    key_file,
+                } => {
+                    let certificate = Arc::new(
+                        crate::drivers::webhook_certificate::ReloadingCertificate::new(
+                            cert_file, key_file,
+                        ),
+                    );
+                    if let Err(e) = certificate.reload() {
+                        tracing::error!(error = %e, "the webhook certificate does not load yet; the webhook refuses TLS handshakes until it does");
+                    }
+                    certificate_task =
+                        Some(Arc::clone(&certificate).spawn_watch(CERTIFICATE_POLL, reloads));
+                    certificate
+                }
+                WebhookCertificate::SelfIssued {
+                    secret,
+                    service,
+                    configuration,
+                } => {
+                    let certificate = Arc::new(
+                        crate::drivers::webhook_certificate::ReloadingCertificate::in_memory(),
+                    );
+                    let issuer = crate::drivers::kube::webhook_issuer::IssuerSettings::new(
+                        namespace.clone(),
+                        secret.clone(),
+                        service.clone(),
+                        configuration.clone(),
+                        settings.failure_policy,
+                    );
+                    let ready = Arc::clone(&readiness);
+                    certificate_task = Some(crate::drivers::kube::webhook_issuer::spawn(
+                        client.clone(),
+                        issuer,
+                        Arc::clone(&certificate),
+                        Arc::new(move || ready.get().is_some_and(|r| r.is_ready())),
+                        reloads,
+                    ));
+                    certificate
+                }
+            };
             let tls = certificate
                 .server_config()
                 .map_err(|e| RunError::Controller(format!("webhook TLS: {e}")))?;
@@ -272,6 +331,7 @@ pub async fn run(
                 addr: settings.addr.clone(),
                 tls,
                 router: Arc::new(move |services| {
+                    readiness.get_or_init(|| services.readiness.clone());
                     webhook::Admission::new(
                         services,
                         webhook_settings.clone(),
@@ -283,7 +343,7 @@ pub async fn run(
         }
         None => {
             tracing::info!(
-                "no --webhook-cert-file/--webhook-key-file: the admission webhook is not served"
+                "no --webhook-cert-file/--webhook-key-file or --webhook-self-issued-secret: the admission webhook is not served"
             );
             None
         }

@@ -80,22 +80,36 @@ impl Replica {
 
     /// [`Replica::start`] with `extra` arguments after the usual ones.
     pub fn start_with_args(kubeconfig: &Path, ns: &str, identity: &str, extra: &[&str]) -> Replica {
+        let mut args = vec!["run", "--config-name", "haptor-config", "--namespace", ns];
+        args.extend(extra);
+        let args: Vec<String> = args.into_iter().map(str::to_string).collect();
+        Replica::start_as(kubeconfig, identity, &args, &[("LOG_LEVEL", "info")])
+    }
+
+    /// `haptor` with exactly `args` (`run` and its flags, as a Deployment gives them) and
+    /// the environment `env`, plus the kubeconfig, the identity and the probe, debug and
+    /// metrics addresses on free loopback ports.
+    pub fn start_as(
+        kubeconfig: &Path,
+        identity: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let dir = tempfile::tempdir().expect("a temp dir");
         let log = dir.path().join("haptor.log");
         let (health, debug, metrics) = (free_port(), free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_haptor"))
-            .args(["run", "--config-name", "haptor-config", "--namespace", ns])
+            .args(args)
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--identity", identity])
             .args(["--health-addr", &format!("127.0.0.1:{health}")])
             .args(["--debug-addr", &format!("127.0.0.1:{debug}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .args(extra)
             .env("HAPROXY_BIN", haproxy_binary())
-            .env("LOG_LEVEL", "info")
             .env_remove("POD_NAMESPACE")
             .env_remove("POD_NAME")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("the log file"))
             .spawn()
@@ -143,6 +157,12 @@ impl Replica {
             .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
+    }
+
+    /// The exit code once the process has exited by itself (`Some(None)`: by a signal).
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        Some(status.code())
     }
 
     pub async fn readyz(&self) -> Option<(u16, String)> {

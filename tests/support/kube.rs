@@ -224,6 +224,13 @@ impl Kit {
     /// CRDs are established (it runs its own runtime on a thread of its own, so it may be
     /// called from inside a test's runtime).
     pub fn start_with(options: KitOptions) -> Kit {
+        Kit::start_with_apiserver_args(options, &[])
+    }
+
+    /// A kit of its own whose kube-apiserver also gets `extra` flags (e.g.
+    /// `--enable-aggregator-routing=true`: a webhook's Service is reached at an address of
+    /// its EndpointSlices, as the kit has no Service network).
+    pub fn start_with_apiserver_args(options: KitOptions, extra: &[&str]) -> Kit {
         let started = Instant::now();
         let peers = peers();
         // Removed by the launcher once it runs; until then (a failure while preparing) by
@@ -287,6 +294,7 @@ impl Kit {
         if !options.watch_cache {
             apiserver_args.push("--watch-cache=false".to_string());
         }
+        apiserver_args.extend(extra.iter().map(|a| a.to_string()));
         write_exec_script(&dir.join("etcd.sh"), &peers.etcd, &etcd_args);
         write_exec_script(
             &dir.join("kube-apiserver.sh"),

@@ -14,12 +14,14 @@ use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 
 pub mod config;
 pub mod credentials;
+pub mod dataplane_secret;
 pub mod discovery;
 pub mod events;
 pub mod ingress_status;
 pub mod lease;
 pub mod publish;
 pub mod resources;
+pub mod webhook_issuer;
 
 /// The first retry of a broken watch, and the longest wait between two.
 const WATCH_RETRY_FIRST: Duration = Duration::from_millis(250);

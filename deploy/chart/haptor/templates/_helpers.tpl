@@ -67,9 +67,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.haproxy.credentials.existingSecret | default (printf "%s-dataplane" (include "haptor.fullname" .)) }}
 {{- end }}
 
-{{/* The Secret with the webhook's certificate. */}}
+{{/* Whether the controller creates the Data Plane API credentials Secret: no Secret of
+yours and no password given. */}}
+{{- define "haptor.credentialsGenerated" -}}
+{{- if and (not .Values.haproxy.credentials.existingSecret) (not .Values.haproxy.credentials.password) }}true{{ end }}
+{{- end }}
+
+{{/* Where the webhook's certificate comes from: certManager (a Certificate, CA injected),
+secret (your kubernetes.io/tls Secret with webhook.caBundle), or selfIssued (the controller
+issues it, keeps it in a Secret and fills caBundle). */}}
+{{- define "haptor.webhookCertificateSource" -}}
+{{- if .Values.webhook.certManager.enabled }}certManager
+{{- else if or .Values.webhook.certificate.existingSecret .Values.webhook.caBundle }}secret
+{{- else }}selfIssued
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the webhook's certificate, mounted by the controller (cert-manager's or
+yours). */}}
 {{- define "haptor.webhookSecret" -}}
 {{- .Values.webhook.certificate.existingSecret | default (printf "%s-webhook-tls" (include "haptor.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret the controller keeps its self-issued webhook CA and certificate in. */}}
+{{- define "haptor.webhookIssuedSecret" -}}
+{{- printf "%s-webhook-certificate" (include "haptor.fullname" .) }}
 {{- end }}
 
 {{/* The webhook timeout, checked: the API server allows 1..30 s, and the controller answers
