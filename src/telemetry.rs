@@ -4,11 +4,16 @@
 //! [`init_logging`] installs the subscriber and returns the [`LogLevelHandle`] that changes
 //! its level; `main` passes the handle down (command line → `haptor local` → the actors'
 //! `Services`), so there is no global to reach for. The handle remembers the level the
-//! process started with, which an empty `logging.level` falls back to. This module imports
+//! process started with, which an empty `logging.level` falls back to. kube-rs logs every
+//! failed request on its own (its watcher's 403 warnings, its client's `client error
+//! (Connect)`), without the address; haptor tells each failure itself (the API server's URL,
+//! the cause, a refusal only once it lasts, since a restarted API server refuses for a
+//! moment), so those lines are left out ([`without_watcher_refusals`]). This module imports
 //! nothing of haptor.
 
 use std::sync::Arc;
 
+use tracing_subscriber::filter::{FilterFn, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::{SubscriberInitExt, TryInitError};
 use tracing_subscriber::{EnvFilter, Registry, reload};
@@ -104,12 +109,37 @@ fn level_filter(
     (layer, handle, bad_level)
 }
 
+/// What kube-rs logs on its own about every failed request, by target and level, without
+/// the API server's address: its watcher's warnings (all about 403s: `watch list error with
+/// 403: …`, at every retry), its client's errors (`failed with error client error
+/// (Connect)`, `failed with status 503`) and warnings (`eof in poll` when a watch's
+/// connection ends, which the watcher resumes; a response that does not parse, which the
+/// request then fails with).
+const KUBE_REQUEST_FAILURES: [(&str, tracing::Level); 3] = [
+    ("kube_runtime::watcher", tracing::Level::WARN),
+    ("kube_client::client::builder", tracing::Level::ERROR),
+    ("kube_client::client", tracing::Level::WARN),
+];
+
+/// Leaves out kube-rs's own lines about failed requests ([`KUBE_REQUEST_FAILURES`]):
+/// haptor's Kubernetes drivers tell each failure themselves, with the API server's URL, the
+/// real cause and what to do (the RBAC rule of a 403, and only once it lasts).
+fn without_watcher_refusals() -> FilterFn {
+    filter_fn(|metadata| {
+        !KUBE_REQUEST_FAILURES
+            .iter()
+            .any(|(target, level)| metadata.target() == *target && metadata.level() == level)
+    })
+}
+
 /// Installs the global subscriber and returns the handle that changes its level. `level` is
 /// an EnvFilter directive (`info`, `haptor=debug,kube=warn`); an invalid one falls back to
 /// `info` with a warning. Fails only when a global subscriber is installed already.
 pub fn init_logging(format: LogFormat, level: &str) -> Result<LogLevelHandle, TryInitError> {
     let (filter, handle, bad_level) = level_filter(level);
-    let registry = tracing_subscriber::registry().with(filter);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(without_watcher_refusals());
     match format {
         LogFormat::Json => registry
             .with(
@@ -174,6 +204,30 @@ mod tests {
             assert!(tracing::enabled!(tracing::Level::DEBUG));
             handle.set_level("warn").expect("warn is a level");
             assert!(!tracing::enabled!(tracing::Level::INFO));
+        });
+    }
+
+    #[test]
+    fn kube_rs_lines_about_failed_requests_are_left_out_and_its_other_lines_kept() {
+        let subscriber = tracing_subscriber::registry().with(without_watcher_refusals());
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!tracing::enabled!(
+                target: "kube_runtime::watcher",
+                tracing::Level::WARN
+            ));
+            assert!(!tracing::enabled!(
+                target: "kube_client::client::builder",
+                tracing::Level::ERROR
+            ));
+            assert!(!tracing::enabled!(
+                target: "kube_client::client",
+                tracing::Level::WARN
+            ));
+            assert!(tracing::enabled!(
+                target: "kube_runtime::watcher",
+                tracing::Level::ERROR
+            ));
+            assert!(tracing::enabled!(target: "haptor", tracing::Level::WARN));
         });
     }
 

@@ -4,7 +4,7 @@
 //! owner reference and the status; a large configuration is stored gzip+base64 and decodes
 //! back; one too large even then is omitted, with `ContentPublished=False`, and the server
 //! takes it; an unchanged spec is not applied again while the status changes; a sink the
-//! server refuses warns what to check and keeps retrying.
+//! server refuses says what to check once the refusal has lasted, and keeps retrying.
 //!
 //! The sink writes in the background, so each test polls the object (or the sink's write
 //! counters) with a deadline.
@@ -457,7 +457,8 @@ impl Captured {
 
 // One thread: the sink's task runs where the test's log subscriber is the default.
 #[tokio::test(flavor = "current_thread")]
-async fn a_sink_without_rbac_warns_to_check_rbac_counts_the_failures_and_keeps_retrying() {
+async fn a_sink_without_rbac_tells_to_check_rbac_once_the_refusal_lasts_counts_the_failures_and_keeps_retrying()
+ {
     let kit = Kit::shared();
     let ns = kit.temp_ns("publish-forbidden").await;
     let captured = Captured::default();
@@ -472,13 +473,20 @@ async fn a_sink_without_rbac_warns_to_check_rbac_counts_the_failures_and_keeps_r
     publishing
         .sink
         .publish(&spec, &status_of(&["haproxy-0"], &spec.checksum));
-    // The first attempt, then the retry a second later.
+    // The first attempt, then the retries 1 s and 3 s later: a refusal is told only once it
+    // lasted two seconds (a restarted API server refuses for a moment), then as an error.
     publishing.wait_for_writes("spec", "failure", 2).await;
+    assert!(
+        !captured.text().contains("check RBAC"),
+        "not yet: {}",
+        captured.text()
+    );
+    publishing.wait_for_writes("spec", "failure", 3).await;
     assert_eq!(publishing.writes("spec", "success"), 0);
     assert_eq!(publishing.writes("status", "success"), 0);
     let logs = captured.text();
     assert!(
-        logs.contains("WARN")
+        logs.contains("ERROR")
             && logs.contains(&format!("HAProxyCfg {ns}/{NAME}"))
             && logs.contains("check RBAC")
             && logs.contains("retrying in"),

@@ -103,7 +103,19 @@ impl Readiness {
     }
 
     pub fn verdict(&self) -> ReadinessVerdict {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).verdict()
+        self.verdict_given(None)
+    }
+
+    /// The verdict naming what the config source waits for while no config is loaded
+    /// ([`ReadinessState::verdict_given`]).
+    pub fn verdict_given(
+        &self,
+        source: Option<&crate::pure::readiness::ConfigSource>,
+    ) -> ReadinessVerdict {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .verdict_given(source)
     }
 
     pub fn is_ready(&self) -> bool {
@@ -279,7 +291,10 @@ async fn healthz(State(state): State<DebugState>) -> Response {
 }
 
 async fn readyz(State(state): State<DebugState>) -> Response {
-    let verdict = state.readiness.verdict();
+    // Until a config is loaded, what `haptor run`'s config watch waits for (the API server,
+    // the CRD, the config) is named rather than "a valid HAProxyTemplateConfig".
+    let source = state.introspection.config_source();
+    let verdict = state.readiness.verdict_given(source.as_ref());
     let status = if verdict.ready {
         StatusCode::OK
     } else {

@@ -1,6 +1,7 @@
 //! What the debug and health endpoints show: a shared record that actors update as they
-//! work (the current config, the last render, resource counts, leadership, recent errors)
-//! and a stall detector. Actors mark themselves busy while they handle a message
+//! work (the current config, the last render, resource counts, leadership, recent errors,
+//! and in `haptor run` what the config watch waits for, which `/readyz` names until a config
+//! is loaded) and a stall detector. Actors mark themselves busy while they handle a message
 //! ([`Introspection::busy`]); an actor busy for longer than the stall threshold has stopped
 //! processing its mailbox, and `/healthz` reports it.
 
@@ -12,6 +13,7 @@ use dashmap::DashMap;
 use ractor::ActorCell;
 use serde::Serialize;
 
+use crate::pure::readiness::ConfigSource;
 use crate::pure::rendered::RenderedConfig;
 
 /// How many recent errors `/debug/vars/errors` keeps.
@@ -95,6 +97,7 @@ struct Record {
     resources: BTreeMap<String, usize>,
     state: ControllerState,
     errors: VecDeque<ErrorRecord>,
+    config_source: Option<ConfigSource>,
 }
 
 /// The shared introspection record (cheap to clone; clones share the record).
@@ -178,6 +181,16 @@ impl Introspection {
             }
             r.errors.push_back(error);
         });
+    }
+
+    /// What the config watch sees now (`haptor run`'s config driver reports it; `/readyz`
+    /// names it while no config is loaded).
+    pub fn set_config_source(&self, source: ConfigSource) {
+        self.write(|r| r.config_source = Some(source));
+    }
+
+    pub fn config_source(&self) -> Option<ConfigSource> {
+        self.read(|r| r.config_source.clone())
     }
 
     pub fn config(&self) -> Option<serde_json::Value> {

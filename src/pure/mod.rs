@@ -4,6 +4,7 @@
 //! modules and move their results around. Tests drive these modules directly.
 
 pub mod admission;
+pub mod api_failure;
 pub mod assertions;
 pub mod certificates;
 pub mod config;

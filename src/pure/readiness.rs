@@ -8,10 +8,60 @@
 //! good configuration keeps serving meanwhile; the verdict still says what the rebuild waits
 //! for. Nothing here does I/O; the actors report what they see through the small methods
 //! below and the HTTP handler asks for a [`ReadinessVerdict`].
+//!
+//! Until a config is loaded, `haptor run`'s config watch says why not ([`ConfigSource`]: no
+//! answer yet from the API server, the API server unreachable or refusing, the
+//! CustomResourceDefinition not installed, the config not found or invalid), and the verdict
+//! names that instead of "a valid HAProxyTemplateConfig" ([`ReadinessState::verdict_given`]).
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
+
+use crate::pure::api_failure::{ApiFailure, ApiServer};
+
+/// Where the config comes from, as far as it is known before a config is loaded: what the
+/// config watch of `haptor run` last saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// The API server has not answered the config watch yet.
+    NoAnswerYet {
+        server: ApiServer,
+        /// `namespace/name` of the config.
+        config: String,
+    },
+    /// The config watch fails: the API server unreachable, refusing, the CRD missing.
+    Failing(ApiFailure),
+    /// The API server answered: there is no such config.
+    NotFound { config: String },
+    /// The config read is invalid (its problems are in `/debug/vars/errors`).
+    Invalid { config: String },
+    /// The config read is valid: it is being loaded.
+    Valid { config: String },
+}
+
+impl ConfigSource {
+    /// What readiness waits for while the config source is in this state.
+    pub fn awaited(&self) -> String {
+        match self {
+            ConfigSource::NoAnswerYet { server, config } => format!(
+                "{server} (no answer yet), then a valid HAProxyTemplateConfig {config} (not \
+                 read yet)"
+            ),
+            ConfigSource::Failing(failure) => failure.awaited(),
+            ConfigSource::NotFound { config } => {
+                format!("a valid HAProxyTemplateConfig {config} (not found: create it)")
+            }
+            ConfigSource::Invalid { config } => format!(
+                "a valid HAProxyTemplateConfig {config} (the one read is invalid: see \
+                 /debug/vars/errors or its status)"
+            ),
+            ConfigSource::Valid { config } => {
+                format!("a valid HAProxyTemplateConfig {config} (read and valid: being loaded)")
+            }
+        }
+    }
+}
 
 /// What readiness waits for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,10 +123,13 @@ impl ReadinessState {
         self.update();
     }
 
-    fn awaited(&self) -> Vec<String> {
+    fn awaited(&self, source: Option<&ConfigSource>) -> Vec<String> {
         let mut waiting = Vec::new();
         if !self.config_loaded {
-            waiting.push("a valid HAProxyTemplateConfig".to_string());
+            waiting.push(match source {
+                Some(source) => source.awaited(),
+                None => "a valid HAProxyTemplateConfig".to_string(),
+            });
         }
         if !self.unsynced.is_empty() {
             let names: Vec<&str> = self.unsynced.iter().map(String::as_str).collect();
@@ -105,7 +158,7 @@ impl ReadinessState {
     }
 
     fn update(&mut self) {
-        if !self.reached && self.awaited().is_empty() {
+        if !self.reached && self.awaited(None).is_empty() {
             self.reached = true;
         }
     }
@@ -113,9 +166,15 @@ impl ReadinessState {
     /// Ready, and what is awaited: before readiness is reached, why not; after, what a
     /// rebuild still waits for while the last good configuration serves.
     pub fn verdict(&self) -> ReadinessVerdict {
+        self.verdict_given(None)
+    }
+
+    /// The verdict, naming what the config source waits for (`source`, when one reports)
+    /// while no config is loaded. The source changes the words, never whether it is ready.
+    pub fn verdict_given(&self, source: Option<&ConfigSource>) -> ReadinessVerdict {
         ReadinessVerdict {
             ready: self.reached,
-            waiting_for: self.awaited(),
+            waiting_for: self.awaited(source),
         }
     }
 }
@@ -188,6 +247,51 @@ mod tests {
             verdict.waiting_for,
             names(&["the initial sync of watched resources: secrets, services"])
         );
+    }
+
+    #[test]
+    fn before_a_config_is_loaded_the_verdict_names_what_the_config_source_waits_for() {
+        use crate::pure::api_failure::{ApiFailure, Cause, Request};
+        let mut state = ReadinessState::new(false);
+        let server = ApiServer::new("https://127.0.0.1:6443");
+        let config = "haptor/haptor-config".to_string();
+        let no_answer = ConfigSource::NoAnswerYet {
+            server: server.clone(),
+            config: config.clone(),
+        };
+        assert_eq!(
+            state.verdict_given(Some(&no_answer)).waiting_for,
+            names(&[
+                "the API server at https://127.0.0.1:6443 (no answer yet), then a valid \
+                 HAProxyTemplateConfig haptor/haptor-config (not read yet)"
+            ])
+        );
+        let missing_crd = ConfigSource::Failing(ApiFailure::new(
+            server,
+            Request::watch("haproxytemplateconfigs", "haptor.dev", Some("haptor")),
+            Cause::NotFound {
+                message: "not found".into(),
+            },
+        ));
+        let waiting = state.verdict_given(Some(&missing_crd)).waiting_for;
+        assert!(
+            waiting[0].starts_with(
+                "the CustomResourceDefinition haproxytemplateconfigs.haptor.dev (not installed"
+            ),
+            "{waiting:?}"
+        );
+        let not_found = ConfigSource::NotFound { config };
+        assert_eq!(
+            state.verdict_given(Some(&not_found)).waiting_for,
+            names(&["a valid HAProxyTemplateConfig haptor/haptor-config (not found: create it)"])
+        );
+        state.iteration_started(Vec::new());
+        let verdict = state.verdict_given(Some(&not_found));
+        assert!(
+            verdict.ready,
+            "a loaded config serves whatever the source says"
+        );
+        assert!(verdict.waiting_for.is_empty());
     }
 
     #[test]

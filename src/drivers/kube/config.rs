@@ -14,26 +14,35 @@
 //! subresource, field manager `haptor`, bounded by [`STATUS_WRITE_TIMEOUT`], retried every
 //! [`STATUS_RETRY`] after a failure) when it differs from the status the object holds in
 //! anything but timestamps; a new leader writes it at the start of its term if needed.
+//!
+//! What the watch sees before a config is loaded goes to readiness through the
+//! introspection record ([`ConfigSource`]): no answer yet from the API server, the API server
+//! unreachable or refusing, the CRD not installed, the config not found, invalid or valid;
+//! `/readyz` names it. A failing watch is told as `pure::api_failure` says (the API server's
+//! URL and the real cause; the RBAC hint only for a 403 that lasts).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::runtime::watcher;
 use prometheus::IntCounterVec;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::drivers::kube::resources::{KubeResources, SourceError};
+use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::{EventFanout, EventKind, Leadership};
 use crate::observability::introspection::{ErrorRecord, Introspection};
+use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, HAPTOR_GROUP, Request};
 use crate::pure::config::{
     HAProxyTemplateConfig, HAProxyTemplateConfigSpec, HAProxyTemplateConfigStatus, TemplateProblem,
     ValidationStatus,
 };
 use crate::pure::config_status::{config_status, describe, needs_write, with_problems};
+use crate::pure::readiness::ConfigSource;
 
 /// How long one status write may take.
 pub const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,7 +83,7 @@ pub struct ConfigChannels {
 
 /// Runs the config watch until the task is aborted.
 pub fn spawn(
-    client: Client,
+    client: impl Into<KubeApi>,
     namespace: String,
     name: String,
     resources: KubeResources,
@@ -82,13 +91,31 @@ pub fn spawn(
     out: ConfigChannels,
     reporting: ConfigReporting,
 ) -> tokio::task::JoinHandle<()> {
+    let KubeApi { client, server } = client.into();
     tokio::spawn(async move {
         let api: Api<HAProxyTemplateConfig> = Api::namespaced(client, &namespace);
         let selector = format!("metadata.name={name}");
-        let mut events = watcher(api.clone(), watcher::Config::default().fields(&selector))
-            .backoff(super::watch_retry())
-            .boxed();
+        let mut events = super::retried(watcher(
+            api.clone(),
+            watcher::Config::default().fields(&selector),
+        ));
         let object_name = format!("HAProxyTemplateConfig {namespace}/{name}");
+        let config = format!("{namespace}/{name}");
+        let request = Request::watch("haproxytemplateconfigs", HAPTOR_GROUP, Some(&namespace));
+        let status_request = Request::new(
+            "patch",
+            "haproxytemplateconfigs/status",
+            HAPTOR_GROUP,
+            Some(&namespace),
+        )
+        .named(&name);
+        let mut failures = FailureLog::new();
+        reporting
+            .introspection
+            .set_config_source(ConfigSource::NoAnswerYet {
+                server: server.clone(),
+                config: config.clone(),
+            });
         // The latest object and the verdict on its spec.
         let mut latest: Option<HAProxyTemplateConfig> = None;
         let mut judged: Option<(
@@ -98,37 +125,41 @@ pub fn spawn(
         )> = None;
         let mut listing_found = false;
         let mut retry: Option<tokio::time::Instant> = None;
-        let mut last_error: Option<String> = None;
         loop {
             let sleep_until =
                 retry.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 event = events.next() => {
                     let Some(event) = event else { return };
+                    // `Init` opens a list before any request is made: not an answer yet.
+                    if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+                        tell_watch_resumed(&mut failures, "the config");
+                    }
                     match event {
                         Ok(watcher::Event::Init) => listing_found = false,
                         Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object)) => {
                             listing_found = true;
-                            last_error = None;
                             latest = Some(object);
                         }
                         Ok(watcher::Event::InitDone) => {
                             if !listing_found {
-                                tracing::warn!(object = %object_name, "config not found; create it (haptor waits, and /readyz says it waits for a valid config)");
+                                reporting.introspection.set_config_source(ConfigSource::NotFound { config: config.clone() });
+                                tracing::warn!(object = %object_name, "config not found; create it (haptor waits, and /readyz says it waits for it)");
                             }
                             continue;
                         }
                         Ok(watcher::Event::Delete(_)) => {
+                            reporting.introspection.set_config_source(ConfigSource::NotFound { config: config.clone() });
                             tracing::warn!(object = %object_name, "config deleted; the last valid config keeps serving until it is created again");
                             latest = None;
                             continue;
                         }
                         Err(e) => {
-                            let message = e.to_string();
-                            if last_error.as_deref() != Some(message.as_str()) {
-                                tracing::warn!(object = %object_name, error = %message, "watching the config failed (check that haptor may get, list and watch haproxytemplateconfigs.haptor.dev in its namespace and that the CRD is installed); retrying");
-                                last_error = Some(message);
+                            let failure = ApiFailure::of_watch(&server, &request, &e);
+                            if !matches!(failure.cause, Cause::Gone { .. }) {
+                                reporting.introspection.set_config_source(ConfigSource::Failing(failure.clone()));
                             }
+                            tell_watch_failure(&mut failures, &failure, "the config");
                             continue;
                         }
                     }
@@ -156,6 +187,14 @@ pub fn spawn(
                 }
                 let _ = out.seen.send_replace(Some(Arc::new(object.clone())));
                 report_verdict(&object_name, object, &status, &out, &reporting);
+                let config = config.clone();
+                reporting.introspection.set_config_source(
+                    if status.validation_status == ValidationStatus::Valid {
+                        ConfigSource::Valid { config }
+                    } else {
+                        ConfigSource::Invalid { config }
+                    },
+                );
                 judged = Some((object.spec.clone(), object.metadata.generation, status));
             }
             let Some((_, _, status)) = &judged else {
@@ -164,7 +203,7 @@ pub fn spawn(
             if !leadership.borrow().is_leader || !needs_write(object.status.as_ref(), status) {
                 continue;
             }
-            match write_status(&api, &object.name_any(), status).await {
+            match write_status(&api, &object.name_any(), status, &server, &status_request).await {
                 Ok(()) => {
                     reporting
                         .status_writes
@@ -177,7 +216,7 @@ pub fn spawn(
                         .status_writes
                         .with_label_values(&["failure"])
                         .inc();
-                    tracing::warn!(object = %object_name, error = %message, "writing the config's status failed (check that haptor may patch haproxytemplateconfigs/status); retrying in {}s", STATUS_RETRY.as_secs());
+                    tracing::warn!(object = %object_name, error = %message, "writing the config's status failed: {message}; retrying in {}s", STATUS_RETRY.as_secs());
                     retry = Some(tokio::time::Instant::now() + STATUS_RETRY);
                 }
             }
@@ -247,10 +286,13 @@ async fn unresolved_resources(
     problems
 }
 
+/// Writes the status; a failure is told as `pure::api_failure` says (URL, cause, advice).
 async fn write_status(
     api: &Api<HAProxyTemplateConfig>,
     name: &str,
     status: &HAProxyTemplateConfigStatus,
+    server: &ApiServer,
+    request: &Request,
 ) -> Result<(), String> {
     let patch = json!({
         "apiVersion": "haptor.dev/v1alpha1",
@@ -266,10 +308,14 @@ async fn write_status(
     .await
     {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer within {}s",
-            STATUS_WRITE_TIMEOUT.as_secs()
-        )),
+        Ok(Err(e)) => Err(ApiFailure::of(server, request, &e).to_string()),
+        Err(_) => Err(ApiFailure::new(
+            server.clone(),
+            request.clone(),
+            Cause::TimedOut {
+                after: STATUS_WRITE_TIMEOUT,
+            },
+        )
+        .to_string()),
     }
 }

@@ -7,12 +7,13 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::drivers::kube::discovery::DataplaneCredentials;
+use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
+use crate::pure::api_failure::{ApiFailure, FailureLog, Request};
 
 /// The Secret key holding the Data Plane API user name.
 pub const USERNAME_KEY: &str = "dataplane_username";
@@ -59,10 +60,11 @@ pub fn credentials_from_secret(secret: &Secret) -> Result<DataplaneCredentials, 
 /// config is read: only a config read without a `credentialsSecretRef` is warned about,
 /// once until it names one again.
 pub fn spawn(
-    client: Client,
+    client: impl Into<KubeApi>,
     mut reference: watch::Receiver<Option<SecretName>>,
     out: watch::Sender<DataplaneCredentials>,
 ) -> tokio::task::JoinHandle<()> {
+    let client: KubeApi = client.into();
     tokio::spawn(async move {
         // The channel's initial value was sent by no config; every later one by a config.
         let mut first = true;
@@ -100,24 +102,26 @@ pub fn spawn(
 }
 
 async fn watch_secret(
-    client: Client,
+    client: KubeApi,
     secret: &SecretName,
     out: &watch::Sender<DataplaneCredentials>,
 ) {
-    let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
+    let api: Api<Secret> = Api::namespaced(client.client, &secret.namespace);
+    let request = Request::watch("secrets", "", Some(&secret.namespace)).named(&secret.name);
     let selector = format!("metadata.name={}", secret.name);
-    let mut events = watcher(api, watcher::Config::default().fields(&selector))
-        .backoff(super::watch_retry())
-        .boxed();
+    let mut events = super::retried(watcher(api, watcher::Config::default().fields(&selector)));
     let object = format!("Secret {}/{}", secret.namespace, secret.name);
+    let what = format!("the credentials {object}");
     let mut found = false;
-    let mut last_error: Option<String> = None;
+    let mut failures = FailureLog::new();
     while let Some(event) = events.next().await {
+        if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+            tell_watch_resumed(&mut failures, &what);
+        }
         match event {
             Ok(watcher::Event::Init) => found = false,
             Ok(watcher::Event::InitApply(s) | watcher::Event::Apply(s)) => {
                 found = true;
-                last_error = None;
                 match credentials_from_secret(&s) {
                     Ok(credentials) => {
                         if out.send_if_modified(|c| {
@@ -142,11 +146,8 @@ async fn watch_secret(
                 tracing::warn!(secret = %object, "the credentials Secret was deleted; the last good credentials stay");
             }
             Err(e) => {
-                let message = e.to_string();
-                if last_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!(secret = %object, error = %message, "watching the credentials Secret failed (check that haptor may get, list and watch this Secret); retrying");
-                    last_error = Some(message);
-                }
+                let failure = ApiFailure::of_watch(&client.server, &request, &e);
+                tell_watch_failure(&mut failures, &failure, &what);
             }
         }
     }

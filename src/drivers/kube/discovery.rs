@@ -6,21 +6,23 @@
 //! knows of the pod); a pod that goes away leaves the list, which stops its Deployer; a new
 //! pod joins, and the DeployScheduler gives it the current configuration at once.
 //!
-//! The watch recovers on its own (kube's default backoff); an error is logged with what to
-//! check, and the last published list stands meanwhile.
+//! The watch recovers on its own ([`super::retried`]); an error is told as
+//! `pure::api_failure` says (the API server's URL, the cause, the RBAC hint for a 403 that
+//! lasts), and the last published list stands meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::drivers::dataplane::{DataplaneSettings, DataplaneTarget};
+use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::Instance;
+use crate::pure::api_failure::{ApiFailure, FailureLog, Request};
 use crate::pure::deploy::DeployTarget;
 use crate::pure::discovery::{ObservedPod, PodEndpoint, pod_endpoints};
 use crate::pure::haproxy::HaproxyVersion;
@@ -106,15 +108,19 @@ fn instances(
 /// Runs discovery until the returned task is aborted, publishing on `out`. A credentials
 /// change rebuilds every target.
 pub fn spawn(
-    client: Client,
+    client: impl Into<KubeApi>,
     settings: PodDiscoverySettings,
     mut credentials: watch::Receiver<DataplaneCredentials>,
     out: watch::Sender<Discovered>,
 ) -> tokio::task::JoinHandle<()> {
+    let KubeApi { client, server } = client.into();
     tokio::spawn(async move {
         let api: Api<Pod> = Api::namespaced(client, &settings.namespace);
+        let request = Request::watch("pods", "", Some(&settings.namespace));
+        let what = format!("HAProxy pods (selector {})", settings.label_selector());
+        let mut failures = FailureLog::new();
         let config = watcher::Config::default().labels(&settings.label_selector());
-        let mut events = watcher(api, config).backoff(super::watch_retry()).boxed();
+        let mut events = super::retried(watcher(api, config));
         let mut pods: BTreeMap<String, ObservedPod> = BTreeMap::new();
         let mut listing: Option<BTreeMap<String, ObservedPod>> = None;
         let mut targets: BTreeMap<PodEndpoint, Arc<dyn DeployTarget>> = BTreeMap::new();
@@ -125,6 +131,9 @@ pub fn spawn(
             tokio::select! {
                 event = events.next() => {
                     let Some(event) = event else { return };
+                    if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+                        tell_watch_resumed(&mut failures, &what);
+                    }
                     match event {
                         Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
                         Ok(watcher::Event::InitApply(pod)) => {
@@ -146,7 +155,7 @@ pub fn spawn(
                             }
                         }
                         Err(e) => {
-                            tracing::warn!(namespace = %settings.namespace, selector = %settings.label_selector(), error = %e, "watching HAProxy pods failed (check that haptor may list and watch pods in this namespace); retrying");
+                            tell_watch_failure(&mut failures, &ApiFailure::of_watch(&server, &request, &e), &what);
                             continue;
                         }
                     }

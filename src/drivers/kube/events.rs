@@ -26,7 +26,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::drivers::kube::KubeApi;
 use crate::messages::events::{EventKind, ObservedEvent};
+use crate::pure::api_failure::{ApiFailure, ApiServer, Request};
 use crate::pure::kube_events::{
     KubeEventNote, REPORTING_INSTANCE_LIMIT, config_accepted, config_rejected, deployment_failed,
     deployment_fenced, leadership_gained, leadership_lost, truncate_to,
@@ -75,12 +77,13 @@ pub fn kube_event_of(kind: &EventKind) -> Option<KubeEventNote> {
 /// name; cut to the 128 bytes the API server accepts, the controller's name when empty). It
 /// runs until every sender of `events` is dropped.
 pub fn spawn(
-    client: Client,
+    client: impl Into<KubeApi>,
     reporter: String,
     instance: String,
     regarding: watch::Receiver<Option<ObjectReference>>,
     events: mpsc::Receiver<ObservedEvent>,
 ) -> JoinHandle<()> {
+    let KubeApi { client, server } = client.into();
     let instance = truncate_to(&instance, REPORTING_INSTANCE_LIMIT).to_string();
     let reporter = Reporter {
         controller: reporter,
@@ -89,6 +92,7 @@ pub fn spawn(
     let publisher = Publisher {
         recorder: Recorder::new(client.clone(), reporter.clone()),
         client,
+        server,
         reporter,
         notes: HashMap::new(),
         logged: HashSet::new(),
@@ -102,6 +106,8 @@ type SeriesKey = (bool, &'static str, &'static str, [Option<String>; 5]);
 
 struct Publisher {
     client: Client,
+    /// The API server, as failures name it.
+    server: ApiServer,
     reporter: Reporter,
     recorder: Recorder,
     /// The note last published in each series of the current `recorder`.
@@ -178,7 +184,10 @@ impl Publisher {
                     self.logged.clear();
                 }
             }
-            Ok(Err(source)) => self.failed(PublishError::from_kube(subject, source)),
+            Ok(Err(source)) => {
+                let error = PublishError::from_kube(subject, source, &self.server);
+                self.failed(error)
+            }
             Err(_) => self.failed(PublishError::TimedOut { subject }),
         }
     }
@@ -227,15 +236,12 @@ enum PublishError {
     )]
     Forbidden { subject: Subject, message: String },
     #[error(
-        "could not publish the {} Event about {} {}/{}: {source}; check that the API server is \
-         reachable and serves events.k8s.io/v1, and that haptor may create and patch \
-         events.k8s.io events in namespace {}",
-        subject.reason, subject.kind, subject.namespace, subject.name, subject.namespace
+        "could not publish the {} Event about {} {}/{}: {failure}",
+        subject.reason, subject.kind, subject.namespace, subject.name
     )]
     Api {
         subject: Subject,
-        #[source]
-        source: Box<kube::Error>,
+        failure: Box<ApiFailure>,
     },
     #[error(
         "publishing the {} Event about {} {}/{} did not finish within {:?}; check that the API \
@@ -246,16 +252,24 @@ enum PublishError {
 }
 
 impl PublishError {
-    fn from_kube(subject: Subject, source: kube::Error) -> PublishError {
+    fn from_kube(subject: Subject, source: kube::Error, server: &ApiServer) -> PublishError {
         match source {
             kube::Error::Api(status) if status.code == 403 => PublishError::Forbidden {
                 subject,
                 message: status.message,
             },
-            source => PublishError::Api {
-                subject,
-                source: Box::new(source),
-            },
+            source => {
+                let request = Request::new(
+                    "create and patch",
+                    "events",
+                    "events.k8s.io",
+                    Some(&subject.namespace),
+                );
+                PublishError::Api {
+                    failure: Box::new(ApiFailure::of(server, &request, &source)),
+                    subject,
+                }
+            }
         }
     }
 
@@ -267,12 +281,9 @@ impl PublishError {
             PublishError::Forbidden { subject, .. } => {
                 format!("forbidden in {}", subject.namespace)
             }
-            PublishError::Api { subject, source } => match source.as_ref() {
-                kube::Error::Api(status) => format!(
-                    "{} {} in {} ({})",
-                    status.code, status.reason, subject.namespace, subject.reason
-                ),
-                other => format!("{other} in {}", subject.namespace),
+            PublishError::Api { subject, failure } => match failure.cause.code() {
+                Some(code) => format!("{code} in {} ({})", subject.namespace, subject.reason),
+                None => format!("{} in {}", failure.cause, subject.namespace),
             },
             PublishError::TimedOut { subject } => format!("timeout in {}", subject.namespace),
         }
@@ -372,6 +383,7 @@ mod tests {
                 kube::Error::Api(Box::new(
                     kube::core::Status::failure(message, "Forbidden").with_code(403),
                 )),
+                &ApiServer::new("https://10.0.0.1:6443"),
             )
         };
         let first = forbidden("ConfigInvalid", "events \"haptor.17a\" is forbidden");

@@ -31,13 +31,15 @@ use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::Leadership;
+use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, Request};
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
 use crate::pure::ingress_status::{
     Addresses, IngressRef, IngressStatusBook, LEFT_OUT_ACTION, LeftOutReport, StatusWrite,
@@ -103,11 +105,12 @@ impl<S: PublishSink> PublishSink for WithIngressStatus<S> {
 /// Starts the task (see the module documentation); it acts only while `leadership` says
 /// this replica leads, and ends when the returned handle and every clone are dropped.
 pub fn spawn(
-    client: Client,
+    client: impl Into<KubeApi>,
     reporter: Reporter,
     publish: PublishAddress,
     leadership: watch::Receiver<Leadership>,
 ) -> (IngressStatus, JoinHandle<()>) {
+    let KubeApi { client, server } = client.into();
     let (outcomes_tx, outcomes_rx) = watch::channel(None);
     let (addresses_tx, addresses_rx) = watch::channel(None);
     let service_task = match publish {
@@ -117,7 +120,7 @@ pub fn spawn(
             None
         }
         PublishAddress::Service { namespace, name } => Some(tokio::spawn(watch_service(
-            client.clone(),
+            KubeApi::new(client.clone(), server.clone()),
             namespace,
             name,
             addresses_tx.clone(),
@@ -125,6 +128,7 @@ pub fn spawn(
     };
     let driver = Driver {
         client,
+        server,
         reporter,
         book: IngressStatusBook::default(),
         logged: HashSet::new(),
@@ -147,6 +151,7 @@ pub fn spawn(
 
 struct Driver {
     client: Client,
+    server: ApiServer,
     reporter: Reporter,
     book: IngressStatusBook,
     /// Failures logged as warnings since the last success (logged once each).
@@ -297,7 +302,17 @@ impl Driver {
             }
             Err(e) => Err(Failure::Kube {
                 what: "writing its status",
-                error: e,
+                failure: Box::new(ApiFailure::of(
+                    &self.server,
+                    &Request::new(
+                        "patch",
+                        "ingresses/status",
+                        "networking.k8s.io",
+                        Some(&ingress.namespace),
+                    )
+                    .named(&ingress.name),
+                    &e,
+                )),
             }),
         }
     }
@@ -310,7 +325,17 @@ impl Driver {
             .map_err(|_| Failure::TimedOut("reading it"))?
             .map_err(|e| Failure::Kube {
                 what: "reading it",
-                error: e,
+                failure: Box::new(ApiFailure::of(
+                    &self.server,
+                    &Request::new(
+                        "get",
+                        "ingresses",
+                        "networking.k8s.io",
+                        Some(&ingress.namespace),
+                    )
+                    .named(&ingress.name),
+                    &e,
+                )),
             })?;
         Ok(read.map(|object| {
             let meta = object.meta();
@@ -362,13 +387,25 @@ impl Driver {
                 self.book.reported(report);
                 self.succeeded();
             }
-            Ok(Err(e)) => self.warn_once(
-                ingress,
-                Failure::Kube {
-                    what: "publishing an Event about it",
-                    error: e,
-                },
-            ),
+            Ok(Err(e)) => {
+                let failure = ApiFailure::of(
+                    &self.server,
+                    &Request::new(
+                        "create",
+                        "events",
+                        "events.k8s.io",
+                        Some(&ingress.namespace),
+                    ),
+                    &e,
+                );
+                self.warn_once(
+                    ingress,
+                    Failure::Kube {
+                        what: "publishing an Event about it",
+                        failure: Box::new(failure),
+                    },
+                )
+            }
             Err(_) => self.warn_once(ingress, Failure::TimedOut("publishing an Event about it")),
         }
     }
@@ -412,10 +449,10 @@ fn carried_by(ingress: &Ingress) -> Addresses {
 enum Failure {
     #[error("{0} took longer than {REQUEST_TIMEOUT:?}")]
     TimedOut(&'static str),
-    #[error("{what}: {}", describe(.error))]
+    #[error("{what}: {}", describe(.failure))]
     Kube {
         what: &'static str,
-        error: kube::Error,
+        failure: Box<ApiFailure>,
     },
 }
 
@@ -423,41 +460,41 @@ impl Failure {
     fn fingerprint(&self) -> String {
         match self {
             Failure::TimedOut(what) => format!("timeout {what}"),
-            Failure::Kube {
-                what,
-                error: kube::Error::Api(status),
-            } => format!("{what} {}", status.code),
-            Failure::Kube { what, error } => format!("{what} {error}"),
+            Failure::Kube { what, failure } => match failure.cause.code() {
+                Some(code) => format!("{what} {code}"),
+                None => format!("{what} {}", failure.cause),
+            },
         }
     }
 }
 
-fn describe(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "forbidden ({}); haptor's service account needs patch on networking.k8s.io ingresses/status, get on ingresses and create/patch on events.k8s.io events",
-            status.message
+/// The failure as the warning says it: the one RBAC rule set for a 403 (status writes,
+/// reads and Events together), a conflict as the retry it causes, anything else as
+/// `pure::api_failure` tells it (the API server's URL and the cause).
+fn describe(failure: &ApiFailure) -> String {
+    match &failure.cause {
+        Cause::Forbidden { message } => format!(
+            "forbidden ({message}); haptor's service account needs patch on networking.k8s.io ingresses/status, get on ingresses and create/patch on events.k8s.io events",
         ),
-        kube::Error::Api(status) if status.code == 409 => {
+        Cause::Status { code: 409, .. } => {
             "the Ingress changed meanwhile (conflict); read again at the retry".to_string()
         }
-        other => other.to_string(),
+        _ => failure.to_string(),
     }
 }
 
 /// Watches the `--publish-service` Service and sends its addresses (empty while it does
 /// not exist or has none).
 async fn watch_service(
-    client: Client,
+    client: KubeApi,
     namespace: String,
     name: String,
     out: watch::Sender<Option<Addresses>>,
 ) {
-    let api: Api<Service> = Api::namespaced(client, &namespace);
+    let api: Api<Service> = Api::namespaced(client.client, &namespace);
+    let request = Request::watch("services", "", Some(&namespace)).named(&name);
     let selector = format!("metadata.name={name}");
-    let mut events = watcher(api, watcher::Config::default().fields(&selector))
-        .backoff(super::watch_retry())
-        .boxed();
+    let mut events = super::retried(watcher(api, watcher::Config::default().fields(&selector)));
     let object = format!("Service {namespace}/{name}");
     let send = |addresses: Addresses| {
         let changed = out.send_if_modified(|current| {
@@ -475,14 +512,17 @@ async fn watch_service(
             }
         }
     };
+    let what = format!("the --publish-service {object}");
     let mut found = false;
-    let mut last_error: Option<String> = None;
+    let mut failures = FailureLog::new();
     while let Some(event) = events.next().await {
+        if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
+            tell_watch_resumed(&mut failures, &what);
+        }
         match event {
             Ok(watcher::Event::Init) => found = false,
             Ok(watcher::Event::InitApply(service) | watcher::Event::Apply(service)) => {
                 found = true;
-                last_error = None;
                 send(service_addresses(&service));
             }
             Ok(watcher::Event::InitDone) => {
@@ -492,11 +532,8 @@ async fn watch_service(
             }
             Ok(watcher::Event::Delete(_)) => send(Addresses::new()),
             Err(e) => {
-                let message = e.to_string();
-                if last_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!(service = %object, error = %message, "watching the --publish-service Service failed (haptor needs list and watch on services); retrying");
-                    last_error = Some(message);
-                }
+                let failure = ApiFailure::of_watch(&client.server, &request, &e);
+                tell_watch_failure(&mut failures, &failure, &what);
             }
         }
     }

@@ -16,10 +16,13 @@
 //! anyone else may take the Lease — and goes on as a candidate: losing the Lease never ends
 //! the task. API errors are retried, a leader's every `retryPeriod` until its deadline, a
 //! candidate's with a backoff doubling from `retryPeriod` up to `leaseDuration`; the latest
-//! one is kept in [`LeaseElector::errors`] (and logged once per new message), worded to say
-//! what to check, RBAC first. [`LeaseElector::shutdown`] (on SIGTERM) publishes
-//! `is_leader: false`, then releases a held Lease — no holder, epoch annotation kept — so a
-//! successor takes it within its next `retryPeriod` instead of waiting for the expiry.
+//! one is kept in [`LeaseElector::errors`], worded to say what to check (the API server's
+//! URL and the cause, or the RBAC rule), and logged as `pure::api_failure::FailureLog`
+//! decides: once while it repeats, a refusal only once it lasts (a restarted API server
+//! refuses for a moment), and once the requests succeed again.
+//! [`LeaseElector::shutdown`] (on SIGTERM) publishes `is_leader: false`, then releases a
+//! held Lease — no holder, epoch annotation kept — so a successor takes it within its next
+//! `retryPeriod` instead of waiting for the expiry.
 //! Dropping the elector instead aborts the task without a release, as a crash would.
 //!
 //! Epochs (see `pure::election`): a new term's epoch is one above the Lease's epoch
@@ -34,11 +37,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::{oneshot, watch};
 
+use crate::drivers::kube::KubeApi;
 use crate::messages::Leadership;
+use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, Request};
 use crate::pure::config::LeaderElectionSettings;
 use crate::pure::election::{
     Candidate, Decision, LeaseRecord, LeaseTimings, LostReason, Term, TimingsError, Write, decide,
@@ -66,26 +70,23 @@ pub enum LeaseError {
         verb: &'static str,
         message: String,
     },
-    #[error(
-        "could not {verb} Lease {namespace}/{lease}: {source}; check that the API server is \
-         reachable and serves coordination.k8s.io/v1"
-    )]
+    #[error("could not {verb} Lease {namespace}/{lease}: {failure}")]
     Api {
         namespace: String,
         lease: String,
         verb: &'static str,
-        #[source]
-        source: Box<kube::Error>,
+        failure: Box<ApiFailure>,
     },
     #[error(
         "the {verb} of Lease {namespace}/{lease} got no answer within {after:?}; check the \
-         connection to the API server"
+         connection to {server}"
     )]
     TimedOut {
         namespace: String,
         lease: String,
         verb: &'static str,
         after: Duration,
+        server: ApiServer,
     },
     #[error("the leader elector of Lease {namespace}/{lease} stopped abnormally: {reason}")]
     Stopped {
@@ -104,6 +105,20 @@ impl LeaseError {
             LeaseError::Api { .. } => "api",
             LeaseError::TimedOut { .. } => "timed_out",
             LeaseError::Stopped { .. } => "stopped",
+        }
+    }
+
+    /// The cause, as `pure::api_failure::FailureLog` weighs it.
+    pub fn cause(&self) -> Cause {
+        match self {
+            LeaseError::Forbidden { message, .. } => Cause::Forbidden {
+                message: message.clone(),
+            },
+            LeaseError::Api { failure, .. } => failure.cause.clone(),
+            LeaseError::TimedOut { after, .. } => Cause::TimedOut { after: *after },
+            LeaseError::Settings(_) | LeaseError::Stopped { .. } => Cause::Other {
+                detail: self.to_string(),
+            },
         }
     }
 }
@@ -139,11 +154,12 @@ impl LeaseElector {
     /// `leadership` (which starts as it is: the caller's initial value, normally not leading).
     /// Fails only on settings that cannot drive an election; must run inside a tokio runtime.
     pub fn start(
-        client: Client,
+        client: impl Into<KubeApi>,
         options: ElectorOptions,
         leadership: watch::Sender<Leadership>,
     ) -> Result<LeaseElector, LeaseError> {
         let timings = LeaseTimings::from_settings(&options.settings)?;
+        let KubeApi { client, server } = client.into();
         let namespace = options.namespace;
         let lease = options.settings.lease_name;
         let floor = Arc::new(AtomicU64::new(options.highest_target_epoch));
@@ -152,6 +168,8 @@ impl LeaseElector {
         let receiver = leadership.subscribe();
         let runner = Runner {
             api: Api::namespaced(client, &namespace),
+            server,
+            told: FailureLog::new(),
             namespace: namespace.clone(),
             lease: lease.clone(),
             identity: options.identity.clone(),
@@ -274,6 +292,10 @@ enum Outcome<T> {
 /// The task's state.
 struct Runner {
     api: Api<Lease>,
+    /// The API server, as failures name it.
+    server: ApiServer,
+    /// How failures are told (`pure::api_failure::FailureLog`).
+    told: FailureLog,
     namespace: String,
     lease: String,
     identity: String,
@@ -473,17 +495,23 @@ impl Runner {
                     message: status.message,
                 })
             }
-            Ok(Err(source)) => Outcome::Failed(LeaseError::Api {
-                namespace: self.namespace.clone(),
-                lease: self.lease.clone(),
-                verb,
-                source: Box::new(source),
-            }),
+            Ok(Err(source)) => {
+                let request =
+                    Request::new(verb, "leases", "coordination.k8s.io", Some(&self.namespace))
+                        .named(&self.lease);
+                Outcome::Failed(LeaseError::Api {
+                    namespace: self.namespace.clone(),
+                    lease: self.lease.clone(),
+                    verb,
+                    failure: Box::new(ApiFailure::of(&self.server, &request, &source)),
+                })
+            }
             Err(_) => Outcome::Failed(LeaseError::TimedOut {
                 namespace: self.namespace.clone(),
                 lease: self.lease.clone(),
                 verb,
                 after: limit,
+                server: self.server.clone(),
             }),
         }
     }
@@ -491,15 +519,12 @@ impl Runner {
     /// Records a failed request; returns the pause before the next try.
     fn failed(&mut self, error: LeaseError) -> Duration {
         self.failures = self.failures.saturating_add(1);
-        let repeated = self
-            .errors
-            .borrow()
-            .as_ref()
-            .is_some_and(|last| last.to_string() == error.to_string());
-        if repeated {
-            tracing::debug!(error = %error, failures = self.failures, "leader Lease request failed again");
+        let cause = error.cause();
+        let telling = self.told.failed(&cause, std::time::Instant::now());
+        if telling.advice {
+            log_at!(telling.level, error = %error, kind = error.metric_label(), "leader Lease request failed");
         } else {
-            tracing::warn!(error = %error, kind = error.metric_label(), "leader Lease request failed");
+            log_at!(telling.level, %cause, failures = self.failures, "leader Lease request failed ({cause}); retrying");
         }
         self.errors.send_replace(Some(Arc::new(error)));
         if self.term.is_some() {
@@ -514,6 +539,15 @@ impl Runner {
 
     fn succeeded(&mut self) {
         self.failures = 0;
+        if let Some(resumed) = self.told.succeeded(std::time::Instant::now()) {
+            log_at!(
+                resumed.level,
+                namespace = %self.namespace, lease = %self.lease,
+                "leader Lease requests succeed again after {} failed tries over {:.1} s",
+                resumed.failures,
+                resumed.over.as_secs_f64()
+            );
+        }
         if self.errors.borrow().is_some() {
             self.errors.send_replace(None);
         }

@@ -13,24 +13,28 @@
 //! - then the status, through the status subresource, only when it differs from the last
 //!   one written (an unchanged `ContentPublished` condition keeps its transition time).
 //!
-//! Each request is bounded by [`REQUEST_TIMEOUT`]. A failure is logged (a warning naming
-//! the object and what to check: RBAC for a 403, the CRD for a 404), counted and retried
-//! with a backoff doubling from [`FIRST_BACKOFF`] to [`MAX_BACKOFF`]; the retry writes the
-//! latest value, not the one that failed. Writes are counted in
-//! `haptor_kube_writes_total{object="haproxycfg", part, result}`. The task ends when the
-//! sink is dropped, once the write or the backoff under way is over.
+//! Each request is bounded by [`REQUEST_TIMEOUT`]. A failure is logged naming the object,
+//! the API server's URL, the cause and what to check (RBAC for a 403, the CRD for a 404),
+//! as `pure::api_failure::FailureLog` decides: a warning the first time, quiet while it
+//! repeats, a refusal only once it lasts (a restarted API server refuses for a moment);
+//! it is counted and retried with a backoff doubling from [`FIRST_BACKOFF`] to
+//! [`MAX_BACKOFF`]; the retry writes the latest value, not the one that failed. Writes are
+//! counted in `haptor_kube_writes_total{object="haproxycfg", part, result}`. The task ends
+//! when the sink is dropped, once the write or the backoff under way is over.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, Resource};
 use prometheus::{IntCounterVec, Opts, Registry};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::drivers::kube::KubeApi;
+use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, HAPTOR_GROUP, Request};
 use crate::pure::config::published::{
     EncodedSpec, TEXT_LIMIT, encode_spec, with_content_condition,
 };
@@ -69,7 +73,7 @@ impl KubePublishSink {
     /// Starts the task that writes `HAProxyCfg` `namespace/name` through `client`; it ends
     /// when the returned sink is dropped. Must be called inside a tokio runtime.
     pub fn start(
-        client: Client,
+        client: impl Into<KubeApi>,
         namespace: String,
         name: String,
     ) -> (KubePublishSink, tokio::task::JoinHandle<()>) {
@@ -79,15 +83,18 @@ impl KubePublishSink {
     /// [`KubePublishSink::start`] with the transition times of conditions read from
     /// `clock` (tests that pin the exact requests).
     pub fn start_with_clock(
-        client: Client,
+        client: impl Into<KubeApi>,
         namespace: String,
         name: String,
         clock: Clock,
     ) -> (KubePublishSink, tokio::task::JoinHandle<()>) {
+        let KubeApi { client, server } = client.into();
         let writes = write_counters();
         let (desired, updates) = watch::channel(Desired::default());
         let writer = Writer {
             api: Api::namespaced(client, &namespace),
+            server,
+            failures: FailureLog::new(),
             object: format!("{namespace}/{name}"),
             namespace,
             name,
@@ -197,6 +204,9 @@ impl std::fmt::Display for Failure {
 /// The background task's state: what it last wrote.
 struct Writer {
     api: Api<HAProxyCfg>,
+    server: ApiServer,
+    /// How failures are told (`pure::api_failure::FailureLog`).
+    failures: FailureLog,
     namespace: String,
     name: String,
     object: String,
@@ -220,18 +230,40 @@ impl Writer {
             loop {
                 let desired = updates.borrow_and_update().clone();
                 let Err((part, failure)) = self.write(&desired).await else {
+                    if let Some(resumed) = self.failures.succeeded(std::time::Instant::now()) {
+                        log_at!(
+                            resumed.level,
+                            object = %self.object,
+                            "writing HAProxyCfg {} works again after {} failed tries over {:.1} s",
+                            self.object,
+                            resumed.failures,
+                            resumed.over.as_secs_f64()
+                        );
+                    }
                     backoff = FIRST_BACKOFF;
                     break;
                 };
-                tracing::warn!(
+                let told = self.tell(part, &failure);
+                let telling = self.failures.failed(&told.cause, std::time::Instant::now());
+                let text = if telling.advice {
+                    match told.cause.code() {
+                        Some(401 | 403 | 404 | 422) => {
+                            format!("{}; {}", told.brief(), self.advice(part, &failure))
+                        }
+                        _ => told.to_string(),
+                    }
+                } else {
+                    told.brief()
+                };
+                log_at!(
+                    telling.level,
                     object = %self.object,
                     part = part.label(),
-                    error = %failure,
+                    cause = told.metric_label(),
                     retry_in = ?backoff,
-                    "writing the {} of HAProxyCfg {} failed: {failure}; {}; retrying in {backoff:?}",
+                    "writing the {} of HAProxyCfg {} failed: {text}; retrying in {backoff:?}",
                     part.label(),
                     self.object,
-                    self.advice(part, &failure),
                 );
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -340,6 +372,27 @@ impl Writer {
             .with_label_values(&["haproxycfg", part.label(), outcome])
             .inc();
         result
+    }
+
+    /// The failure as `pure::api_failure` tells it: the API server's URL, the request, the
+    /// cause.
+    fn tell(&self, part: Part, failure: &Failure) -> ApiFailure {
+        let resource = match part {
+            Part::Spec => "haproxycfgs",
+            Part::Status => "haproxycfgs/status",
+        };
+        let request =
+            Request::new("patch", resource, HAPTOR_GROUP, Some(&self.namespace)).named(&self.name);
+        match failure {
+            Failure::Api(e) => ApiFailure::of(&self.server, &request, e),
+            Failure::TimedOut => ApiFailure::new(
+                self.server.clone(),
+                request,
+                Cause::TimedOut {
+                    after: REQUEST_TIMEOUT,
+                },
+            ),
+        }
     }
 
     /// What to check after `failure`, as a clause of the warning.

@@ -33,9 +33,11 @@
 //! only once the Namespaces have been listed, so staged start-up waits for both.
 //!
 //! Errors. A failing list or watch (403 Forbidden, 404 Not Found, a broken connection) is
-//! logged naming the resource and what to do, and the stream goes on: the watcher retries
-//! with its backoff and relists when it recovers. A resource that cannot be resolved when
-//! its stream opens (a CRD not installed yet) is logged and resolved again with a backoff.
+//! told as `pure::api_failure` says — the API server's URL, the real cause, what to do; a
+//! refusal only once it lasts, since a restarted API server refuses for a moment — and the
+//! stream goes on: the watcher retries with its backoff and relists when it recovers. A
+//! resource that cannot be resolved when its stream opens (a CRD not installed yet) is
+//! logged and resolved again with a backoff.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,12 +49,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::{GroupVersion, PartialObjectMeta, TypeMeta};
 use kube::discovery::{self, verbs};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::ResourceEvent;
+use crate::pure::api_failure::{ApiFailure, ApiServer, FailureLog, Request};
 use crate::pure::config::WatchedResource;
 use crate::pure::selector::LabelSelector;
 use crate::pure::store::CompactObject;
@@ -100,12 +103,11 @@ pub enum SourceError {
         api_version: String,
         verbs: String,
     },
-    #[error("discovering resource '{resources}' in {api_version} failed: {source}")]
+    #[error("discovering resource '{resources}' in {api_version} failed: {failure}")]
     Discovery {
         resources: String,
         api_version: String,
-        #[source]
-        source: kube::Error,
+        failure: Box<ApiFailure>,
     },
 }
 
@@ -131,6 +133,8 @@ pub struct KubeResources {
 
 struct Inner {
     client: Client,
+    /// The API server the client talks to, as failures name it.
+    server: ApiServer,
     /// Watch namespaced resources in this namespace only (`--watch-namespace`); cluster-
     /// scoped ones are watched cluster-wide either way.
     namespace: Option<String>,
@@ -145,16 +149,18 @@ impl std::fmt::Debug for KubeResources {
 }
 
 impl KubeResources {
-    pub fn new(client: Client) -> KubeResources {
+    pub fn new(client: impl Into<KubeApi>) -> KubeResources {
         KubeResources::in_namespace(client, None)
     }
 
     /// Watches namespaced resources only in `namespace` when one is given (a namespaced
     /// install: RBAC grants Roles there, not ClusterRoles).
-    pub fn in_namespace(client: Client, namespace: Option<String>) -> KubeResources {
+    pub fn in_namespace(client: impl Into<KubeApi>, namespace: Option<String>) -> KubeResources {
+        let KubeApi { client, server } = client.into();
         KubeResources {
             inner: Arc::new(Inner {
                 client,
+                server,
                 namespace: namespace.filter(|n| !n.is_empty()),
                 resolved: Mutex::new(HashMap::new()),
             }),
@@ -207,10 +213,12 @@ impl KubeResources {
                 });
             }
             Err(source) => {
+                let request =
+                    Request::new("discover", &watched.resources, &group_version.group, None);
                 return Err(SourceError::Discovery {
                     resources: resources(),
                     api_version: api_version(),
-                    source,
+                    failure: Box::new(ApiFailure::of(&self.inner.server, &request, &source)),
                 });
             }
         };
@@ -308,12 +316,21 @@ impl KubeResources {
             }
         );
         let mut watched = Watched {
-            resource: plan.resource.clone(),
-            api_version: api_resource.api_version.clone(),
-            group: api_resource.group.clone(),
-            plural: api_resource.plural.clone(),
-            for_resource: None,
-            failing: None,
+            what: if plan.resource == api_resource.plural {
+                plan.resource.clone()
+            } else {
+                format!(
+                    "{} (watched resource '{}')",
+                    api_resource.plural, plan.resource
+                )
+            },
+            server: self.inner.server.clone(),
+            request: Request::watch(
+                &api_resource.plural,
+                &api_resource.group,
+                watch_namespace.as_deref(),
+            ),
+            failures: FailureLog::new(),
         };
         let api = match &watch_namespace {
             Some(namespace) => {
@@ -321,26 +338,25 @@ impl KubeResources {
             }
             None => Api::<DynamicObject>::all_with(client.clone(), &api_resource),
         };
-        let objects = watcher::watcher(api, config)
-            .backoff(super::watch_retry())
+        let objects = super::retried(watcher::watcher(api, config))
             .filter_map(move |item| future::ready(keep(&mut watched, item)))
             .filter_map(move |event| future::ready(keyed_event(event, &api_resource)));
         let Some(selector) = plan.namespace_selector else {
             return objects.map(ResourceEvent::from).boxed();
         };
         let mut namespaces_watched = Watched {
-            resource: "namespaces".into(),
-            api_version: "v1".into(),
-            group: String::new(),
-            plural: "namespaces".into(),
-            for_resource: Some(plan.resource.clone()),
-            failing: None,
+            what: format!(
+                "namespaces (for the namespaceSelector of '{}')",
+                plan.resource
+            ),
+            server: self.inner.server.clone(),
+            request: Request::watch("namespaces", "", None),
+            failures: FailureLog::new(),
         };
-        let namespaces = watcher::watcher(
+        let namespaces = super::retried(watcher::watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client),
             watcher::Config::default(),
-        )
-        .backoff(super::watch_retry())
+        ))
         .filter_map(move |item| future::ready(keep(&mut namespaces_watched, item)))
         .map(|event| list_event(event, namespace_metadata));
         let mut join = NamespaceJoin::new(selector);
@@ -414,89 +430,35 @@ impl WatchPlan {
 
 /// A watch, as its errors name it.
 struct Watched {
-    /// The config's name of the watched resource (or `namespaces`).
-    resource: String,
-    api_version: String,
-    group: String,
-    plural: String,
-    /// For the Namespaces watch: the resource whose namespaceSelector it serves.
-    for_resource: Option<String>,
-    /// Since when, and how many times, the watch has failed without an event in between.
-    failing: Option<(std::time::Instant, u32)>,
+    /// What the log calls the watch: the plural, with the config's name of the resource
+    /// when that differs (two resources may watch secrets), or `namespaces` with the
+    /// resource whose namespaceSelector it serves.
+    what: String,
+    server: ApiServer,
+    /// The list and watch, as a refusal's hint names it.
+    request: Request,
+    /// How the watch's failures are told (`pure::api_failure::FailureLog`).
+    failures: FailureLog,
 }
 
-/// Passes an event on; logs an error, naming the watch and what to do about it, and drops
-/// it (the watcher retries with `watch_retry`). The first event after failures says, once,
+/// Passes an event on; tells an error as the watch's `FailureLog` decides (the API
+/// server's URL, the cause, a refusal's advice once it lasts) and drops it (the watcher
+/// retries with `watch_retry`, see `retried`). The first answer after failures says, once,
 /// that the watch resumed, after how many tries and how long (an expired watch's relist,
-/// `410 Gone`, is no failure).
+/// `410 Gone`, is no failure; `Init`, which opens a list before any request, is no answer).
 fn keep<T>(watched: &mut Watched, item: watcher::Result<Event<T>>) -> Option<Event<T>> {
     match item {
         Ok(event) => {
-            if let Some((since, failures)) = watched.failing.take() {
-                tracing::info!(
-                    resource = %watched.resource,
-                    for_resource = watched.for_resource.as_deref().unwrap_or_default(),
-                    "the watch of {} resumed after {failures} failed tries over {:.1} s",
-                    watched.plural,
-                    since.elapsed().as_secs_f64()
-                );
+            if !matches!(event, Event::Init) {
+                tell_watch_resumed(&mut watched.failures, &watched.what);
             }
             Some(event)
         }
         Err(error) => {
-            report(watched, &error);
-            if status_code(&error) != Some(410) {
-                watched
-                    .failing
-                    .get_or_insert_with(|| (std::time::Instant::now(), 0))
-                    .1 += 1;
-            }
+            let failure = ApiFailure::of_watch(&watched.server, &watched.request, &error);
+            tell_watch_failure(&mut watched.failures, &failure, &watched.what);
             None
         }
-    }
-}
-
-/// The HTTP status an API server answered a watch with, if it answered.
-fn status_code(error: &watcher::Error) -> Option<u16> {
-    match error {
-        watcher::Error::WatchError(status) => Some(status.code),
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        _ => None,
-    }
-}
-
-fn report(watched: &Watched, error: &watcher::Error) {
-    let Watched {
-        resource,
-        api_version,
-        group,
-        plural,
-        for_resource,
-        ..
-    } = watched;
-    let for_resource = for_resource.as_deref().unwrap_or_default();
-    match status_code(error) {
-        Some(410) => tracing::info!(
-            %resource, %for_resource, %error,
-            "the watch of {plural} expired (410 Gone): listing {plural} again"
-        ),
-        Some(401 | 403) => tracing::error!(
-            %resource, %for_resource, %error,
-            "forbidden to watch {plural}: grant haptor's service account the verbs list and \
-             watch on resource {plural} in API group '{group}' (a ClusterRole: the watch is \
-             cluster-wide); retrying with backoff"
-        ),
-        Some(404) => tracing::error!(
-            %resource, %for_resource, %error,
-            "{plural} in {api_version} is not served (was its CustomResourceDefinition \
-             removed?); retrying with backoff"
-        ),
-        _ => tracing::warn!(
-            %resource, %for_resource, %error,
-            "watching {plural} failed; retrying with backoff"
-        ),
     }
 }
 
