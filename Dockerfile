@@ -5,7 +5,7 @@
 #
 #   docker build -t haptor:dev .
 #
-# tests/dockerfile.rs checks this file's shape (stages, pinned bases, non-root user, exec
+# tests/processes/dockerfile.rs checks this file's shape (stages, pinned bases, non-root user, exec
 # form entrypoint, --locked build).
 
 # Builder: the toolchain of Cargo.toml's rust-version.
@@ -21,7 +21,7 @@ RUN mkdir -p src benches tests \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
     && for bench in $(sed -n '/^\[\[bench\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do echo 'fn main() {}' > "benches/$bench.rs"; done \
-    && for test in $(sed -n '/^\[\[test\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do touch "tests/$test.rs"; done \
+    && for test in $(sed -n '/^\[\[test\]\]/{n;s/^name = "\(.*\)"$/\1/p;}' Cargo.toml); do mkdir -p "tests/$test" && touch "tests/$test/main.rs"; done \
     && cargo build --release --locked \
     && rm -rf src benches tests
 

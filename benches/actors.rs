@@ -11,13 +11,13 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
 use haptor::actors::context::{ControllerSettings, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::sources::MemorySource;
+use haptor::drivers::memory_source::MemorySource;
 use haptor::messages::deploy::{RenderFailure, RenderedAndValidated};
 use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::pipeline::CompiledConfig;
-use haptor::pure::rendered::RenderedConfig;
+use haptor::pure::rendered::{Checksum, RenderedConfig};
 use haptor::pure::store::StoresSnapshot;
 use haptor::seams::InMemorySink;
 use haptor::seams::ReconcilePipeline;
@@ -50,7 +50,7 @@ impl ReconcilePipeline for NoopPipeline {
         let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(RenderedAndValidated {
             rendered: Arc::new(RenderedConfig::default()),
-            checksum: format!("{n:064}"),
+            checksum: Checksum::of(&n.to_be_bytes()),
             render_time: Duration::ZERO,
             validate_time: Duration::ZERO,
             cache_hit: false,
@@ -76,7 +76,7 @@ impl DeployTarget for SignallingTarget {
         let _ = self.deployed.send(());
         Box::pin(async { Ok(DeployOutcome::default()) })
     }
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>> {
         Box::pin(async { Ok(None) })
     }
 }
@@ -111,6 +111,7 @@ fn reconciliation(c: &mut Criterion) {
             Arc::new(InMemorySink::default()),
             ControllerSettings::default(),
             ServerAddresses::default(),
+            haptor::actors::controller::ControllerEdges::default(),
             None,
         )
         .await

@@ -16,15 +16,17 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::future::BoxFuture;
-use haptor::actors::context::{ControllerSettings, FullPipeline, Sources};
+use haptor::actors::context::{ControllerSettings, Sources};
 use haptor::actors::controller::{ServerAddresses, start_controller};
-use haptor::actors::sources::MemorySource;
 use haptor::drivers::haproxy_check::{CheckerSettings, HaproxyChecker};
 use haptor::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
+use haptor::drivers::memory_source::MemorySource;
+use haptor::drivers::pipeline::FullPipeline;
 use haptor::messages::{Instance, Leadership};
 use haptor::pure::config::config_from_yaml;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget};
 use haptor::pure::fixtures;
+use haptor::pure::rendered::Checksum;
 use haptor::seams::InMemorySink;
 use tokio::sync::{mpsc, watch};
 
@@ -55,7 +57,7 @@ impl DeployTarget for Reporting {
             Ok(outcome)
         })
     }
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>> {
         self.inner.deployed_checksum()
     }
 }
@@ -113,6 +115,7 @@ fn endpoint_change(c: &mut Criterion) {
             Arc::new(InMemorySink::default()),
             ControllerSettings::default(),
             ServerAddresses::default(),
+            haptor::actors::controller::ControllerEdges::default(),
             None,
         )
         .await

@@ -26,7 +26,7 @@ pub trait ResourceSourceFactory: Send + Sync {
     fn open(&self, resource: &str, watched: &WatchedResource) -> BoxStream<'static, ResourceEvent>;
 }
 
-/// Runs one render+validate step. The real one is `actors::context::FullPipeline`; tests
+/// Runs one render+validate step. The real one is `drivers::pipeline::FullPipeline`; tests
 /// and benches plug in others.
 pub trait ReconcilePipeline: Send + Sync {
     fn run(

@@ -5,98 +5,20 @@
 //! leader-only subtree when this replica becomes leader.
 
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ractor::ActorRef;
 use tokio::sync::watch;
 
-use crate::messages::deploy::{FailureStage, RenderFailure, RenderedAndValidated};
 use crate::messages::{
     ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, EventFanout, IndexTrackerMsg, Instance,
     IterationManagerMsg, Leadership, ReconcilerMsg, ValidatedRender, ValidatorMsg,
 };
 use crate::observability::introspection::Introspection;
 use crate::pure::config::HAProxyTemplateConfig;
-use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator};
-use crate::pure::store::{Stores, StoresSnapshot};
+use crate::pure::pipeline::CompiledConfig;
+use crate::pure::store::Stores;
 use crate::seams::{ReconcilePipeline, ResourceSourceFactory};
-
-/// Render with the config's templates, then the three validation phases (cached). A render
-/// that differs from the last accepted one only in runtime-changeable values skips
-/// `haproxy -c` (see [`Validator::validate_after`]).
-#[derive(Debug)]
-pub struct FullPipeline {
-    pub validator: Validator,
-    /// The last accepted render. It passed all three phases, or differs from one that did
-    /// only in runtime-changeable values: "differs only in those values" is transitive, so
-    /// every render since the last full validation keeps its structure, and comparing with
-    /// the latest keeps the comparison to the lines this render changed.
-    baseline: std::sync::Mutex<Option<Arc<crate::pure::rendered::RenderedConfig>>>,
-}
-
-impl FullPipeline {
-    pub fn new(validator: Validator) -> FullPipeline {
-        FullPipeline {
-            validator,
-            baseline: std::sync::Mutex::new(None),
-        }
-    }
-}
-
-impl ReconcilePipeline for FullPipeline {
-    fn run(
-        &self,
-        compiled: &CompiledConfig,
-        snapshot: StoresSnapshot,
-    ) -> Result<RenderedAndValidated, RenderFailure> {
-        let started = Instant::now();
-        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: FailureStage::Render,
-            message: e.to_string(),
-            template: e.template().map(String::from),
-            line: e.line(),
-        })?;
-        let render_time = started.elapsed();
-        let baseline = self
-            .baseline
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let validated = self
-            .validator
-            .validate_after(baseline.as_deref(), rendered)
-            .map_err(|e| match e {
-                PipelineError::Invalid(invalid) => RenderFailure {
-                    stage: FailureStage::Validation(invalid.phase),
-                    line: invalid.problems.first().and_then(|p| p.line),
-                    template: invalid.problems.first().map(|p| p.file.clone()),
-                    message: invalid.to_string(),
-                },
-                PipelineError::Render(e) => RenderFailure {
-                    stage: FailureStage::Render,
-                    message: e.to_string(),
-                    template: None,
-                    line: None,
-                },
-                PipelineError::CheckUnavailable(message) => RenderFailure {
-                    stage: FailureStage::CheckUnavailable,
-                    message,
-                    template: None,
-                    line: None,
-                },
-            })?;
-        *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Arc::clone(&validated.rendered));
-        Ok(RenderedAndValidated {
-            rendered: validated.rendered,
-            checksum: validated.checksum,
-            render_time,
-            validate_time: validated.duration,
-            cache_hit: validated.from_cache,
-            semantic_skipped: validated.semantic_skipped,
-        })
-    }
-}
 
 /// Where the controller's inputs come from. Each is the latest value of a watch channel, so
 /// a restarted actor picks up the current state.

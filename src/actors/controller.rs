@@ -38,6 +38,18 @@ pub struct ServerAddresses {
     pub webhook: Option<TlsServing>,
 }
 
+/// What a caller adds to the tree besides the servers: the leader-only edges (a subtree
+/// of the root that runs only while this replica leads, restarted with each new term, see
+/// [`crate::actors::edge::LeaderEdges`]), and the fault injection
+/// `POST /debug/actors/{name}/panic` serves, if enabled.
+/// All-replica edges need the controller's services, so they are started under the root
+/// once it runs ([`Controller::start_edge`]).
+#[derive(Clone, Default)]
+pub struct ControllerEdges {
+    pub leader_only: Vec<ChildSpec>,
+    pub fault_injection: Option<crate::actors::edge::FaultInjection>,
+}
+
 /// Builds a router over the controller's services once they exist.
 pub type RouterFactory = Arc<dyn Fn(&Services) -> axum::Router + Send + Sync>;
 
@@ -70,7 +82,27 @@ pub struct Controller {
         std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::messages::ObservedEvent>>>,
 }
 
+/// Why a controller's tree stopped without being asked to.
+pub const TREE_STOPPED: &str = "the actor tree stopped: a component failed more often than its supervisor allows (a restart storm; the log names it), so haptor exits for its own restart";
+
 impl Controller {
+    /// Resolves when the root supervisor has stopped: asked to ([`Controller::stop`]), or
+    /// because a restart storm escalated to it. The caller exits on the latter, so that
+    /// what runs haptor (the kubelet, systemd) restarts the whole process.
+    pub async fn stopped(&self) {
+        let _ = self.root.get_cell().wait(None).await;
+    }
+
+    /// Starts an all-replica edge under the root supervisor.
+    pub async fn start_edge(&self, spec: ChildSpec) -> Result<(), String> {
+        let name = spec.name.clone();
+        match ractor::call!(self.root, SupervisorMsg::StartChild, spec) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("edge {name} did not start: {e}")),
+            Err(e) => Err(format!("the root supervisor did not answer: {e}")),
+        }
+    }
+
     /// Stops the whole tree and waits until every actor has stopped.
     pub async fn stop(&self) {
         let _ = self
@@ -91,6 +123,7 @@ pub async fn start_controller(
     sink: Arc<dyn PublishSink>,
     settings: ControllerSettings,
     addresses: ServerAddresses,
+    edges: ControllerEdges,
     log_level: Option<LogLevelHandle>,
 ) -> Result<Controller, String> {
     let names: &[&'static str] = if settings.external_events {
@@ -153,6 +186,7 @@ pub async fn start_controller(
     }
     let debug_state = DebugState {
         stall_threshold: settings.stall_threshold,
+        fault_injection: edges.fault_injection,
         ..DebugState::new(
             services.introspection.clone(),
             events.clone(),
@@ -173,6 +207,12 @@ pub async fn start_controller(
             webhook.addr.clone(),
             (webhook.router)(&services),
             Arc::clone(&webhook.tls),
+        ));
+    }
+    if !edges.leader_only.is_empty() {
+        children.push(crate::actors::edge::LeaderEdges::spec(
+            &services,
+            edges.leader_only,
         ));
     }
     let root = start_root(&services, sink, children).await?;

@@ -21,7 +21,7 @@ use crate::messages::{
 };
 use crate::observability::introspection::ErrorRecord;
 use crate::pure::certificates::expired_certificates;
-use crate::pure::rendered::{Outcomes, RenderedConfig, newly_left_out};
+use crate::pure::rendered::{Checksum, Outcomes, RenderedConfig, newly_left_out};
 
 #[derive(Clone)]
 pub struct Coordinator {
@@ -34,7 +34,7 @@ pub struct CoordinatorState {
     renders: u64,
     /// The checksum this coordinator last handed on; starts empty so a new leader deploys
     /// the replayed state even when it equals the previous leader's render.
-    last_checksum: Option<String>,
+    last_checksum: Option<Checksum>,
     /// The outcomes of the last render that passed validation: what the templates left
     /// out is reported when it is new.
     last_outcomes: Outcomes,
@@ -152,7 +152,7 @@ impl Coordinator {
                     correlation,
                     EventKind::RenderSucceeded {
                         duration: done.render_time,
-                        checksum: done.checksum.clone(),
+                        checksum: done.checksum,
                     },
                 );
                 services.fanout.publish(
@@ -165,11 +165,11 @@ impl Coordinator {
                 );
                 services
                     .introspection
-                    .set_rendered(Arc::clone(&done.rendered), done.checksum.clone());
+                    .set_rendered(Arc::clone(&done.rendered), done.checksum);
                 services
                     .introspection
                     .update_state(|s| s.reconciliations += 1);
-                if state.last_checksum.as_deref() == Some(done.checksum.as_str()) {
+                if state.last_checksum == Some(done.checksum) {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
                     // The same bytes may come with other outcomes (`served`/`ignored`: an
                     // Ingress of another class appeared): only the publisher hears of them.
@@ -188,7 +188,7 @@ impl Coordinator {
                     }
                     return;
                 }
-                state.last_checksum = Some(done.checksum.clone());
+                state.last_checksum = Some(done.checksum);
                 let render = ValidatedRender {
                     rendered: done.rendered,
                     checksum: done.checksum,

@@ -1,12 +1,14 @@
 //! The leader-only Deployers, one per HAProxy instance: each deploys the render it is given
 //! to its [`DeployTarget`], one deployment at a time and in order, never going back to an
-//! older render. Every attempt carries the leader's epoch (a target that saw a newer one
-//! refuses it: the deployer stops) and is bounded by `dataplane.deploymentTimeout`; a failed
-//! or timed-out attempt is retried with exponential backoff without delaying other
-//! instances. Results go to the scheduler, the publisher and readiness.
+//! older render. Every decision — which render to attempt, backoff and retry, what a fenced
+//! instance means, drift repair — is the pure [`Attempts`] state machine's; this actor feeds
+//! it its messages and carries out what it returns: the deployment itself (with the leader's
+//! epoch, bounded by `dataplane.deploymentTimeout` from the compiled config's timings), the
+//! retry timer, the drift question to the instance, and the reports that follow a result
+//! (events, readiness, `/debug/vars/errors`, the scheduler and the publisher).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -15,19 +17,11 @@ use crate::messages::{
     ConfigPublisherMsg, DeploySchedulerMsg, DeployerMsg, EventKind, ValidatedRender,
 };
 use crate::observability::introspection::ErrorRecord;
-use crate::pure::config::parse_duration;
-use crate::pure::deploy::{DeployError, DeployRequest, DeployTarget};
+use crate::pure::deploy::attempts::{Attempt, AttemptEnd, Attempts, Backoff};
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 
 pub(crate) fn deployer_child_name(instance: &str) -> String {
     format!("deployer-{instance}")
-}
-
-/// `dataplane.deploymentTimeout` of the running config.
-pub(crate) fn deployment_timeout(iteration: &Iteration) -> Duration {
-    iteration.with_latest(|l| {
-        parse_duration(&l.compiled.spec.dataplane.deployment_timeout)
-            .unwrap_or(crate::pure::deploy::DEFAULT_DEPLOYMENT_TIMEOUT)
-    })
 }
 
 /// Deploys to one instance, one deployment at a time, in the order received.
@@ -39,45 +33,28 @@ pub struct Deployer {
 }
 
 pub struct DeployerState {
-    /// The render this deployer should bring its instance to.
-    wanted: Option<(ValidatedRender, u64)>,
-    deployed_checksum: Option<String>,
-    failures: u32,
-    retry_armed: bool,
-    /// Set when the instance reported a newer leader's epoch: this replica must stop writing.
-    fenced: bool,
+    attempts: Attempts<ValidatedRender>,
 }
 
 impl Deployer {
-    fn backoff(&self, failures: u32) -> Duration {
-        let settings = self.iteration.services.settings;
-        settings
-            .deploy_backoff_base
-            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-            .min(settings.deploy_backoff_max)
-    }
-
-    async fn attempt(
+    /// Makes `attempt` (when the state machine asked for one) and feeds its result back.
+    async fn carry_out(
         &self,
         myself: &ActorRef<DeployerMsg>,
         state: &mut DeployerState,
-        force: bool,
+        attempt: Option<Attempt<ValidatedRender>>,
     ) {
-        if state.fenced {
-            return;
-        }
-        let Some((render, epoch)) = state.wanted.clone() else {
+        let Some(attempt) = attempt else {
             return;
         };
-        if !force && state.deployed_checksum.as_deref() == Some(render.checksum.as_str()) {
-            return;
-        }
-        let services = &self.iteration.services;
-        let timeout = deployment_timeout(&self.iteration);
+        let timeout = self
+            .iteration
+            .with_latest(|l| l.compiled.timings.deployment_timeout);
+        let render = &attempt.render;
         let request = DeployRequest {
             rendered: Arc::clone(&render.rendered),
-            checksum: render.checksum.clone(),
-            epoch,
+            checksum: render.checksum,
+            epoch: attempt.epoch,
             generation: render.generation,
             timeout,
         };
@@ -86,11 +63,54 @@ impl Deployer {
             Ok(result) => result,
             Err(_) => Err(DeployError::TimedOut(timeout)),
         };
+        let end = state.attempts.finished(&attempt, &result);
+        self.report(&attempt, &result, end, started);
+        if let AttemptEnd::Failed {
+            retry_in: Some(delay),
+            ..
+        } = end
+        {
+            let target = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = target.cast(DeployerMsg::Retry);
+            });
+        }
+        if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
+            let _ = scheduler.cast(DeploySchedulerMsg::Deployed {
+                instance: self.instance.clone(),
+                checksum: render.checksum,
+                result: result.clone(),
+            });
+        }
+        if let Some(publisher) = current(&self.iteration.wiring.publisher) {
+            let _ = publisher.cast(ConfigPublisherMsg::InstanceResult {
+                instance: self.instance.clone(),
+                checksum: render.checksum,
+                result,
+            });
+        }
+    }
+
+    /// Tells what an attempt came to: an event, the log, readiness and `/debug/vars/errors`.
+    fn report(
+        &self,
+        attempt: &Attempt<ValidatedRender>,
+        result: &Result<DeployOutcome, DeployError>,
+        end: AttemptEnd,
+        started: Instant,
+    ) {
+        let services = &self.iteration.services;
+        let render = &attempt.render;
         let correlation = Some(render.correlation);
-        match &result {
-            Ok(outcome) => {
-                state.failures = 0;
-                state.deployed_checksum = Some(render.checksum.clone());
+        let record_error = |message: String| {
+            services.introspection.record_error(ErrorRecord::new(
+                format!("deploy:{}", self.instance),
+                message,
+            ));
+        };
+        match (result, end) {
+            (Ok(outcome), _) => {
                 services.fanout.publish(
                     correlation,
                     EventKind::DeploymentSucceeded {
@@ -104,32 +124,24 @@ impl Deployer {
                 services
                     .readiness
                     .update(|r| r.instance_deployed(&self.instance));
-                tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, reload_reason = ?outcome.reload_reason, took_ms = started.elapsed().as_millis() as u64, "deployed");
+                tracing::info!(instance = %self.instance, checksum = %render.checksum, reloaded = outcome.reloaded, reload_reason = outcome.reload_reason.map(ReloadReason::metric_label), took_ms = started.elapsed().as_millis() as u64, "deployed");
                 if let Some(degraded) = &outcome.degraded {
                     tracing::warn!(instance = %self.instance, problem = %degraded, "deployed, around a problem");
-                    services.introspection.record_error(ErrorRecord::new(
-                        format!("deploy:{}", self.instance),
-                        degraded.clone(),
-                    ));
+                    record_error(degraded.clone());
                 }
             }
-            Err(error @ DeployError::Fenced { accepted, .. }) => {
-                state.fenced = true;
+            (Err(error), AttemptEnd::Fenced { accepted }) => {
                 services.fanout.publish(
                     correlation,
                     EventKind::DeploymentFenced {
                         instance: self.instance.clone(),
-                        epoch: *accepted,
+                        epoch: accepted,
                     },
                 );
-                tracing::error!(instance = %self.instance, accepted_epoch = accepted, our_epoch = epoch, "a newer leader has written to this instance; this deployer stops deploying");
-                services.introspection.record_error(ErrorRecord::new(
-                    format!("deploy:{}", self.instance),
-                    error.to_string(),
-                ));
+                tracing::error!(instance = %self.instance, accepted_epoch = accepted, our_epoch = attempt.epoch, "a newer leader has written to this instance; this deployer stops deploying");
+                record_error(error.to_string());
             }
-            Err(error) => {
-                state.failures += 1;
+            (Err(error), end) => {
                 services.fanout.publish(
                     correlation,
                     EventKind::DeploymentFailed {
@@ -137,35 +149,15 @@ impl Deployer {
                         error: error.clone(),
                     },
                 );
-                services.introspection.record_error(ErrorRecord::new(
-                    format!("deploy:{}", self.instance),
-                    error.to_string(),
-                ));
-                if error.is_retryable() && !state.retry_armed {
-                    state.retry_armed = true;
-                    let delay = self.backoff(state.failures);
+                record_error(error.to_string());
+                if let AttemptEnd::Failed {
+                    retry_in: Some(delay),
+                    ..
+                } = end
+                {
                     tracing::warn!(instance = %self.instance, %error, retry_in_ms = delay.as_millis() as u64, "deployment failed; backing off");
-                    let target = myself.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = target.cast(DeployerMsg::Retry);
-                    });
                 }
             }
-        }
-        if let Some(scheduler) = current(&self.iteration.wiring.scheduler) {
-            let _ = scheduler.cast(DeploySchedulerMsg::Deployed {
-                instance: self.instance.clone(),
-                checksum: render.checksum.clone(),
-                result: result.clone(),
-            });
-        }
-        if let Some(publisher) = current(&self.iteration.wiring.publisher) {
-            let _ = publisher.cast(ConfigPublisherMsg::InstanceResult {
-                instance: self.instance.clone(),
-                checksum: render.checksum,
-                result,
-            });
         }
     }
 }
@@ -180,12 +172,12 @@ impl Actor for Deployer {
         _: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
+        let settings = self.iteration.services.settings;
         Ok(DeployerState {
-            wanted: None,
-            deployed_checksum: None,
-            failures: 0,
-            retry_armed: false,
-            fenced: false,
+            attempts: Attempts::new(Backoff {
+                base: settings.deploy_backoff_base,
+                max: settings.deploy_backoff_max,
+            }),
         })
     }
 
@@ -202,37 +194,24 @@ impl Actor for Deployer {
             .busy(&deployer_child_name(&self.instance));
         match msg {
             DeployerMsg::Deploy { render, epoch } => {
-                // Never go back to an older render than the one wanted already.
-                if state
-                    .wanted
-                    .as_ref()
-                    .is_some_and(|(w, _)| w.generation > render.generation)
-                {
-                    return Ok(());
-                }
-                state.wanted = Some((render, epoch));
-                self.attempt(&myself, state, false).await;
+                let attempt = state.attempts.offer(render, epoch);
+                self.carry_out(&myself, state, attempt).await;
             }
             DeployerMsg::Retry => {
-                state.retry_armed = false;
-                self.attempt(&myself, state, true).await;
+                let attempt = state.attempts.retry_due();
+                self.carry_out(&myself, state, attempt).await;
             }
             DeployerMsg::CheckDrift { desired, epoch } => {
-                if state
-                    .wanted
-                    .as_ref()
-                    .is_none_or(|(w, _)| w.generation <= desired.generation)
-                {
-                    state.wanted = Some((desired, epoch));
-                }
-                let Some((wanted, _)) = &state.wanted else {
+                let Some(expected) = state.attempts.drift_check(desired, epoch) else {
                     return Ok(());
                 };
                 match self.target.deployed_checksum().await {
-                    Ok(actual) if actual.as_deref() == Some(wanted.checksum.as_str()) => {}
                     Ok(actual) => {
-                        tracing::warn!(instance = %self.instance, expected = %wanted.checksum, actual = ?actual, "drift detected; redeploying");
-                        self.attempt(&myself, state, true).await;
+                        let attempt = state.attempts.drift_observed(actual);
+                        if attempt.is_some() {
+                            tracing::warn!(instance = %self.instance, %expected, actual = ?actual.map(|c| c.to_string()), "drift detected; redeploying");
+                        }
+                        self.carry_out(&myself, state, attempt).await;
                     }
                     Err(e) => {
                         tracing::warn!(instance = %self.instance, error = %e, "drift check failed")

@@ -1,6 +1,6 @@
-//! The leader-only DriftMonitor: every `driftPreventionInterval` (re-read at each wait, so
-//! an in-place change applies at once) it asks each Deployer to compare its instance with
-//! the desired render and to redeploy on a difference.
+//! The leader-only DriftMonitor: every `driftPreventionInterval` (read from the compiled
+//! config's timings at each wait, so an in-place change applies at once) it asks each
+//! Deployer to compare its instance with the desired render and to redeploy on a difference.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,6 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::actors::context::{Iteration, current};
 use crate::actors::deployer::deployer_child_name;
 use crate::messages::{DeploySchedulerMsg, DeployerMsg, DriftMonitorMsg};
-use crate::pure::config::parse_duration;
 use crate::supervision::SupervisorMsg;
 
 /// Compares every instance with the desired configuration every `driftPreventionInterval`.
@@ -38,11 +37,9 @@ impl Actor for DriftMonitor {
         let ticker = tokio::spawn(async move {
             loop {
                 // Read at every wait, so an in-place change of the interval applies at once.
+                // At least 10 ms: a `0` interval must not spin.
                 let interval = iteration
-                    .with_latest(|l| {
-                        parse_duration(&l.compiled.spec.dataplane.drift_prevention_interval)
-                            .unwrap_or(Duration::from_secs(60))
-                    })
+                    .with_latest(|l| l.compiled.timings.drift_prevention_interval)
                     .max(Duration::from_millis(10));
                 tokio::select! {
                     () = tokio::time::sleep(interval) => {

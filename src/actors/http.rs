@@ -22,7 +22,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -132,6 +132,8 @@ pub struct DebugState {
     pub readiness: Readiness,
     /// An actor busy with one message for longer than this makes `/healthz` fail.
     pub stall_threshold: Duration,
+    /// `POST /debug/actors/{name}/panic`, when fault injection is enabled.
+    pub fault_injection: Option<crate::actors::edge::FaultInjection>,
 }
 
 impl DebugState {
@@ -142,6 +144,7 @@ impl DebugState {
             events,
             readiness,
             stall_threshold: DEFAULT_STALL_THRESHOLD,
+            fault_injection: None,
         }
     }
 }
@@ -179,6 +182,7 @@ async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> Response {
 pub fn debug_router(state: DebugState) -> Router {
     Router::new()
         .route("/debug/actors", get(debug_actors))
+        .route("/debug/actors/{name}/panic", post(inject_panic))
         .route("/debug/events", get(debug_events))
         .route("/debug/vars", get(debug_vars_index))
         .route("/debug/vars/{name}", get(debug_var))
@@ -229,6 +233,29 @@ async fn debug_actors(
             StatusCode::BAD_REQUEST,
             format!("unknown format {other:?}; use format=json or format=text"),
         ),
+    }
+}
+
+/// Makes the named edge's task panic (fault injection, off unless enabled): its
+/// supervisor restarts it, which is what the endpoint exists to show.
+async fn inject_panic(State(state): State<DebugState>, Path(name): Path<String>) -> Response {
+    let Some(faults) = &state.fault_injection else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "fault injection is off; start haptor run with --debug-fault-injection to enable it",
+        );
+    };
+    if faults.inject(&name) {
+        tracing::warn!(edge = %name, "a fault was injected through the debug endpoint");
+        Json(json!({ "injected": name })).into_response()
+    } else {
+        json_error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no edge named {name:?}; edges: {}",
+                faults.names().join(", ")
+            ),
+        )
     }
 }
 

@@ -1,7 +1,9 @@
 //! The all-replica actors that follow the outside world: the LeaderElector (starts the
 //! leader-only subtree on gaining leadership, with the latest state replayed into it, and
-//! stops it — waiting until every leader-only actor has stopped — on losing it), Discovery
-//! (which HAProxy instances exist), and the CredentialsLoader (Data Plane API credentials).
+//! stops it — waiting until every leader-only actor has stopped — on losing it) and
+//! Discovery (which HAProxy instances exist). Where leadership, instances and their
+//! credentials come from is the caller's: `haptor run`'s supervised Kubernetes edges
+//! (`crate::run::edges`), or `haptor local`'s fixed sources.
 
 use std::sync::Arc;
 
@@ -304,32 +306,6 @@ impl Actor for Discovery {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.source_task.abort();
-        Ok(())
-    }
-}
-
-/// Holds the Data Plane API credentials named by `credentialsSecretRef`. In-cluster mode feeds
-/// it from the Secret; local mode needs none.
-#[derive(Clone)]
-pub struct CredentialsLoader {
-    pub iteration: Arc<Iteration>,
-}
-
-impl Actor for CredentialsLoader {
-    type Msg = ();
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(&self, _: ActorRef<Self::Msg>, _: ()) -> Result<(), ActorProcessingErr> {
-        let reference = self
-            .iteration
-            .with_latest(|l| l.compiled.spec.credentials_secret_ref.clone());
-        match reference {
-            Some(secret) => {
-                tracing::debug!(secret = %secret.name, "credentials come from this Secret")
-            }
-            None => tracing::debug!("no credentialsSecretRef: deploy targets need no credentials"),
-        }
         Ok(())
     }
 }

@@ -70,7 +70,7 @@ impl Actor for ConfigPublisher {
                     // (`pure::config::published`).
                     content_encoding: None,
                     size: None,
-                    checksum: format!("sha256:{}", render.checksum),
+                    checksum: render.checksum.prefixed(),
                     auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
                 });
             }
@@ -107,7 +107,7 @@ impl Actor for ConfigPublisher {
                 match result {
                     Ok(outcome) => {
                         entry.deployed_at = Some(now.clone());
-                        entry.checksum = Some(format!("sha256:{checksum}"));
+                        entry.checksum = Some(checksum.prefixed());
                         if outcome.reloaded {
                             entry.last_reload_at = Some(now);
                         }

@@ -1,10 +1,14 @@
 //! The leader-only DeployScheduler: keeps the one latest render every instance should run,
 //! starts and stops one Deployer per instance as Discovery reports them, and paces
-//! reloading deployments per instance (the pure [`Pacer`]); runtime-only changes and an
-//! instance's first deployment go at once. An in-place config change re-offers the latest
-//! render, so a shorter `minDeploymentInterval` releases a waiting instance at once.
+//! reloading deployments per instance; runtime-only changes and an instance's first
+//! deployment go at once. Every decision is the pure [`Schedule`] state machine's; this
+//! actor feeds it its messages (with "now" and the compiled config's
+//! `minDeploymentInterval`) and carries out what it returns: renders cast to Deployers, the
+//! pacing timer, Deployers started and stopped under the leader-only supervisor. An
+//! in-place config change re-offers the latest render, so a shorter `minDeploymentInterval`
+//! releases a waiting instance at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,9 +17,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::actors::context::{Iteration, current, set};
 use crate::actors::deployer::{Deployer, deployer_child_name};
 use crate::messages::{DeploySchedulerMsg, DeployerMsg, Instance, ValidatedRender};
-use crate::pure::config::parse_duration;
-use crate::pure::deploy::pacing::Pacer;
-use crate::pure::deploy::plan::plan;
+use crate::pure::deploy::DeployTarget;
+use crate::pure::deploy::schedule::{Offered, Schedule};
 use crate::supervision::{ActorRole, ChildSpec, SupervisorMsg};
 
 /// Paces deployments and owns the Deployers.
@@ -25,19 +28,9 @@ pub struct DeployScheduler {
 }
 
 pub struct SchedulerState {
-    /// The latest render: what every instance should run (the one latest-wins slot).
-    desired: Option<ValidatedRender>,
-    /// Per instance, the render last sent to its Deployer: pacing applies only to renders
-    /// that need a reload relative to it.
-    dispatched: BTreeMap<String, ValidatedRender>,
-    /// Instances that wait for their pacing interval before they get `desired`.
-    waiting: BTreeSet<String>,
-    timer_armed: bool,
-    pacer: Pacer,
+    schedule: Schedule<ValidatedRender>,
+    /// The running Deployers, by instance (the ones [`Schedule::deployers`] names).
     deployers: BTreeMap<String, ActorRef<DeployerMsg>>,
-    /// The target each Deployer was started with: an instance that keeps its name but
-    /// comes with another target (new credentials, a new address) gets a new Deployer.
-    targets: BTreeMap<String, Arc<dyn crate::pure::deploy::DeployTarget>>,
     /// Re-offers the latest render when the config changes in place (a new
     /// `minDeploymentInterval` applies to instances already waiting).
     config_updates: tokio::task::JoinHandle<()>,
@@ -48,73 +41,35 @@ fn pacing_now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// `dataplane.minDeploymentInterval` of the running config (validated, so the fallback
-/// only covers a config that skipped validation).
-fn min_deployment_interval(iteration: &Iteration) -> Duration {
-    iteration.with_latest(|l| {
-        parse_duration(&l.compiled.spec.dataplane.min_deployment_interval)
-            .unwrap_or(Duration::from_secs(2))
-    })
-}
-
 impl DeployScheduler {
     fn epoch(&self) -> u64 {
         self.iteration.with_latest(|l| l.leadership.epoch)
     }
 
-    /// Sends the desired render to every instance that may take it now; instances whose
-    /// reload would come too soon after their last one wait (and a timer is armed).
-    fn offer_desired(&self, myself: &ActorRef<DeploySchedulerMsg>, state: &mut SchedulerState) {
-        let Some(render) = state.desired.clone() else {
-            return;
-        };
-        state
-            .pacer
-            .set_min_interval(min_deployment_interval(&self.iteration));
+    /// `dataplane.minDeploymentInterval` of the running config.
+    fn min_interval(&self) -> Duration {
+        self.iteration
+            .with_latest(|l| l.compiled.timings.min_deployment_interval)
+    }
+
+    /// Sends what an offer dispatched and arms the timer it asked for.
+    fn carry_out(
+        &self,
+        myself: &ActorRef<DeploySchedulerMsg>,
+        state: &SchedulerState,
+        offered: Offered<ValidatedRender>,
+    ) {
         let epoch = self.epoch();
-        let now = pacing_now();
-        // Instances usually hold the same previous render: plan once per checksum.
-        let mut reload_from: BTreeMap<String, bool> = BTreeMap::new();
-        let mut shortest_wait: Option<Duration> = None;
-        for (instance, deployer) in &state.deployers {
-            let needs_reload = match state.dispatched.get(instance) {
-                Some(previous) if previous.checksum == render.checksum => {
-                    state.waiting.remove(instance);
-                    continue;
-                }
-                Some(previous) => {
-                    *reload_from
-                        .entry(previous.checksum.clone())
-                        .or_insert_with(|| {
-                            plan(Some(&previous.rendered), &render.rendered)
-                                .map_or(true, |p| p.reload)
-                        })
-                }
-                // Nothing sent yet: a first deployment goes at once, its outcome says
-                // whether it reloaded.
-                None => false,
-            };
-            if needs_reload {
-                let wait = state.pacer.wait(instance, now);
-                if !wait.is_zero() {
-                    state.waiting.insert(instance.clone());
-                    shortest_wait = Some(shortest_wait.map_or(wait, |w| w.min(wait)));
-                    continue;
-                }
-                state.pacer.reloaded(instance, now);
+        for sent in offered.dispatch {
+            if let Some(deployer) = state.deployers.get(&sent.instance) {
+                let _ = deployer.cast(DeployerMsg::Deploy {
+                    render: sent.render,
+                    epoch,
+                });
             }
-            state.waiting.remove(instance);
-            state.dispatched.insert(instance.clone(), render.clone());
-            let _ = deployer.cast(DeployerMsg::Deploy {
-                render: render.clone(),
-                epoch,
-            });
         }
         self.show_paced(state);
-        if let Some(wait) = shortest_wait
-            && !state.timer_armed
-        {
-            state.timer_armed = true;
+        if let Some(wait) = offered.timer {
             let target = myself.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
@@ -125,13 +80,14 @@ impl DeployScheduler {
 
     /// `/debug/vars/state` names the instances that wait for their pacing interval.
     fn show_paced(&self, state: &SchedulerState) {
-        let paced: Vec<String> = state.waiting.iter().cloned().collect();
+        let paced = state.schedule.waiting();
         self.iteration
             .services
             .introspection
             .update_state(|s| s.paced = paced);
     }
 
+    /// Stops and starts Deployers as the schedule decides for `instances`.
     async fn sync_deployers(
         &self,
         myself: &ActorRef<DeploySchedulerMsg>,
@@ -144,27 +100,11 @@ impl DeployScheduler {
         else {
             return;
         };
-        let wanted: BTreeMap<String, Instance> =
-            instances.into_iter().map(|i| (i.name.clone(), i)).collect();
-        let gone: Vec<String> = state
-            .deployers
-            .keys()
-            .filter(|n| {
-                wanted.get(*n).is_none_or(|instance| {
-                    state
-                        .targets
-                        .get(*n)
-                        .is_none_or(|target| !Arc::ptr_eq(target, &instance.target))
-                })
-            })
-            .cloned()
-            .collect();
-        for name in gone {
+        let membership = state
+            .schedule
+            .instances(instances.into_iter().map(|i| (i.name, i.target)));
+        for name in membership.stop {
             state.deployers.remove(&name);
-            state.targets.remove(&name);
-            state.dispatched.remove(&name);
-            state.waiting.remove(&name);
-            state.pacer.forget(&name);
             let _ = ractor::call!(
                 supervisor,
                 SupervisorMsg::StopChild,
@@ -172,61 +112,67 @@ impl DeployScheduler {
             );
         }
         let epoch = self.epoch();
-        for (name, instance) in wanted {
-            if state.deployers.contains_key(&name) {
+        for (name, target) in membership.start {
+            let Some(deployer) = self
+                .start_deployer(&supervisor, &name, Arc::clone(&target))
+                .await
+            else {
                 continue;
-            }
-            let deployer = Deployer {
-                iteration: Arc::clone(&self.iteration),
-                instance: name.clone(),
-                target: Arc::clone(&instance.target),
             };
-            let spec = ChildSpec::new(
-                deployer_child_name(&name),
-                ActorRole::LeaderOnly,
-                deployer,
-                (),
-            );
-            match ractor::call!(supervisor, SupervisorMsg::StartChild, spec) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(instance = %name, error = %e, "could not start a deployer");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(instance = %name, error = %e, "the leader-only supervisor did not answer");
-                    continue;
-                }
+            // A new instance gets the desired configuration at once, unpaced.
+            if let Some(sent) = state.schedule.started(&name, target) {
+                let _ = deployer.cast(DeployerMsg::Deploy {
+                    render: sent.render,
+                    epoch,
+                });
             }
-            let cell = ractor::call!(
-                supervisor,
-                SupervisorMsg::ChildCell,
-                deployer_child_name(&name)
-            )
-            .ok()
-            .flatten();
-            if let Some(cell) = cell {
-                let deployer = ActorRef::<DeployerMsg>::from(cell);
-                // A new instance gets the desired configuration at once, unpaced.
-                if let Some(render) = &state.desired {
-                    state.dispatched.insert(name.clone(), render.clone());
-                    let _ = deployer.cast(DeployerMsg::Deploy {
-                        render: render.clone(),
-                        epoch,
-                    });
-                }
-                state
-                    .targets
-                    .insert(name.clone(), Arc::clone(&instance.target));
-                state.deployers.insert(name, deployer);
-            }
+            state.deployers.insert(name, deployer);
         }
-        let names: Vec<String> = state.deployers.keys().cloned().collect();
+        let names = state.schedule.deployers();
         self.iteration.services.introspection.update_state(|s| {
             s.deployed.retain(|name, _| names.contains(name));
             s.instances = names;
         });
         self.show_paced(state);
+    }
+
+    /// Starts `instance`'s Deployer under the leader-only supervisor.
+    async fn start_deployer(
+        &self,
+        supervisor: &ActorRef<SupervisorMsg>,
+        instance: &str,
+        target: Arc<dyn DeployTarget>,
+    ) -> Option<ActorRef<DeployerMsg>> {
+        let deployer = Deployer {
+            iteration: Arc::clone(&self.iteration),
+            instance: instance.to_string(),
+            target,
+        };
+        let spec = ChildSpec::new(
+            deployer_child_name(instance),
+            ActorRole::LeaderOnly,
+            deployer,
+            (),
+        );
+        match ractor::call!(supervisor, SupervisorMsg::StartChild, spec) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(%instance, error = %e, "could not start a deployer");
+                return None;
+            }
+            Err(e) => {
+                tracing::error!(%instance, error = %e, "the leader-only supervisor did not answer");
+                return None;
+            }
+        }
+        ractor::call!(
+            supervisor,
+            SupervisorMsg::ChildCell,
+            deployer_child_name(instance)
+        )
+        .ok()
+        .flatten()
+        .map(ActorRef::<DeployerMsg>::from)
     }
 }
 
@@ -251,13 +197,8 @@ impl Actor for DeployScheduler {
             }
         });
         Ok(SchedulerState {
-            desired: None,
-            dispatched: BTreeMap::new(),
-            waiting: BTreeSet::new(),
-            timer_armed: false,
-            pacer: Pacer::new(min_deployment_interval(&self.iteration)),
+            schedule: Schedule::new(self.min_interval()),
             deployers: BTreeMap::new(),
-            targets: BTreeMap::new(),
             config_updates,
         })
     }
@@ -286,17 +227,19 @@ impl Actor for DeployScheduler {
             .busy("deploy-scheduler");
         match msg {
             DeploySchedulerMsg::Deploy(render) => {
-                state.desired = Some(render);
-                self.offer_desired(&myself, state);
+                let offered = state
+                    .schedule
+                    .render(render, pacing_now(), self.min_interval());
+                self.carry_out(&myself, state, offered);
             }
             DeploySchedulerMsg::PacingElapsed => {
-                state.timer_armed = false;
-                if !state.waiting.is_empty() {
-                    self.offer_desired(&myself, state);
-                }
+                let offered = state
+                    .schedule
+                    .pacing_elapsed(pacing_now(), self.min_interval());
+                self.carry_out(&myself, state, offered);
             }
             DeploySchedulerMsg::Waiting(reply) => {
-                let _ = reply.send(state.waiting.iter().cloned().collect());
+                let _ = reply.send(state.schedule.waiting());
             }
             DeploySchedulerMsg::InstancesChanged(instances) => {
                 self.sync_deployers(&myself, state, instances).await
@@ -306,22 +249,20 @@ impl Actor for DeployScheduler {
                 checksum,
                 result,
             } => {
-                if let Ok(outcome) = &result {
-                    if outcome.reloaded {
-                        state.pacer.reloaded(&instance, pacing_now());
-                    }
+                state.schedule.deployed(&instance, &result, pacing_now());
+                if result.is_ok() {
                     self.iteration.services.introspection.update_state(|s| {
-                        s.last_deployed_checksum = Some(checksum.clone());
-                        s.deployed.insert(instance.clone(), checksum.clone());
+                        s.last_deployed_checksum = Some(checksum);
+                        s.deployed.insert(instance.clone(), checksum);
                     });
                 }
                 tracing::debug!(%instance, %checksum, error = result.as_ref().err().map(|e| e.metric_label()), "deployment reported");
             }
             DeploySchedulerMsg::Desired(reply) => {
-                let _ = reply.send(state.desired.clone());
+                let _ = reply.send(state.schedule.desired().cloned());
             }
             DeploySchedulerMsg::Instances(reply) => {
-                let _ = reply.send(state.deployers.keys().cloned().collect());
+                let _ = reply.send(state.schedule.deployers());
             }
         }
         Ok(())

@@ -9,7 +9,7 @@
 //! └── config-iteration (supervisor, rebuilt when the watched resources change)
 //!     ├── all-replica (supervisor)
 //!     │   ├── validator-basic, validator-template, validator-jsonpath
-//!     │   ├── config-loader, credentials-loader
+//!     │   ├── config-loader
 //!     │   ├── index-tracker, reconciler
 //!     │   ├── watcher-<resource> × N
 //!     │   ├── discovery
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, Services, current, forward_watch, set};
-use crate::actors::leadership::{CredentialsLoader, Discovery, LeaderElector};
+use crate::actors::leadership::{Discovery, LeaderElector};
 use crate::actors::reconciler::Reconciler;
 use crate::actors::validators::{ConfigValidator, ValidatorKind, gather_verdicts};
 use crate::actors::watcher::{IndexTracker, ResourceWatcher};
@@ -214,12 +214,6 @@ pub fn iteration_spec(
     children.push(all_replica(
         "config-loader",
         ConfigLoader {
-            iteration: Arc::clone(&iteration),
-        },
-    ));
-    children.push(all_replica(
-        "credentials-loader",
-        CredentialsLoader {
             iteration: Arc::clone(&iteration),
         },
     ));

@@ -130,10 +130,16 @@ impl Actor for ResourceWatcher {
         myself: ActorRef<Self::Msg>,
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        let store = self
-            .iteration
-            .with_latest(|l| l.stores.get(&self.resource).cloned())
-            .ok_or_else(|| format!("no store for watched resource {}", self.resource))?;
+        let (store, debounce) = self.iteration.with_latest(|l| {
+            (
+                l.stores.get(&self.resource).cloned(),
+                l.compiled.timings.debounce(&self.resource),
+            )
+        });
+        let store =
+            store.ok_or_else(|| format!("no store for watched resource {}", self.resource))?;
+        let debounce = debounce
+            .ok_or_else(|| format!("no debounce for watched resource {}", self.resource))?;
         let mut stream = self
             .iteration
             .services
@@ -150,11 +156,7 @@ impl Actor for ResourceWatcher {
             let _ = target.cast(WatcherMsg::SourceEnded);
         });
         Ok(WatcherState {
-            watch: WatchState::new(
-                store,
-                self.watched.debounce_duration(),
-                Box::new(new_correlation_id),
-            ),
+            watch: WatchState::new(store, debounce, Box::new(new_correlation_id)),
             source_task,
         })
     }

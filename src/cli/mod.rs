@@ -120,6 +120,11 @@ pub struct RunArgs {
     /// whole cluster).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// Serve `POST /debug/actors/{name}/panic` on the debug address, which makes the named
+    /// Kubernetes edge's task panic so its supervision can be watched (restart, count,
+    /// resumed work). For testing; never in production.
+    #[arg(long, hide = true)]
+    pub debug_fault_injection: bool,
     /// Address of the admission webhook (HTTPS only; served when --webhook-cert-file and
     /// --webhook-key-file, or --webhook-self-issued-secret, are given).
     #[arg(long, default_value = "0.0.0.0:9443")]
@@ -391,6 +396,7 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
         identity: args.identity,
         log_level,
         watch_namespace: args.watch_namespace.filter(|n| !n.is_empty()),
+        fault_injection: args.debug_fault_injection,
         webhook: match (
             args.webhook_cert_file,
             args.webhook_key_file,

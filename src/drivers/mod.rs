@@ -4,11 +4,16 @@
 //! API, the process itself); `dataplane` a pod's HAProxy Data Plane API; `haproxy_check`
 //! runs `haproxy -c` for the validation pipeline; `manifest_dir` reads folders of
 //! manifests; `kube` is the Kubernetes side of `haptor run`; `webhook_certificate` the admission
-//! webhook's serving certificate, reloaded when its files change.
+//! webhook's serving certificate, reloaded when its files change. Two implement the seams of
+//! `crate::seams` without a cluster: `memory_source` (an in-memory resource source, for
+//! `haptor local` and the tests) and `pipeline` (the reconcile pipeline production runs:
+//! render, then the three validation phases, `haproxy -c` last).
 
 pub mod dataplane;
 pub mod haproxy_check;
 pub mod kube;
 pub mod local;
 pub mod manifest_dir;
+pub mod memory_source;
+pub mod pipeline;
 pub mod webhook_certificate;

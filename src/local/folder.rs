@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::actors::sources::MemorySource;
+use crate::drivers::memory_source::MemorySource;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_value};
 use crate::pure::manifests::{self, ManifestError};
 use crate::pure::store::CompactObject;

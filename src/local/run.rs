@@ -9,11 +9,12 @@ use std::time::Duration;
 use ractor::ActorRef;
 use tokio::sync::watch;
 
-use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
+use crate::actors::context::{ControllerSettings, Sources};
 use crate::actors::controller::{ServerAddresses, start_controller};
 use crate::actors::http::{DEBUG_SERVER_NAME, HttpServerMsg, METRICS_SERVER_NAME};
-use crate::actors::sources::MemorySource;
 use crate::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
+use crate::drivers::memory_source::MemorySource;
+use crate::drivers::pipeline::FullPipeline;
 use crate::local::folder::ManifestFolder;
 use crate::messages::{Instance, Leadership};
 use crate::observability::introspection::{ErrorRecord, Introspection};
@@ -54,6 +55,9 @@ pub enum LocalError {
     Haproxy(String),
     #[error("could not start the controller: {0}")]
     Controller(String),
+    /// The actor tree stopped without being asked to (a restart storm escalated to it).
+    #[error("{0}")]
+    TreeStopped(&'static str),
 }
 
 /// The embedded Ingress library as a config.
@@ -152,6 +156,7 @@ pub async fn run(
             ..ControllerSettings::default()
         },
         addresses,
+        crate::actors::controller::ControllerEdges::default(),
         options.log_level.clone(),
     )
     .await
@@ -204,9 +209,14 @@ pub async fn run(
     // Scans a socket has been seen missing; below zero after a failed replacement, so the
     // next attempt waits about two seconds.
     let mut missing_ticks = 0i32;
+    let mut tree_stopped = false;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            () = controller.stopped() => {
+                tree_stopped = true;
+                break;
+            }
             _ = ticker.tick() => {}
         }
         if !process.is_running() {
@@ -301,6 +311,11 @@ pub async fn run(
         .stop()
         .await
         .map_err(|e| LocalError::Haproxy(e.to_string()))?;
+    if tree_stopped {
+        return Err(LocalError::TreeStopped(
+            crate::actors::controller::TREE_STOPPED,
+        ));
+    }
     Ok(())
 }
 

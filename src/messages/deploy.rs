@@ -8,15 +8,16 @@ use std::time::Instant;
 use ractor::RpcReplyPort;
 
 use super::events::CorrelationId;
-use crate::pure::deploy::{DeployError, DeployOutcome, DeployTarget};
-use crate::pure::rendered::RenderedConfig;
+use crate::pure::deploy::{DeployError, DeployOutcome, DeployTarget, DeployableRender};
+use crate::pure::rendered::{Checksum, RenderedConfig};
 use crate::pure::validate::ValidationPhase;
 
 /// A render that passed validation, ready to deploy.
 #[derive(Debug, Clone)]
 pub struct ValidatedRender {
     pub rendered: Arc<RenderedConfig>,
-    pub checksum: String,
+    /// The render's checksum, as the pipeline computed it when it validated the render.
+    pub checksum: Checksum,
     /// Grows with every render this controller process hands on, across config iterations
     /// and leadership terms (one counter in `Services`), so a target that took a render of
     /// an earlier iteration takes the next iteration's renders too. A restarted process
@@ -27,6 +28,18 @@ pub struct ValidatedRender {
     /// or when the config changed; `None` for renders no change asked for (the initial
     /// sync, a new leader's replay).
     pub changed_at: Option<Instant>,
+}
+
+impl DeployableRender for ValidatedRender {
+    fn checksum(&self) -> Checksum {
+        self.checksum
+    }
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn rendered(&self) -> &RenderedConfig {
+        &self.rendered
+    }
 }
 
 /// An HAProxy instance to deploy to.
@@ -48,7 +61,7 @@ pub struct RenderOutcome {
 #[derive(Debug)]
 pub struct RenderedAndValidated {
     pub rendered: Arc<RenderedConfig>,
-    pub checksum: String,
+    pub checksum: Checksum,
     pub render_time: std::time::Duration,
     pub validate_time: std::time::Duration,
     pub cache_hit: bool,
@@ -124,7 +137,7 @@ pub enum DeploySchedulerMsg {
     /// A Deployer finished a deployment.
     Deployed {
         instance: String,
-        checksum: String,
+        checksum: Checksum,
         result: Result<DeployOutcome, DeployError>,
     },
     /// The desired render, for drift repair.
@@ -162,7 +175,7 @@ pub enum ConfigPublisherMsg {
     /// Record an instance's deployment result in the published status.
     InstanceResult {
         instance: String,
-        checksum: String,
+        checksum: Checksum,
         result: Result<DeployOutcome, DeployError>,
     },
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::pure::deploy::{DeployError, ReloadReason};
+use crate::pure::rendered::Checksum;
 use crate::pure::validate::ValidationPhase;
 
 /// Ties together the events of one reconciliation (trigger → render → validate → deploy).
@@ -112,7 +113,7 @@ pub enum EventKind {
     RenderSucceeded {
         #[serde(serialize_with = "serialize_duration_ms")]
         duration: Duration,
-        checksum: String,
+        checksum: Checksum,
     },
     RenderFailed {
         error: String,

@@ -111,10 +111,6 @@ fn for_trigger(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> Stri
     }
 }
 
-fn short_checksum(checksum: &str) -> &str {
-    checksum.get(..12).unwrap_or(checksum)
-}
-
 /// The most recent earlier event matching `pred`.
 fn last_matching(
     history: &VecDeque<ObservedEvent>,
@@ -193,9 +189,9 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
         EventKind::RenderSucceeded { duration, checksum } => Comment::new(
             Debug,
             format!(
-                "rendered in {} (checksum {}){}",
+                "rendered in {} (checksum {:.12}){}",
                 human_duration(*duration),
-                short_checksum(checksum),
+                checksum,
                 for_trigger(history, event)
             ),
         ),

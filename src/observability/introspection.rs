@@ -14,7 +14,7 @@ use ractor::ActorCell;
 use serde::Serialize;
 
 use crate::pure::readiness::ConfigSource;
-use crate::pure::rendered::RenderedConfig;
+use crate::pure::rendered::{Checksum, RenderedConfig};
 
 /// How many recent errors `/debug/vars/errors` keeps.
 pub const RECENT_ERRORS: usize = 50;
@@ -63,16 +63,16 @@ pub struct ControllerState {
     pub all_indexes_synced: bool,
     pub instances: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_rendered_checksum: Option<String>,
+    pub last_rendered_checksum: Option<Checksum>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_deployed_checksum: Option<String>,
+    pub last_deployed_checksum: Option<Checksum>,
     pub reconciliations: u64,
     /// Instances whose next (reloading) deployment waits for `minDeploymentInterval`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paced: Vec<String>,
     /// Per instance, the checksum it last acknowledged (this leader's deployments).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub deployed: BTreeMap<String, String>,
+    pub deployed: BTreeMap<String, Checksum>,
 }
 
 impl ControllerState {
@@ -143,7 +143,7 @@ impl Introspection {
     }
 
     /// Records the latest render and its checksum (computed once, by the pipeline).
-    pub fn set_rendered(&self, rendered: Arc<RenderedConfig>, checksum: String) {
+    pub fn set_rendered(&self, rendered: Arc<RenderedConfig>, checksum: Checksum) {
         self.write(|r| {
             r.rendered = Some(rendered);
             r.state.last_rendered_checksum = Some(checksum);
@@ -289,11 +289,11 @@ mod tests {
         let mut state = ControllerState {
             is_leader: true,
             instances: vec!["pod-a".into(), "pod-b".into(), "pod-c".into()],
-            last_rendered_checksum: Some("new".into()),
+            last_rendered_checksum: Some(Checksum::of(b"new")),
             ..ControllerState::default()
         };
-        state.deployed.insert("pod-a".into(), "new".into());
-        state.deployed.insert("pod-b".into(), "old".into());
+        state.deployed.insert("pod-a".into(), Checksum::of(b"new"));
+        state.deployed.insert("pod-b".into(), Checksum::of(b"old"));
         assert_eq!(state.instances_behind(), ["pod-b", "pod-c"]);
         state.is_leader = false;
         assert!(state.instances_behind().is_empty());

@@ -34,73 +34,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
-use crate::pure::config::LeaderElectionSettings;
-use crate::pure::config::{DurationError, parse_duration};
+/// The election's typed settings and their one rule live with the config's other timings.
+pub use crate::pure::config::{LeaseTimings, TimingsError};
 
 /// The Lease annotation holding the epoch of the current (or last) term.
 pub const EPOCH_ANNOTATION: &str = "haptor.dev/epoch";
-
-/// The three durations of `spec.leaderElection`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTimings {
-    /// How long a Lease stays held after its last renewal (`leaseDuration`).
-    pub lease_duration: Duration,
-    /// How long a leader keeps leading without a successful renewal (`renewDeadline`).
-    pub renew_deadline: Duration,
-    /// How often a leader renews and a candidate looks again (`retryPeriod`).
-    pub retry_period: Duration,
-}
-
-/// `spec.leaderElection` durations that cannot drive an election.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TimingsError {
-    #[error("spec.leaderElection.{field}: {source}")]
-    Duration {
-        field: &'static str,
-        source: DurationError,
-    },
-    #[error(
-        "spec.leaderElection: leaseDuration ({lease:?}) must be longer than renewDeadline \
-         ({renew:?}), and renewDeadline longer than retryPeriod ({retry:?}), which must not be 0"
-    )]
-    NotNested {
-        lease: Duration,
-        renew: Duration,
-        retry: Duration,
-    },
-}
-
-impl LeaseTimings {
-    /// The timings of `settings` (the same rule `validate_spec` checks).
-    pub fn from_settings(settings: &LeaderElectionSettings) -> Result<LeaseTimings, TimingsError> {
-        let parse = |field, text: &str| {
-            parse_duration(text).map_err(|source| TimingsError::Duration { field, source })
-        };
-        let timings = LeaseTimings {
-            lease_duration: parse("leaseDuration", &settings.lease_duration)?,
-            renew_deadline: parse("renewDeadline", &settings.renew_deadline)?,
-            retry_period: parse("retryPeriod", &settings.retry_period)?,
-        };
-        let nested = timings.lease_duration > timings.renew_deadline
-            && timings.renew_deadline > timings.retry_period
-            && !timings.retry_period.is_zero();
-        if !nested {
-            return Err(TimingsError::NotNested {
-                lease: timings.lease_duration,
-                renew: timings.renew_deadline,
-                retry: timings.retry_period,
-            });
-        }
-        Ok(timings)
-    }
-
-    /// `leaseDurationSeconds` as written to the Lease: whole seconds, rounded up, at least 1.
-    pub fn lease_seconds(&self) -> i32 {
-        let seconds =
-            self.lease_duration.as_secs() + u64::from(self.lease_duration.subsec_nanos() > 0);
-        i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
-    }
-}
 
 /// What a candidate reads from (and writes to) a Lease.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -389,6 +327,7 @@ fn add(at: Timestamp, duration: Duration) -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pure::config::LeaderElectionSettings;
 
     const US: &str = "haptor-a";
     const OTHER: &str = "haptor-b";

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod api_failure;
 pub mod assertions;
 pub mod certificates;
+pub mod checksum;
 pub mod config;
 pub mod config_status;
 pub mod deploy;

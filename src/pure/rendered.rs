@@ -13,6 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use crate::pure::checksum::Checksum;
 use crate::pure::haproxy::TrustedLines;
 
 /// The kinds of auxiliary file a render can produce.
@@ -200,9 +201,10 @@ impl RenderedConfig {
             .find(|f| f.kind == kind && f.name == name)
     }
 
-    /// SHA-256 over the configuration and every auxiliary file (path and content), hex
-    /// encoded. Two renders with equal checksums deploy the same bytes.
-    pub fn checksum(&self) -> String {
+    /// SHA-256 over the configuration and every auxiliary file (path and content). Two
+    /// renders with equal checksums deploy the same bytes. The pipeline computes it once,
+    /// when it validates a render, and everything downstream carries that value.
+    pub fn checksum(&self) -> Checksum {
         let mut hasher = Sha256::new();
         hasher.update(b"haproxy.cfg\0");
         hasher.update(self.haproxy_cfg.as_bytes());
@@ -212,7 +214,7 @@ impl RenderedConfig {
             hasher.update(b"\0");
             hasher.update(file.content.as_bytes());
         }
-        hex(&hasher.finalize())
+        Checksum::of_hasher(hasher)
     }
 }
 
@@ -386,7 +388,7 @@ mod tests {
             },
         );
         assert_ne!(before, a.checksum());
-        assert_eq!(a.checksum().len(), 64);
+        assert_eq!(a.checksum().to_string().len(), 64);
     }
 
     fn key(name: &str) -> ObjectKey {

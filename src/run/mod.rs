@@ -1,5 +1,8 @@
 //! `haptor run`: the in-cluster controller. The actor tree is the one `haptor local` runs;
-//! only its edges differ, and they are the Kubernetes drivers of `crate::drivers::kube`:
+//! only its edges differ, and they are the Kubernetes drivers of `crate::drivers::kube`,
+//! each run by a supervised actor of the tree ([`edges`]: restarted with backoff when its
+//! task ends or panics, counted in `haptor_actor_restarts_total`, listed in
+//! `/debug/actors`):
 //!
 //! - the config: the `HAProxyTemplateConfig` named by `--config-name` in haptor's namespace
 //!   (`drivers::kube::config`: judged before the tree sees it, its status written by the
@@ -20,11 +23,14 @@
 //!   outcomes (`served`, `ignored`) of each published render, with the address of
 //!   `--publish-address` or `--publish-service` (none: no status is written).
 //!
-//! A deployment refused for an older epoch raises the epoch floor: the next Lease term is
-//! above it, and an always-leading replica moves its epoch above it at once. SIGTERM stops
-//! the actor tree (a deployment in flight gets its `deploymentTimeout`), then releases the
+//! The Events, Ingress status and `HAProxyCfg` writers run only while this replica leads
+//! (the root's `leader-only-edges` subtree). A deployment refused for an older epoch raises
+//! the epoch floor: the next Lease term is above it, and an always-leading replica moves its
+//! epoch above it at once. SIGTERM stops the config iteration (a deployment in flight gets
+//! its `deploymentTimeout`), then the rest of the tree, whose election edge releases the
 //! Lease so a successor leads at its next retry, and exits 0.
 
+pub mod edges;
 pub mod webhook;
 
 use std::path::PathBuf;
@@ -32,22 +38,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, Resource};
+use kube::{Config, Resource};
 use tokio::sync::{mpsc, watch};
 
-use crate::actors::context::{ControllerSettings, FullPipeline, Sources};
-use crate::actors::controller::{ServerAddresses, start_controller};
+use crate::actors::context::{ControllerSettings, Sources};
+use crate::actors::controller::{ControllerEdges, ServerAddresses, start_controller};
+use crate::actors::edge::EdgeTask;
 use crate::drivers::kube::config::{ConfigChannels, ConfigReporting, status_writes_counter};
 use crate::drivers::kube::credentials::SecretName;
-use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
-use crate::drivers::kube::ingress_status::{PublishAddress, WithIngressStatus};
-use crate::drivers::kube::lease::{ElectorOptions, LeaseElector, always_leader};
+use crate::drivers::kube::discovery::DataplaneCredentials;
+use crate::drivers::kube::ingress_status::{IngressStatus, PublishAddress, WithIngressStatus};
 use crate::drivers::kube::publish::KubePublishSink;
 use crate::drivers::kube::resources::KubeResources;
+use crate::drivers::pipeline::FullPipeline;
 use crate::messages::{EventKind, Instance, Leadership, ObservedEvent};
-use crate::pure::config::{HAProxyTemplateConfig, LeaderElectionSettings};
 use crate::pure::haproxy::HaproxyVersion;
+use crate::supervision::ActorRole;
 use crate::telemetry::LogLevelHandle;
+use edges::EventsOutlet;
 
 /// What `haptor run` was asked to do.
 #[derive(Debug, Clone)]
@@ -82,6 +90,9 @@ pub struct RunOptions {
     pub create_credentials_secret: Option<String>,
     /// Watch namespaced resources in this namespace only (`--watch-namespace`).
     pub watch_namespace: Option<String>,
+    /// `--debug-fault-injection`: `POST /debug/actors/{name}/panic` makes the named edge's
+    /// task panic (to see its supervision at work; off in production).
+    pub fault_injection: bool,
 }
 
 /// How `haptor run` serves its admission webhook.
@@ -176,6 +187,9 @@ pub enum RunError {
     Kubernetes(String),
     #[error("could not start the controller: {0}")]
     Controller(String),
+    /// The actor tree stopped without being asked to (a restart storm escalated to it).
+    #[error("{0}")]
+    TreeStopped(&'static str),
 }
 
 /// How often the run loop looks at readiness (to log it once).
@@ -210,7 +224,9 @@ pub async fn run(
         .clone()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config).map_err(|e| RunError::Kubernetes(e.to_string()))?;
+    // The client and the API server's URL, which every failure the drivers report names.
+    let client = crate::drivers::kube::KubeApi::connect(config)
+        .map_err(|e| RunError::Kubernetes(e.to_string()))?;
     let identity = options
         .identity
         .clone()
@@ -221,34 +237,19 @@ pub async fn run(
     let (leader_tx, leader_rx) = watch::channel(Leadership::default());
     let (instances_tx, instances_rx) = watch::channel(Vec::<Instance>::new());
     let resources = KubeResources::in_namespace(client.clone(), options.watch_namespace.clone());
-    let (sink, sink_task) = KubePublishSink::start(
+    // The HAProxyCfg and Ingress status writers are leader-only edges; the sinks keep the
+    // latest publication for whichever writer runs.
+    let sink = Arc::new(KubePublishSink::new(
         client.clone(),
         namespace.clone(),
         options.config_name.clone(),
-    );
-    let sink = Arc::new(sink);
-    // Ingress status and the Events about what was left out, from each published render.
-    let (ingress_status, ingress_status_task) = crate::drivers::kube::ingress_status::spawn(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "haptor".into(),
-            instance: Some(
-                crate::pure::kube_events::truncate_to(
-                    &identity,
-                    crate::pure::kube_events::REPORTING_INSTANCE_LIMIT,
-                )
-                .to_string(),
-            )
-            .filter(|i| !i.is_empty()),
-        },
-        options.publish.clone(),
-        leader_rx.clone(),
-    );
+        jiff::Timestamp::now,
+    ));
+    let ingress_status = IngressStatus::new();
     let publish_sink = Arc::new(WithIngressStatus {
         inner: sink.clone(),
-        status: ingress_status,
+        status: ingress_status.clone(),
     });
-    // End of the Ingress status wiring.
     let validator = crate::drivers::haproxy_check::versioned_validator(
         options.haproxy_version,
         &options.haproxy_checkers,
@@ -266,7 +267,8 @@ pub async fn run(
     // The webhook: its certificate loads (and reloads) from files, or haptor issues it and
     // keeps it in a Secret; until one loads, TLS handshakes fail and the API server applies
     // its failure policy.
-    let mut certificate_task = None;
+    // The all-replica edges, started under the root once the tree runs.
+    let mut edges: Vec<EdgeTask> = Vec::new();
     let webhook_serving = match &options.webhook {
         Some(settings) => {
             let reloads = run_metrics.webhook.certificate_reloads.clone();
@@ -286,8 +288,13 @@ pub async fn run(
                     if let Err(e) = certificate.reload() {
                         tracing::error!(error = %e, "the webhook certificate does not load yet; the webhook refuses TLS handshakes until it does");
                     }
-                    certificate_task =
-                        Some(Arc::clone(&certificate).spawn_watch(CERTIFICATE_POLL, reloads));
+                    let watched = Arc::clone(&certificate);
+                    edges.push(EdgeTask::new(
+                        edges::names::WEBHOOK_CERTIFICATE,
+                        move |_| {
+                            Arc::clone(&watched).spawn_watch(CERTIFICATE_POLL, reloads.clone())
+                        },
+                    ));
                     certificate
                 }
                 WebhookCertificate::SelfIssued {
@@ -305,13 +312,23 @@ pub async fn run(
                         configuration.clone(),
                         settings.failure_policy,
                     );
-                    let ready = Arc::clone(&readiness);
-                    certificate_task = Some(crate::drivers::kube::webhook_issuer::spawn(
-                        client.clone(),
-                        issuer,
+                    let (client, served, readiness) = (
+                        client.client.clone(),
                         Arc::clone(&certificate),
-                        Arc::new(move || ready.get().is_some_and(|r| r.is_ready())),
-                        reloads,
+                        Arc::clone(&readiness),
+                    );
+                    edges.push(EdgeTask::new(
+                        edges::names::WEBHOOK_CERTIFICATE,
+                        move |_| {
+                            let readiness = Arc::clone(&readiness);
+                            crate::drivers::kube::webhook_issuer::spawn(
+                                client.clone(),
+                                issuer.clone(),
+                                Arc::clone(&served),
+                                Arc::new(move || readiness.get().is_some_and(|r| r.is_ready())),
+                                reloads.clone(),
+                            )
+                        },
                     ));
                     certificate
                 }
@@ -354,6 +371,59 @@ pub async fn run(
         health: Some(options.health_addr.clone()),
         webhook: webhook_serving,
     };
+    // The leader-only edges: Kubernetes Events, Ingress status, the HAProxyCfg writer.
+    let (regarding_tx, regarding_rx) = watch::channel(None);
+    let events_outlet = EventsOutlet::default();
+    let fault_injection = options
+        .fault_injection
+        .then(crate::actors::edge::FaultInjection::default);
+    let reporter = kube::runtime::events::Reporter {
+        controller: "haptor".into(),
+        instance: Some(
+            crate::pure::kube_events::truncate_to(
+                &identity,
+                crate::pure::kube_events::REPORTING_INSTANCE_LIMIT,
+            )
+            .to_string(),
+        )
+        .filter(|i| !i.is_empty()),
+    };
+    // The config watch's verdicts, which the leader's status writer writes.
+    let (verdicts_tx, verdicts_rx) = watch::channel(None);
+    let leader_only = {
+        let writer = sink.clone();
+        let config_status = {
+            let (client, namespace, writes) = (
+                client.clone(),
+                namespace.clone(),
+                run_metrics.status_writes.clone(),
+            );
+            EdgeTask::new(edges::names::CONFIG_STATUS, move |_| {
+                crate::drivers::kube::config::spawn_status_writer(
+                    client.clone(),
+                    namespace.clone(),
+                    verdicts_rx.clone(),
+                    writes.clone(),
+                )
+            })
+        };
+        let status = ingress_status.clone();
+        let (client, publish, leadership) =
+            (client.clone(), options.publish.clone(), leader_rx.clone());
+        vec![
+            config_status,
+            events_outlet.edge(client.clone(), identity.clone(), regarding_rx),
+            EdgeTask::new(edges::names::INGRESS_STATUS, move |_| {
+                status.start_writer(
+                    client.clone(),
+                    reporter.clone(),
+                    publish.clone(),
+                    leadership.clone(),
+                )
+            }),
+            EdgeTask::new(edges::names::HAPROXYCFG, move |_| writer.start_writer()),
+        ]
+    };
     let controller = start_controller(
         sources,
         Arc::new(FullPipeline::new(validator.clone())),
@@ -363,6 +433,16 @@ pub async fn run(
             ..ControllerSettings::default()
         },
         addresses,
+        ControllerEdges {
+            leader_only: leader_only
+                .into_iter()
+                .map(|e| {
+                    e.with_faults(fault_injection.clone())
+                        .spec(ActorRole::LeaderOnly)
+                })
+                .collect(),
+            fault_injection: fault_injection.clone(),
+        },
         options.log_level.clone(),
     )
     .await
@@ -376,49 +456,99 @@ pub async fn run(
     if let Err(e) = run_metrics.register(&controller.metrics, sink.write_counter()) {
         tracing::warn!(error = %e, "some of haptor run's metric families are not registered");
     }
-    let status_writes = run_metrics.status_writes.clone();
 
-    let config_task = crate::drivers::kube::config::spawn(
-        client.clone(),
-        namespace.clone(),
-        options.config_name.clone(),
-        resources,
-        leader_rx.clone(),
-        ConfigChannels {
-            configs: config_tx,
-            seen: seen_tx,
-        },
-        ConfigReporting {
-            fanout: controller.services.fanout.clone(),
-            introspection: controller.services.introspection.clone(),
-            status_writes,
-            invalid: run_metrics.config_invalid.clone(),
-        },
-    );
-    let (regarding_tx, regarding_rx) = watch::channel(None);
-    let (kube_events_tx, kube_events_rx) = mpsc::channel(256);
-    let events_task = crate::drivers::kube::events::spawn(
-        client.clone(),
-        "haptor".into(),
-        identity.clone(),
-        regarding_rx,
-        kube_events_rx,
-    );
+    // The all-replica edges: the config, the credentials, the election, pod discovery.
+    let (floor_tx, floor_rx) = watch::channel(0u64);
     let (secret_tx, secret_rx) = watch::channel(None);
     let (credentials_tx, credentials_rx) = watch::channel(DataplaneCredentials::default());
-    let credentials_task =
-        crate::drivers::kube::credentials::spawn(client.clone(), secret_rx, credentials_tx);
-    let mut edges = Edges {
-        client,
-        namespace: namespace.clone(),
-        identity: identity.clone(),
-        leader: leader_tx,
-        election: None,
-        discovery: None,
-        credentials: credentials_rx,
-        instances: instances_tx,
-        haproxy_version: options.haproxy_version,
-    };
+    {
+        let reporting = ConfigReporting {
+            fanout: controller.services.fanout.clone(),
+            introspection: controller.services.introspection.clone(),
+            status_writes: run_metrics.status_writes.clone(),
+            invalid: run_metrics.config_invalid.clone(),
+        };
+        let (client, namespace, name) = (
+            client.clone(),
+            namespace.clone(),
+            options.config_name.clone(),
+        );
+        edges.insert(
+            0,
+            EdgeTask::new(edges::names::CONFIG, move |_| {
+                crate::drivers::kube::config::spawn(
+                    client.clone(),
+                    namespace.clone(),
+                    name.clone(),
+                    resources.clone(),
+                    ConfigChannels {
+                        configs: config_tx.clone(),
+                        seen: seen_tx.clone(),
+                        verdicts: verdicts_tx.clone(),
+                    },
+                    reporting.clone(),
+                )
+            }),
+        );
+    }
+    {
+        let client = client.clone();
+        edges.push(EdgeTask::new(edges::names::CREDENTIALS, move |_| {
+            crate::drivers::kube::credentials::spawn(
+                client.clone(),
+                secret_rx.clone(),
+                credentials_tx.clone(),
+            )
+        }));
+    }
+    if let Some(name) = options.create_credentials_secret.clone() {
+        // Creates the Data Plane API credentials Secret once when it is missing; done once
+        // it exists (created, or found).
+        let (client, namespace) = (client.client.clone(), namespace.clone());
+        edges.push(EdgeTask::one_shot(
+            edges::names::CREDENTIALS_SECRET,
+            move |_| {
+                crate::drivers::kube::dataplane_secret::spawn(
+                    client.clone(),
+                    crate::drivers::kube::dataplane_secret::CredentialsSecret {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    },
+                )
+            },
+        ));
+    }
+    edges.push(
+        edges::Election {
+            client: client.clone(),
+            namespace: namespace.clone(),
+            identity: identity.clone(),
+            seen: seen.clone(),
+            leader: leader_tx,
+            floor: floor_rx,
+        }
+        .edge(),
+    );
+    edges.push(
+        edges::PodDiscovery {
+            client: client.clone(),
+            namespace: namespace.clone(),
+            haproxy_version: options.haproxy_version,
+            accepted: config_rx.clone(),
+            credentials: credentials_rx,
+            instances: instances_tx,
+        }
+        .edge(),
+    );
+    for edge in edges {
+        controller
+            .start_edge(
+                edge.with_faults(fault_injection.clone())
+                    .spec(ActorRole::AllReplica),
+            )
+            .await
+            .map_err(RunError::Controller)?;
+    }
 
     tracing::info!(
         namespace = %namespace, config = %options.config_name, identity = %identity,
@@ -434,18 +564,21 @@ pub async fn run(
     let mut ready_logged = false;
     let mut ticker = tokio::time::interval(READY_POLL);
     tokio::pin!(shutdown);
+    let mut tree_stopped = false;
     loop {
         tokio::select! {
             // A config read is handled before the events its verdict produces.
             biased;
             () = &mut shutdown => break,
+            () = controller.stopped() => {
+                tree_stopped = true;
+                break;
+            }
             changed = seen.changed() => {
                 if changed.is_err() {
                     break;
                 }
                 let Some(config) = seen.borrow_and_update().clone() else { continue };
-                // Even an invalid first config elects a leader, which writes its status.
-                edges.start_election_once(&config.spec.leader_election);
                 let _ = regarding_tx.send_replace(Some(config.object_ref(&())));
             }
             changed = accepted.changed() => {
@@ -453,7 +586,6 @@ pub async fn run(
                     break;
                 }
                 let Some(config) = accepted.borrow_and_update().clone() else { continue };
-                edges.apply(&config);
                 let _ = secret_tx.send_replace(config.spec.credentials_secret_ref.as_ref().map(|r| SecretName {
                     namespace: r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| namespace.clone()),
                     name: r.name.clone(),
@@ -467,10 +599,15 @@ pub async fn run(
                 match event {
                     Some(event) => {
                         if let EventKind::DeploymentFenced { epoch, .. } = &event.kind {
-                            edges.fenced(*epoch);
+                            // The election's next term (or an always-leader's epoch) goes
+                            // above it.
+                            floor_tx.send_if_modified(|floor| {
+                                let raised = *epoch > *floor;
+                                *floor = (*floor).max(*epoch);
+                                raised
+                            });
                         }
-                        // A full queue drops the event: Kubernetes Events are best effort.
-                        let _ = kube_events_tx.try_send(event);
+                        events_outlet.send(event);
                     }
                     None => external = None,
                 }
@@ -486,19 +623,20 @@ pub async fn run(
         }
     }
     tracing::info!("haptor run: stopping");
+    // The config iteration first (a deployment in flight gets its deploymentTimeout), then
+    // the rest of the tree: the election edge hands the Lease back as it stops, so a
+    // successor leads at its next retry.
+    let _ = ractor::call!(
+        controller.root,
+        crate::supervision::SupervisorMsg::StopChild,
+        crate::actors::tree::CONFIG_ITERATION.to_string()
+    );
     controller.stop().await;
-    edges.shutdown().await;
-    for task in [
-        config_task,
-        events_task,
-        credentials_task,
-        sink_task,
-        ingress_status_task,
-    ]
-    .into_iter()
-    .chain(certificate_task)
-    {
-        task.abort();
+    if tree_stopped {
+        tracing::error!("{}", crate::actors::controller::TREE_STOPPED);
+        return Err(RunError::TreeStopped(
+            crate::actors::controller::TREE_STOPPED,
+        ));
     }
     Ok(())
 }
@@ -507,180 +645,5 @@ async fn next_event(external: &mut Option<mpsc::Receiver<ObservedEvent>>) -> Opt
     match external {
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// How this replica leads.
-enum Election {
-    Lease {
-        elector: LeaseElector,
-        settings: LeaderElectionSettings,
-    },
-    /// `leaderElection.enabled: false`: leading, at this epoch.
-    Always {
-        epoch: u64,
-        settings: LeaderElectionSettings,
-    },
-}
-
-/// The edges the config configures: election, pod discovery.
-struct Edges {
-    client: Client,
-    namespace: String,
-    identity: String,
-    leader: watch::Sender<Leadership>,
-    election: Option<Election>,
-    discovery: Option<(
-        PodDiscovery,
-        tokio::task::JoinHandle<()>,
-        tokio::task::JoinHandle<()>,
-    )>,
-    credentials: watch::Receiver<DataplaneCredentials>,
-    instances: watch::Sender<Vec<Instance>>,
-    /// The HAProxy version every pod must report (renders are validated for it).
-    haproxy_version: HaproxyVersion,
-}
-
-/// What a pod discovery watches (compared to see whether it must restart).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct PodDiscovery {
-    match_labels: std::collections::BTreeMap<String, String>,
-    port: u16,
-    credentials_required: bool,
-}
-
-impl Edges {
-    /// Applies a valid config to the election and the pod discovery.
-    fn apply(&mut self, config: &HAProxyTemplateConfig) {
-        self.start_election_once(&config.spec.leader_election);
-        let wanted = config.spec.pod_selector.as_ref().map(|s| PodDiscovery {
-            match_labels: s.match_labels.clone(),
-            port: config.spec.dataplane.port,
-            credentials_required: config.spec.credentials_secret_ref.is_some(),
-        });
-        let wanted = wanted.filter(|w| !w.match_labels.is_empty());
-        if self.discovery.as_ref().map(|(d, _, _)| d) == wanted.as_ref() {
-            return;
-        }
-        if let Some((_, watch_task, bridge)) = self.discovery.take() {
-            watch_task.abort();
-            bridge.abort();
-        }
-        let Some(wanted) = wanted else {
-            tracing::warn!(
-                "the config has no podSelector with matchLabels; no HAProxy pod is deployed to"
-            );
-            let _ = self.instances.send_replace(Vec::new());
-            return;
-        };
-        let (discovered_tx, mut discovered_rx) = watch::channel(Discovered {
-            endpoints: Vec::new(),
-            instances: Vec::new(),
-        });
-        let watch_task = crate::drivers::kube::discovery::spawn(
-            self.client.clone(),
-            PodDiscoverySettings {
-                namespace: self.namespace.clone(),
-                match_labels: wanted.match_labels.clone(),
-                port: wanted.port,
-                credentials_required: wanted.credentials_required,
-                haproxy_version: Some(self.haproxy_version),
-            },
-            self.credentials.clone(),
-            discovered_tx,
-        );
-        let instances = self.instances.clone();
-        let bridge = tokio::spawn(async move {
-            while discovered_rx.changed().await.is_ok() {
-                let now = discovered_rx.borrow_and_update().instances.clone();
-                let _ = instances.send_replace(now);
-            }
-        });
-        self.discovery = Some((wanted, watch_task, bridge));
-    }
-
-    /// Starts the election on the first config read; a later change of its settings is
-    /// logged as needing a restart.
-    fn start_election_once(&mut self, settings: &LeaderElectionSettings) {
-        match &self.election {
-            None => self.start_election(settings),
-            Some(
-                Election::Lease {
-                    settings: started, ..
-                }
-                | Election::Always {
-                    settings: started, ..
-                },
-            ) => {
-                if started != settings {
-                    tracing::warn!(
-                        "spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)"
-                    );
-                }
-            }
-        }
-    }
-
-    fn start_election(&mut self, settings: &LeaderElectionSettings) {
-        if !settings.enabled {
-            tracing::info!(
-                "leader election disabled: this replica always leads (run one replica only)"
-            );
-            let leadership = always_leader(0);
-            let _ = self.leader.send_replace(leadership);
-            self.election = Some(Election::Always {
-                epoch: leadership.epoch,
-                settings: settings.clone(),
-            });
-            return;
-        }
-        let options = ElectorOptions {
-            namespace: self.namespace.clone(),
-            settings: settings.clone(),
-            identity: self.identity.clone(),
-            highest_target_epoch: 0,
-        };
-        match LeaseElector::start(self.client.clone(), options, self.leader.clone()) {
-            Ok(elector) => {
-                self.election = Some(Election::Lease {
-                    elector,
-                    settings: settings.clone(),
-                })
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "leader election cannot start; this replica does not lead until the config's leaderElection is fixed and haptor restarts")
-            }
-        }
-    }
-
-    /// A target holds `epoch`, above the one this replica deployed with.
-    fn fenced(&mut self, epoch: u64) {
-        match &mut self.election {
-            Some(Election::Lease { elector, .. }) => elector.raise_epoch_floor(epoch),
-            Some(Election::Always { epoch: current, .. }) if *current <= epoch => {
-                *current = epoch.saturating_add(1);
-                tracing::warn!(
-                    epoch = *current,
-                    "an instance holds a newer epoch (an earlier haptor's); leading on above it"
-                );
-                let _ = self.leader.send_replace(Leadership {
-                    is_leader: true,
-                    epoch: *current,
-                });
-            }
-            _ => {}
-        }
-    }
-
-    async fn shutdown(&mut self) {
-        if let Some((_, watch_task, bridge)) = self.discovery.take() {
-            watch_task.abort();
-            bridge.abort();
-        }
-        if let Some(Election::Lease { elector, .. }) = self.election.take()
-            && let Err(e) = elector.shutdown().await
-        {
-            tracing::warn!(error = %e, "the Lease was not released; it expires on its own");
-        }
     }
 }

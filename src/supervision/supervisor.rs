@@ -242,7 +242,9 @@ impl SupervisorState {
         myself: &ActorRef<SupervisorMsg>,
         name: &str,
     ) -> Result<(), ActorProcessingErr> {
-        let (delay, generation) = self.note_restart(name)?;
+        let (delay, generation) = self.note_restart(name).inspect_err(|e| {
+            tracing::error!(supervisor = %self.name, child = name, "{e}");
+        })?;
         tracing::warn!(supervisor = %self.name, child = name, delay_ms = delay.as_millis() as u64, "restarting child");
         if delay.is_zero() {
             return self.restart_now(myself, name).await;

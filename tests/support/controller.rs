@@ -170,6 +170,7 @@ impl ControllerSetup {
             sink.clone(),
             self.settings,
             self.addresses,
+            haptor::actors::controller::ControllerEdges::default(),
             None,
         )
         .await

@@ -1,5 +1,5 @@
 //! An in-process axum stub of the HAProxy Data Plane API v3, strict as the contract is
-//! (see `tests/dataplane_target.rs`, whose module documentation lists what it answers), for
+//! (see `tests/processes/dataplane_target.rs`, whose module documentation lists what it answers), for
 //! the tests that deploy to a Data Plane target without the real API. Besides answering as
 //! the API does, it can be told to misbehave (`StubState::fault`): answer 500, answer what
 //! is not JSON, or hang, for every request after the switch.

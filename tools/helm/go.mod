@@ -1,4 +1,4 @@
-// helm for tests/chart.rs: scripts/test-peers builds helm.sh/helm/v3/cmd/helm at the version
+// helm for tests/api_server/chart.rs: scripts/test-peers builds helm.sh/helm/v3/cmd/helm at the version
 // required here (go get -tool helm.sh/helm/v3/cmd/helm@vX.Y.Z && go mod tidy moves it).
 module haptor.test/tools/helm
 

@@ -58,7 +58,7 @@
 //! an upload ([`crate::pure::rendered::storage_file_name`]), and a file named otherwise is
 //! refused before anything is written.
 //!
-//! What the real API (v3.4.0, `tests/dataplane_api.rs`) does that a naive client trips on:
+//! What the real API (v3.4.0, `tests/real_dataplaneapi/dataplane_api.rs`) does that a naive client trips on:
 //! it prints the configuration it stores again through its own parser, so the text read
 //! back never equals the render and the pod's file is recognised by the API's
 //! `Configuration-Checksum` as the push answered it; and its runtime map endpoints find a
@@ -96,7 +96,7 @@ use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::haproxy::HaproxyVersion;
-use crate::pure::rendered::RenderedConfig;
+use crate::pure::rendered::{Checksum, RenderedConfig};
 
 pub use crate::pure::deploy::dataplane::{DEPLOYED_FILE, EPOCH_FILE};
 
@@ -206,8 +206,9 @@ struct TargetState {
     haproxy_version_confirmed: bool,
     /// The epoch and generation accepted (the epoch also kept on the pod, [`EPOCH_FILE`]).
     fence: Fence,
-    /// The render the pod runs, when this target knows it.
+    /// The render the pod runs, when this target knows it, and its checksum.
     last_deployed: Option<Arc<RenderedConfig>>,
+    last_checksum: Option<Checksum>,
     /// The API's checksum of the `haproxy.cfg` haptor last pushed, as the push answered it:
     /// the API rewrites the text, so this is how the pod's file is recognised as ours.
     pushed_checksum: Option<String>,
@@ -480,14 +481,14 @@ impl DataplaneTarget {
     /// Writes the [`DEPLOYED_FILE`] record for the render just deployed, when it differs
     /// from the one on the pod. A failure costs one reload after the next restart, not this
     /// deployment: it is logged.
-    async fn write_record(&self, rendered: &RenderedConfig) {
+    async fn write_record(&self, render: Checksum) {
         let (record, exists) = {
             let state = self.lock();
             let Some(configuration) = state.pushed_checksum.clone() else {
                 return;
             };
             let record = DeployedMarker {
-                render: rendered.checksum(),
+                render,
                 configuration,
             };
             if state.recorded.as_ref() == Some(&record) {
@@ -533,7 +534,7 @@ impl DataplaneTarget {
                 let (running, live_checksum) = self.running_configuration().await?;
                 if let Some(record) = record
                     && !reload_required
-                    && record.render == to.checksum()
+                    && record.render == request.checksum
                     && record.still_runs(live_checksum.as_deref())
                 {
                     tracing::info!(target_name = %self.name, render = %record.render, "the pod already runs this render (its deployed-render record and configuration checksum say so)");
@@ -558,7 +559,7 @@ impl DataplaneTarget {
         if plan.is_empty() && !reload_required {
             self.delete_orphans(orphans).await;
             self.remember(request);
-            self.write_record(to).await;
+            self.write_record(request.checksum).await;
             return Ok(DeployOutcome {
                 unchanged: true,
                 ..DeployOutcome::default()
@@ -570,6 +571,7 @@ impl DataplaneTarget {
         {
             let mut state = self.lock();
             state.last_deployed = None;
+            state.last_checksum = None;
             state.reload_required = true;
         }
         let mut written = BTreeSet::new();
@@ -618,7 +620,7 @@ impl DataplaneTarget {
         };
         self.delete_orphans(orphans).await;
         self.remember(request);
-        self.write_record(to).await;
+        self.write_record(request.checksum).await;
         Ok(outcome)
     }
 
@@ -626,6 +628,7 @@ impl DataplaneTarget {
     fn remember(&self, request: &DeployRequest) {
         let mut state = self.lock();
         state.last_deployed = Some(request.rendered.clone());
+        state.last_checksum = Some(request.checksum);
         state.reload_required = false;
     }
 
@@ -1102,7 +1105,7 @@ impl DeployTarget for DataplaneTarget {
     /// the pod's file combined with the auxiliary files this target last deployed (none
     /// after a restart or a failed deployment), which differs from every render: drift.
     /// Files changed on the pod behind haptor's back are not seen.
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>> {
         Box::pin(async move {
             let raw = self
                 .api
@@ -1122,6 +1125,7 @@ impl DeployTarget for DataplaneTarget {
             }
             let state = self.lock();
             if let Some(last) = &state.last_deployed
+                && let Some(checksum) = state.last_checksum
                 && runs_pushed(
                     &raw.text,
                     raw.checksum.as_deref(),
@@ -1129,7 +1133,7 @@ impl DeployTarget for DataplaneTarget {
                     state.pushed_checksum.as_deref(),
                 )
             {
-                return Ok(Some(last.checksum()));
+                return Ok(Some(checksum));
             }
             let aux_files = state
                 .last_deployed

@@ -10,10 +10,12 @@
 //! and never reaches the tree, so the last valid config keeps serving. A deleted or missing
 //! config changes nothing either; it is logged.
 //!
-//! The leader writes the verdict into the object's status (server-side apply of the status
-//! subresource, field manager `haptor`, bounded by [`STATUS_WRITE_TIMEOUT`], retried every
-//! [`STATUS_RETRY`] after a failure) when it differs from the status the object holds in
-//! anything but timestamps; a new leader writes it at the start of its term if needed.
+//! Each object read and the verdict on its spec go out on [`ConfigChannels::verdicts`]; the
+//! status writer ([`spawn_status_writer`], which `haptor run` runs on the leader only) writes
+//! the verdict into the object's status (server-side apply of the status subresource, field
+//! manager `haptor`, bounded by [`STATUS_WRITE_TIMEOUT`], retried every [`STATUS_RETRY`]
+//! after a failure) when it differs from the status the object holds in anything but
+//! timestamps; a new leader's writer does so at the start of its term if needed.
 //!
 //! What the watch sees before a config is loaded goes to readiness through the
 //! introspection record ([`ConfigSource`]): no answer yet from the API server, the API server
@@ -34,7 +36,7 @@ use tokio::sync::watch;
 
 use crate::drivers::kube::resources::{KubeResources, SourceError};
 use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
-use crate::messages::{EventFanout, EventKind, Leadership};
+use crate::messages::{EventFanout, EventKind};
 use crate::observability::introspection::{ErrorRecord, Introspection};
 use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, HAPTOR_GROUP, Request};
 use crate::pure::config::{
@@ -79,6 +81,16 @@ pub struct ConfigChannels {
     /// reported): what Events are about, and the leader election settings when the first
     /// config is invalid (someone must lead to write its status).
     pub seen: watch::Sender<Option<Arc<HAProxyTemplateConfig>>>,
+    /// The latest object read and the status its spec was judged to have: what the status
+    /// writer writes.
+    pub verdicts: watch::Sender<Option<Arc<Verdict>>>,
+}
+
+/// The config as last read, and the status the verdict on its spec gives it.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub object: HAProxyTemplateConfig,
+    pub status: HAProxyTemplateConfigStatus,
 }
 
 /// Runs the config watch until the task is aborted.
@@ -87,7 +99,6 @@ pub fn spawn(
     namespace: String,
     name: String,
     resources: KubeResources,
-    mut leadership: watch::Receiver<Leadership>,
     out: ConfigChannels,
     reporting: ConfigReporting,
 ) -> tokio::task::JoinHandle<()> {
@@ -102,13 +113,6 @@ pub fn spawn(
         let object_name = format!("HAProxyTemplateConfig {namespace}/{name}");
         let config = format!("{namespace}/{name}");
         let request = Request::watch("haproxytemplateconfigs", HAPTOR_GROUP, Some(&namespace));
-        let status_request = Request::new(
-            "patch",
-            "haproxytemplateconfigs/status",
-            HAPTOR_GROUP,
-            Some(&namespace),
-        )
-        .named(&name);
         let mut failures = FailureLog::new();
         reporting
             .introspection
@@ -124,12 +128,10 @@ pub fn spawn(
             HAProxyTemplateConfigStatus,
         )> = None;
         let mut listing_found = false;
-        let mut retry: Option<tokio::time::Instant> = None;
         loop {
-            let sleep_until =
-                retry.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
-            tokio::select! {
-                event = events.next() => {
+            {
+                let event = events.next().await;
+                {
                     let Some(event) = event else { return };
                     // `Init` opens a list before any request is made: not an answer yet.
                     if matches!(&event, Ok(e) if !matches!(e, watcher::Event::Init)) {
@@ -143,13 +145,21 @@ pub fn spawn(
                         }
                         Ok(watcher::Event::InitDone) => {
                             if !listing_found {
-                                reporting.introspection.set_config_source(ConfigSource::NotFound { config: config.clone() });
+                                reporting
+                                    .introspection
+                                    .set_config_source(ConfigSource::NotFound {
+                                        config: config.clone(),
+                                    });
                                 tracing::warn!(object = %object_name, "config not found; create it (haptor waits, and /readyz says it waits for it)");
                             }
                             continue;
                         }
                         Ok(watcher::Event::Delete(_)) => {
-                            reporting.introspection.set_config_source(ConfigSource::NotFound { config: config.clone() });
+                            reporting
+                                .introspection
+                                .set_config_source(ConfigSource::NotFound {
+                                    config: config.clone(),
+                                });
                             tracing::warn!(object = %object_name, "config deleted; the last valid config keeps serving until it is created again");
                             latest = None;
                             continue;
@@ -157,20 +167,14 @@ pub fn spawn(
                         Err(e) => {
                             let failure = ApiFailure::of_watch(&server, &request, &e);
                             if !matches!(failure.cause, Cause::Gone { .. }) {
-                                reporting.introspection.set_config_source(ConfigSource::Failing(failure.clone()));
+                                reporting
+                                    .introspection
+                                    .set_config_source(ConfigSource::Failing(failure.clone()));
                             }
                             tell_watch_failure(&mut failures, &failure, "the config");
                             continue;
                         }
                     }
-                }
-                changed = leadership.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-                () = tokio::time::sleep_until(sleep_until), if retry.is_some() => {
-                    retry = None;
                 }
             }
             let Some(object) = latest.as_ref() else {
@@ -197,27 +201,72 @@ pub fn spawn(
                 );
                 judged = Some((object.spec.clone(), object.metadata.generation, status));
             }
-            let Some((_, _, status)) = &judged else {
+            if let Some((_, _, status)) = &judged {
+                out.verdicts.send_if_modified(|latest| {
+                    let next = Verdict {
+                        object: object.clone(),
+                        status: status.clone(),
+                    };
+                    // The same object (resourceVersion) with the same verdict: nothing new.
+                    if latest.as_deref().is_some_and(|l| {
+                        l.object.metadata.resource_version == next.object.metadata.resource_version
+                            && l.status == next.status
+                    }) {
+                        return false;
+                    }
+                    *latest = Some(Arc::new(next));
+                    true
+                });
+            }
+        }
+    })
+}
+
+/// Writes each verdict of the config watch into the config's status when the object does
+/// not hold it already (`pure::config_status::needs_write`); a failed write is tried again
+/// after [`STATUS_RETRY`], with the latest verdict. Runs until aborted (`haptor run` runs it
+/// while leading: a new term's writer looks at the latest verdict first).
+pub fn spawn_status_writer(
+    client: impl Into<KubeApi>,
+    namespace: String,
+    mut verdicts: watch::Receiver<Option<Arc<Verdict>>>,
+    status_writes: IntCounterVec,
+) -> tokio::task::JoinHandle<()> {
+    let KubeApi { client, server } = client.into();
+    verdicts.mark_changed();
+    tokio::spawn(async move {
+        let api: Api<HAProxyTemplateConfig> = Api::namespaced(client, &namespace);
+        let mut retry = false;
+        loop {
+            tokio::select! {
+                changed = verdicts.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep(STATUS_RETRY), if retry => {}
+            }
+            let Some(verdict) = verdicts.borrow_and_update().clone() else {
                 continue;
             };
-            if !leadership.borrow().is_leader || !needs_write(object.status.as_ref(), status) {
+            retry = false;
+            if !needs_write(verdict.object.status.as_ref(), &verdict.status) {
                 continue;
             }
-            match write_status(&api, &object.name_any(), status, &server, &status_request).await {
-                Ok(()) => {
-                    reporting
-                        .status_writes
-                        .with_label_values(&["success"])
-                        .inc();
-                    retry = None;
-                }
+            let name = verdict.object.name_any();
+            let request = Request::new(
+                "patch",
+                "haproxytemplateconfigs/status",
+                HAPTOR_GROUP,
+                Some(&namespace),
+            )
+            .named(&name);
+            match write_status(&api, &name, &verdict.status, &server, &request).await {
+                Ok(()) => status_writes.with_label_values(&["success"]).inc(),
                 Err(message) => {
-                    reporting
-                        .status_writes
-                        .with_label_values(&["failure"])
-                        .inc();
-                    tracing::warn!(object = %object_name, error = %message, "writing the config's status failed: {message}; retrying in {}s", STATUS_RETRY.as_secs());
-                    retry = Some(tokio::time::Instant::now() + STATUS_RETRY);
+                    status_writes.with_label_values(&["failure"]).inc();
+                    tracing::warn!(object = %format!("HAProxyTemplateConfig {namespace}/{name}"), error = %message, "writing the config's status failed: {message}; retrying in {}s", STATUS_RETRY.as_secs());
+                    retry = true;
                 }
             }
         }

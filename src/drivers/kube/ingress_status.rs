@@ -110,43 +110,78 @@ pub fn spawn(
     publish: PublishAddress,
     leadership: watch::Receiver<Leadership>,
 ) -> (IngressStatus, JoinHandle<()>) {
-    let KubeApi { client, server } = client.into();
-    let (outcomes_tx, outcomes_rx) = watch::channel(None);
-    let (addresses_tx, addresses_rx) = watch::channel(None);
-    let service_task = match publish {
-        PublishAddress::Nothing => None,
-        PublishAddress::Fixed(addresses) => {
-            let _ = addresses_tx.send_replace(Some(addresses));
-            None
-        }
-        PublishAddress::Service { namespace, name } => Some(tokio::spawn(watch_service(
-            KubeApi::new(client.clone(), server.clone()),
-            namespace,
-            name,
-            addresses_tx.clone(),
-        ))),
-    };
-    let driver = Driver {
-        client,
-        server,
-        reporter,
-        book: IngressStatusBook::default(),
-        logged: HashSet::new(),
-    };
-    let task = tokio::spawn(async move {
-        // Held so a fixed (or absent) address never reads as a closed channel.
-        let _addresses = addresses_tx;
-        driver.run(outcomes_rx, leadership, addresses_rx).await;
-        if let Some(task) = service_task {
-            task.abort();
-        }
-    });
-    (
+    let status = IngressStatus::new();
+    let task = status.start_writer(client, reporter, publish, leadership);
+    (status, task)
+}
+
+impl IngressStatus {
+    /// A handle with no writer yet: the latest outcomes are kept until a writer
+    /// ([`IngressStatus::start_writer`]) acts on them.
+    pub fn new() -> IngressStatus {
         IngressStatus {
-            outcomes: Arc::new(outcomes_tx),
-        },
-        task,
-    )
+            outcomes: Arc::new(watch::channel(None).0),
+        }
+    }
+
+    /// Starts a writer: it acts on the latest outcomes at once (a restarted writer starts a
+    /// new term: it reads every served Ingress again), then on each new one, while
+    /// `leadership` says this replica leads. It ends when every handle is dropped; a second
+    /// writer must not run beside it (`haptor run` supervises one, in the leader-only
+    /// subtree).
+    pub fn start_writer(
+        &self,
+        client: impl Into<KubeApi>,
+        reporter: Reporter,
+        publish: PublishAddress,
+        leadership: watch::Receiver<Leadership>,
+    ) -> JoinHandle<()> {
+        let KubeApi { client, server } = client.into();
+        let outcomes_rx = self.outcomes.subscribe();
+        let (addresses_tx, addresses_rx) = watch::channel(None);
+        let service_task = match publish {
+            PublishAddress::Nothing => None,
+            PublishAddress::Fixed(addresses) => {
+                let _ = addresses_tx.send_replace(Some(addresses));
+                None
+            }
+            PublishAddress::Service { namespace, name } => Some(tokio::spawn(watch_service(
+                KubeApi::new(client.clone(), server.clone()),
+                namespace,
+                name,
+                addresses_tx.clone(),
+            ))),
+        };
+        let driver = Driver {
+            client,
+            server,
+            reporter,
+            book: IngressStatusBook::default(),
+            logged: HashSet::new(),
+        };
+        tokio::spawn(async move {
+            // Held so a fixed (or absent) address never reads as a closed channel.
+            let _addresses = addresses_tx;
+            // The Service watch ends with this task, however it ends.
+            let _service = service_task.map(|t| AbortOnDrop(t.abort_handle()));
+            driver.run(outcomes_rx, leadership, addresses_rx).await;
+        })
+    }
+}
+
+impl Default for IngressStatus {
+    fn default() -> Self {
+        IngressStatus::new()
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Driver {

@@ -222,6 +222,24 @@ impl LeaseElector {
         self.floor.fetch_max(epoch, Ordering::Relaxed);
     }
 
+    /// Resolves when the election's task has ended by itself, which it does only by a
+    /// panic (losing the Lease or an API error never ends it): the message says how.
+    pub async fn ended(&mut self) -> String {
+        let Some(task) = self.task.as_mut() else {
+            return std::future::pending().await;
+        };
+        let outcome = task.await;
+        self.task = None;
+        match outcome {
+            Ok(Ok(())) => "the election ended".into(),
+            Ok(Err(e)) => format!("the election ended: {e}"),
+            Err(e) if e.is_panic() => {
+                std::panic::resume_unwind(e.into_panic());
+            }
+            Err(e) => format!("the election ended: {e}"),
+        }
+    }
+
     /// Stops: publishes `is_leader: false`, releases the Lease if this replica holds it (so
     /// a successor takes over at once), and returns once the task has ended. An error says
     /// the release failed; the Lease then expires on its own after `leaseDuration`.

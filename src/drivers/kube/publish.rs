@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, Resource};
 use prometheus::{IntCounterVec, Opts, Registry};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -67,6 +67,11 @@ struct Desired {
 pub struct KubePublishSink {
     desired: watch::Sender<Desired>,
     writes: IntCounterVec,
+    client: Client,
+    server: ApiServer,
+    namespace: String,
+    name: String,
+    clock: Clock,
 }
 
 impl KubePublishSink {
@@ -88,24 +93,51 @@ impl KubePublishSink {
         name: String,
         clock: Clock,
     ) -> (KubePublishSink, tokio::task::JoinHandle<()>) {
+        let sink = KubePublishSink::new(client, namespace, name, clock);
+        let task = sink.start_writer();
+        (sink, task)
+    }
+
+    /// A sink with no writer yet: publications are kept (the latest) until a writer
+    /// ([`KubePublishSink::start_writer`]) writes them.
+    pub fn new(
+        client: impl Into<KubeApi>,
+        namespace: String,
+        name: String,
+        clock: Clock,
+    ) -> KubePublishSink {
         let KubeApi { client, server } = client.into();
-        let writes = write_counters();
-        let (desired, updates) = watch::channel(Desired::default());
-        let writer = Writer {
-            api: Api::namespaced(client, &namespace),
+        KubePublishSink {
+            desired: watch::channel(Desired::default()).0,
+            writes: write_counters(),
+            client,
             server,
-            failures: FailureLog::new(),
-            object: format!("{namespace}/{name}"),
             namespace,
             name,
-            writes: writes.clone(),
             clock,
+        }
+    }
+
+    /// Starts a writer: it writes the latest publication at once (a restarted writer
+    /// catches up), then each new one. It ends when the sink is dropped; a second writer
+    /// must not run beside it (`haptor run` supervises one, in the leader-only subtree).
+    pub fn start_writer(&self) -> tokio::task::JoinHandle<()> {
+        let mut updates = self.desired.subscribe();
+        updates.mark_changed();
+        let writer = Writer {
+            api: Api::namespaced(self.client.clone(), &self.namespace),
+            server: self.server.clone(),
+            failures: FailureLog::new(),
+            object: format!("{}/{}", self.namespace, self.name),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            writes: self.writes.clone(),
+            clock: self.clock,
             encoded: None,
             spec_written: None,
             status_written: None,
         };
-        let task = tokio::spawn(writer.run(updates));
-        (KubePublishSink { desired, writes }, task)
+        tokio::spawn(writer.run(updates))
     }
 
     /// Sets the owner of the `HAProxyCfg` (the `HAProxyTemplateConfig` it is rendered from):

@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, ServerState, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
-use crate::pure::rendered::{AuxKind, RenderedConfig};
+use crate::pure::rendered::{AuxKind, Checksum, RenderedConfig};
 
 pub use layout::{
     LOCAL_MARKER, WorkDir, bootstrap_config, inject_local_settings, strip_local_settings,
@@ -886,7 +886,7 @@ impl DeployTarget for LocalTarget {
 
     /// The checksum of the deployment on disk (the rendered text, the local settings left
     /// out); HAProxy must answer on its master CLI.
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>> {
         Box::pin(async move {
             let _deploying = self.state.lock().await;
             self.show_proc().await?;

@@ -26,7 +26,7 @@ fn one_of_each() -> Vec<EventKind> {
     vec![
         EventKind::RenderSucceeded {
             duration: Duration::from_millis(30),
-            checksum: "abc".into(),
+            checksum: crate::pure::rendered::Checksum::of(b"abc"),
         },
         EventKind::RenderFailed {
             error: "boom".into(),

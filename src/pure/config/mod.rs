@@ -10,6 +10,7 @@
 mod duration;
 pub mod published;
 mod spec_validation;
+pub mod timings;
 
 use std::collections::BTreeMap;
 
@@ -19,7 +20,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{DurationError, parse_duration};
-pub use spec_validation::{NAMESPACE_FIXTURES, SpecProblem, validate_spec};
+pub use spec_validation::{NAMESPACE_FIXTURES, SpecProblem, validate_spec, validated_timings};
+pub use timings::{ConfigTimings, LeaseTimings, TimingsError};
 
 /// The API group of haptor's resources.
 pub const GROUP: &str = "haptor.dev";
@@ -295,16 +297,6 @@ impl WatchedResource {
         match chars.next() {
             Some(first) => first.to_uppercase().chain(chars).collect(),
             None => String::new(),
-        }
-    }
-
-    /// The debounce as a duration: the configured one, else 0 for EndpointSlices (endpoint
-    /// changes should reach HAProxy at once) and 100 ms for everything else.
-    pub fn debounce_duration(&self) -> std::time::Duration {
-        match self.debounce.as_deref().map(parse_duration) {
-            Some(Ok(d)) => d,
-            _ if self.resources == "endpointslices" => std::time::Duration::ZERO,
-            _ => std::time::Duration::from_millis(100),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::{AssertionKind, HAProxyTemplateConfigSpec, parse_duration};
+use super::{AssertionKind, ConfigTimings, HAProxyTemplateConfigSpec};
 use crate::pure::selector::LabelSelector;
 use crate::pure::selector::namespaces::is_namespace;
 
@@ -33,6 +33,14 @@ pub const NAMESPACE_FIXTURES: &str = "namespaces";
 
 /// Checks a spec's structure and returns every problem found (empty when valid).
 pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
+    validated_timings(spec).err().unwrap_or_default()
+}
+
+/// Checks a spec's structure like [`validate_spec`] and, when it has no problem, gives its
+/// durations as the typed settings they were parsed into on the way.
+pub fn validated_timings(
+    spec: &HAProxyTemplateConfigSpec,
+) -> Result<ConfigTimings, Vec<SpecProblem>> {
     let mut problems = Problems::default();
 
     if let Some(secret) = &spec.credentials_secret_ref {
@@ -64,34 +72,17 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
             );
         }
     }
-    for (field, text) in [
-        ("minDeploymentInterval", &dp.min_deployment_interval),
-        ("driftPreventionInterval", &dp.drift_prevention_interval),
-        ("deploymentTimeout", &dp.deployment_timeout),
-    ] {
-        problems.duration(&format!("spec.dataplane.{field}"), text);
-    }
+    // Every duration (dataplane, leader election, rendering, debounces), parsed once here.
+    let timings = ConfigTimings::from_spec(spec)
+        .map_err(|found| problems.0.extend(found))
+        .ok();
 
-    let le = &spec.leader_election;
-    problems.require_name("spec.leaderElection.leaseName", &le.lease_name);
-    let lease = problems.duration("spec.leaderElection.leaseDuration", &le.lease_duration);
-    let renew = problems.duration("spec.leaderElection.renewDeadline", &le.renew_deadline);
-    let retry = problems.duration("spec.leaderElection.retryPeriod", &le.retry_period);
-    if let (Some(lease), Some(renew), Some(retry)) = (lease, renew, retry)
-        && !(lease > renew && renew > retry)
-    {
-        problems.push(
-                "spec.leaderElection",
-                "leaseDuration must be longer than renewDeadline, and renewDeadline longer than retryPeriod",
-            );
-    }
+    problems.require_name(
+        "spec.leaderElection.leaseName",
+        &spec.leader_election.lease_name,
+    );
 
     let rendering = &spec.rendering;
-    if let Some(timeout) = problems.duration("spec.rendering.timeout", &rendering.timeout)
-        && timeout.is_zero()
-    {
-        problems.push("spec.rendering.timeout", "must be longer than zero");
-    }
     if rendering.max_output_bytes == 0 {
         problems.push("spec.rendering.maxOutputBytes", "must be at least 1");
     }
@@ -171,9 +162,6 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
                     &format!("'{text}' is not a valid label selector: {e}"),
                 );
             }
-        }
-        if let Some(debounce) = &watched.debounce {
-            problems.duration(&format!("{base}.debounce"), debounce);
         }
     }
 
@@ -314,7 +302,10 @@ pub fn validate_spec(spec: &HAProxyTemplateConfigSpec) -> Vec<SpecProblem> {
         }
     }
 
-    problems.0
+    match timings {
+        Some(timings) if problems.0.is_empty() => Ok(timings),
+        _ => Err(problems.0),
+    }
 }
 
 fn join_or_none(names: &BTreeSet<&str>) -> String {
@@ -346,16 +337,6 @@ impl Problems {
     fn require_name(&mut self, path: &str, value: &str) {
         if value.trim().is_empty() {
             self.push(path, "is required");
-        }
-    }
-
-    fn duration(&mut self, path: &str, text: &str) -> Option<std::time::Duration> {
-        match parse_duration(text) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.push(path, &e.to_string());
-                None
-            }
         }
     }
 

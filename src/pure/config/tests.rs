@@ -217,22 +217,6 @@ fn the_kind_of_a_watched_resource_is_derived_from_its_plural() {
 }
 
 #[test]
-fn endpoint_slices_trigger_at_once_and_other_kinds_after_100ms() {
-    let watched = |resources: &str| WatchedResource {
-        resources: resources.into(),
-        ..Default::default()
-    };
-    assert_eq!(
-        watched("endpointslices").debounce_duration(),
-        std::time::Duration::ZERO
-    );
-    assert_eq!(
-        watched("ingresses").debounce_duration(),
-        std::time::Duration::from_millis(100)
-    );
-}
-
-#[test]
 fn invalid_label_and_namespace_selectors_are_reported_with_their_field_path_and_position() {
     let mut spec = sample().spec;
     let ingresses = spec

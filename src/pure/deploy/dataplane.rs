@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 
 use super::plan::{DeploymentPlan, Operation, ServerState, map_entries};
-use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig, storage_file_name};
+use crate::pure::rendered::{AuxFile, AuxKind, Checksum, RenderedConfig, storage_file_name};
 
 /// The general storage file that keeps the highest epoch a pod accepted.
 pub const EPOCH_FILE: &str = "haptor-epoch";
@@ -31,8 +31,8 @@ const RESERVED_NAMES: [&str; 2] = [EPOCH_FILE, DEPLOYED_FILE];
 /// is still the recorded one, instead of reloading every pod to find out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeployedMarker {
-    /// [`RenderedConfig::checksum`] of the render.
-    pub render: String,
+    /// [`RenderedConfig::checksum`] of the render (written as plain hex).
+    pub render: Checksum,
     /// The `Configuration-Checksum` the API answered for the configuration it stored.
     pub configuration: String,
 }
@@ -62,11 +62,11 @@ impl DeployedMarker {
             }
         }
         let (render, configuration) = (render?, configuration?);
-        if render.is_empty() || configuration.is_empty() {
+        if configuration.is_empty() {
             return None;
         }
         Some(DeployedMarker {
-            render: render.to_string(),
+            render: render.parse().ok()?,
             configuration: configuration.to_string(),
         })
     }
@@ -886,7 +886,7 @@ mod tests {
     #[test]
     fn the_deployed_record_reads_back_what_it_wrote_and_nothing_else() {
         let marker = DeployedMarker {
-            render: "abc123".into(),
+            render: Checksum::of(b"a render"),
             configuration: "f00d".into(),
         };
         assert_eq!(
@@ -898,6 +898,11 @@ mod tests {
         assert!(!marker.still_runs(None));
         assert_eq!(DeployedMarker::parse("7\n"), None);
         assert_eq!(DeployedMarker::parse("render abc\n"), None);
+        assert_eq!(
+            DeployedMarker::parse("render abc\nconfiguration f00d\n"),
+            None,
+            "a render that is no checksum"
+        );
         assert_eq!(DeployedMarker::parse("render \nconfiguration x\n"), None);
         assert_eq!(
             DeployedMarker::parse("render a\nconfiguration b\nextra c\n"),

@@ -86,7 +86,7 @@ mod tests {
     fn request(epoch: u64, generation: u64) -> DeployRequest {
         DeployRequest {
             rendered: Arc::new(RenderedConfig::default()),
-            checksum: String::new(),
+            checksum: RenderedConfig::default().checksum(),
             epoch,
             generation,
             timeout: DEFAULT_DEPLOYMENT_TIMEOUT,

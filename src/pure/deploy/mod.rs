@@ -8,10 +8,12 @@
 //! deposed leader's late write, fencing does. [`fence::Fence`] is that rule, the one every
 //! target (the recording one included) applies.
 
+pub mod attempts;
 pub mod dataplane;
 pub mod fence;
 pub mod pacing;
 pub mod plan;
+pub mod schedule;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-use crate::pure::rendered::RenderedConfig;
+use crate::pure::rendered::{Checksum, RenderedConfig};
 
 /// One deployment: the desired configuration, its checksum, the leader's epoch, a
 /// generation that grows with every render, so a target can refuse an older render, and how
@@ -28,13 +30,25 @@ use crate::pure::rendered::RenderedConfig;
 #[derive(Debug, Clone)]
 pub struct DeployRequest {
     pub rendered: Arc<RenderedConfig>,
-    pub checksum: String,
+    /// `rendered`'s checksum, as validation computed it.
+    pub checksum: Checksum,
     pub epoch: u64,
     pub generation: u64,
     /// `dataplane.deploymentTimeout`: the Deployer gives up on an attempt after this long
     /// (a failed, retryable attempt); targets derive their own waits (a reload's
     /// confirmation) from it so that they fail first, with their own reason.
     pub timeout: Duration,
+}
+
+/// What the deploy state machines ([`attempts::Attempts`], [`schedule::Schedule`]) read of
+/// the renders they hold; the actors' `ValidatedRender` is one.
+pub trait DeployableRender: Clone {
+    /// The render's checksum, as validation computed it.
+    fn checksum(&self) -> Checksum;
+    /// The render's number: a greater one is newer.
+    fn generation(&self) -> u64;
+    /// What is deployed.
+    fn rendered(&self) -> &RenderedConfig;
 }
 
 /// The default of `dataplane.deploymentTimeout`.
@@ -173,7 +187,7 @@ pub trait DeployTarget: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<DeployOutcome, DeployError>>;
     /// The checksum of what the instance runs now, as far as the target can tell (drift
     /// detection); `None` when it runs nothing haptor deployed.
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>>;
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>>;
 }
 
 /// One deployment a [`RecordingTarget`] was asked for, accepted or refused.
@@ -199,7 +213,7 @@ struct RecordingState {
     fence: fence::Fence,
     deployed: Vec<DeployRequest>,
     attempts: Vec<DeployAttempt>,
-    current_checksum: Option<String>,
+    current_checksum: Option<Checksum>,
     unreachable: bool,
 }
 
@@ -215,8 +229,8 @@ impl RecordingState {
         }
         self.fence.admit(request)?;
         self.fence.accept(request);
-        let unchanged = self.current_checksum.as_deref() == Some(request.checksum.as_str());
-        self.current_checksum = Some(request.checksum.clone());
+        let unchanged = self.current_checksum == Some(request.checksum);
+        self.current_checksum = Some(request.checksum);
         self.deployed.push(request.clone());
         Ok(DeployOutcome {
             reloaded: !unchanged,
@@ -257,8 +271,8 @@ impl RecordingTarget {
     }
 
     /// Changes what the instance runs behind haptor's back (drift).
-    pub fn tamper(&self, checksum: &str) {
-        self.lock().current_checksum = Some(checksum.to_string());
+    pub fn tamper(&self, checksum: &Checksum) {
+        self.lock().current_checksum = Some(*checksum);
     }
 }
 
@@ -284,25 +298,59 @@ impl DeployTarget for RecordingTarget {
         })
     }
 
-    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<String>, DeployError>> {
+    fn deployed_checksum(&self) -> BoxFuture<'_, Result<Option<Checksum>, DeployError>> {
         Box::pin(async move {
             let state = self.lock();
             if state.unreachable {
                 return Err(DeployError::Unreachable(format!("{} is down", self.name)));
             }
-            Ok(state.current_checksum.clone())
+            Ok(state.current_checksum)
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A render for the state machines' tests: a generation and a `haproxy.cfg`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct TestRender {
+        generation: u64,
+        rendered: Arc<RenderedConfig>,
+        checksum: Checksum,
+    }
+
+    impl TestRender {
+        pub(crate) fn new(generation: u64, haproxy_cfg: &str) -> TestRender {
+            let rendered = RenderedConfig {
+                haproxy_cfg: haproxy_cfg.into(),
+                ..RenderedConfig::default()
+            };
+            TestRender {
+                generation,
+                checksum: rendered.checksum(),
+                rendered: Arc::new(rendered),
+            }
+        }
+    }
+
+    impl DeployableRender for TestRender {
+        fn checksum(&self) -> Checksum {
+            self.checksum
+        }
+        fn generation(&self) -> u64 {
+            self.generation
+        }
+        fn rendered(&self) -> &RenderedConfig {
+            &self.rendered
+        }
+    }
 
     fn request(epoch: u64, generation: u64, checksum: &str) -> DeployRequest {
         DeployRequest {
             rendered: Arc::new(RenderedConfig::default()),
-            checksum: checksum.into(),
+            checksum: Checksum::of(checksum.as_bytes()),
             epoch,
             generation,
             timeout: DEFAULT_DEPLOYMENT_TIMEOUT,
@@ -329,7 +377,7 @@ mod tests {
         );
         assert_eq!(
             target.deployed_checksum().await.expect("reachable"),
-            Some("aaa".into())
+            Some(Checksum::of(b"aaa"))
         );
         assert_eq!(target.deployed().len(), 1);
     }
@@ -345,17 +393,17 @@ mod tests {
         let attempts = target.attempts();
         let answers: Vec<_> = attempts
             .iter()
-            .map(|a| (a.request.checksum.as_str(), a.result.clone()))
+            .map(|a| (a.request.checksum, a.result.clone()))
             .collect();
         assert_eq!(
             answers,
             vec![
                 (
-                    "down",
+                    Checksum::of(b"down"),
                     Err(DeployError::Unreachable("pod-a is down".into()))
                 ),
                 (
-                    "up",
+                    Checksum::of(b"up"),
                     Ok(DeployOutcome {
                         reloaded: true,
                         reload_reason: Some(ReloadReason::Structural),
@@ -365,7 +413,7 @@ mod tests {
                     })
                 ),
                 (
-                    "fenced",
+                    Checksum::of(b"fenced"),
                     Err(DeployError::Fenced {
                         offered: 2,
                         accepted: 3
@@ -394,7 +442,7 @@ mod tests {
         ));
         assert_eq!(
             target.deployed_checksum().await.expect("reachable"),
-            Some("new".into())
+            Some(Checksum::of(b"new"))
         );
     }
 }

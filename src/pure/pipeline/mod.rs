@@ -28,11 +28,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::pure::config::{HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validate_spec};
+use crate::pure::config::{
+    ConfigTimings, HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validated_timings,
+};
 use crate::pure::haproxy::{
     self, HaproxyVersion, TrustedLines, check_code_running, check_schema_for, parse_config,
 };
-use crate::pure::rendered::{PathResolver, RenderedConfig};
+use crate::pure::rendered::{Checksum, PathResolver, RenderedConfig};
 use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{
@@ -190,18 +192,18 @@ pub struct CompiledConfig {
     /// The literal lines of the `haproxy.cfg` template and the snippets, which every render
     /// carries (the only lines a code-running directive is accepted on).
     trusted_lines: TrustedLines,
+    /// The spec's durations, parsed once when it was validated: every actor reads its
+    /// deployment timeout, pacing and drift intervals, debounce and render timeout here.
+    pub timings: ConfigTimings,
 }
 
 impl CompiledConfig {
     /// Checks and compiles a config. Fails with every structural problem, or the first
     /// template that does not compile.
     pub fn compile(spec: HAProxyTemplateConfigSpec) -> Result<CompiledConfig, ConfigError> {
-        let problems = validate_spec(&spec);
-        if !problems.is_empty() {
-            return Err(ConfigError::Structure(problems));
-        }
-        let templates =
-            TemplateSet::compile(template_input(&spec))?.with_limits(render_limits(&spec));
+        let timings = validated_timings(&spec).map_err(ConfigError::Structure)?;
+        let templates = TemplateSet::compile(template_input(&spec))?
+            .with_limits(render_limits(&spec, &timings));
         // Index paths compile here so a bad path is a config error, not a watcher failure.
         build_stores(&spec)?;
         let mut selectors = BTreeMap::new();
@@ -267,6 +269,7 @@ impl CompiledConfig {
             selectors,
             post_processors,
             trusted_lines,
+            timings,
         })
     }
 
@@ -430,18 +433,15 @@ fn trusted_lines(spec: &HAProxyTemplateConfigSpec) -> TrustedLines {
     )
 }
 
-/// The template sources of a spec, as the template engine takes them.
-/// The render guards `spec.rendering` sets. Only called on a spec `validate_spec` passed,
-/// whose timeout parses; one that does not (a caller that skipped it) keeps the default.
-pub fn render_limits(spec: &HAProxyTemplateConfigSpec) -> RenderLimits {
-    let defaults = RenderLimits::default();
+/// The render guards `spec.rendering` sets, its timeout as validation parsed it.
+pub fn render_limits(spec: &HAProxyTemplateConfigSpec, timings: &ConfigTimings) -> RenderLimits {
     RenderLimits {
-        max_render_time: crate::pure::config::parse_duration(&spec.rendering.timeout)
-            .unwrap_or(defaults.max_render_time),
+        max_render_time: timings.rendering_timeout,
         max_output_bytes: usize::try_from(spec.rendering.max_output_bytes).unwrap_or(usize::MAX),
     }
 }
 
+/// The template sources of a spec, as the template engine takes them.
 pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
     TemplateSetInput {
         haproxy_config: spec.haproxy_config.template.clone(),
@@ -515,8 +515,9 @@ pub fn check_offline_for(
 #[derive(Debug, Clone)]
 pub struct ValidatedConfig {
     pub rendered: Arc<RenderedConfig>,
-    /// The hex SHA-256 of the configuration and its auxiliary files.
-    pub checksum: String,
+    /// The checksum of the configuration and its auxiliary files, computed here once: what
+    /// follows the render (deployers, targets, publisher) carries this value.
+    pub checksum: Checksum,
     /// HAProxy's warnings (they do not make the configuration invalid).
     pub warnings: Vec<ConfigProblem>,
     /// Every phase was skipped because an identical render was validated before.
@@ -568,10 +569,11 @@ impl Validator {
             .checker
             .identity()
             .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
-        let key = ValidationCache::key(&version, &rendered);
+        let checksum = rendered.checksum();
+        let key = ValidationCache::key_of(&version, &checksum, &rendered);
         if let Some(report) = self.cache.get(&key) {
             return Ok(ValidatedConfig {
-                checksum: rendered.checksum(),
+                checksum,
                 rendered: Arc::new(rendered),
                 warnings: report.warnings,
                 from_cache: true,
@@ -589,7 +591,7 @@ impl Validator {
             })?;
         self.cache.insert_success(key, &report);
         Ok(ValidatedConfig {
-            checksum: rendered.checksum(),
+            checksum,
             rendered: Arc::new(rendered),
             warnings: report.warnings,
             from_cache: false,

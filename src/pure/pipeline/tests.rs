@@ -43,7 +43,7 @@ fn with_service(config: &CompiledConfig, name: &str, port: u16) -> Stores {
 }
 
 /// A stand-in for `haproxy -c` (the real runner has its own tests in
-/// `tests/semantic_check.rs`): it rejects a `default_backend` that names no backend of the
+/// `tests/processes/semantic_check.rs`): it rejects a `default_backend` that names no backend of the
 /// file, on its line, as HAProxy does, and counts its runs.
 #[derive(Debug, Default)]
 pub(crate) struct SimulatedHaproxy {
@@ -99,7 +99,7 @@ fn a_valid_render_passes_all_three_phases() {
     assert!(rendered.haproxy_cfg.contains("server web 127.0.0.1:8080"));
     let validated = validator().validate(rendered).expect("valid");
     assert!(!validated.from_cache);
-    assert_eq!(validated.checksum.len(), 64);
+    assert_eq!(validated.checksum, validated.rendered.checksum());
 }
 
 #[test]
@@ -224,6 +224,55 @@ fn a_structurally_broken_config_lists_every_problem() {
         panic!("expected structural problems")
     };
     assert_eq!(problems.len(), 2, "{problems:?}");
+}
+
+#[test]
+fn a_compiled_config_carries_its_durations_parsed_once_and_a_bad_one_is_refused_naming_its_field() {
+    let mut spec = spec_with(VALID_CFG);
+    spec.dataplane.deployment_timeout = "7s".into();
+    spec.dataplane.min_deployment_interval = "1m".into();
+    spec.dataplane.drift_prevention_interval = "90s".into();
+    spec.rendering.timeout = "3s".into();
+    spec.watched_resources
+        .get_mut("services")
+        .expect("present")
+        .debounce = Some("20ms".into());
+    let config = CompiledConfig::compile(spec.clone()).expect("compiles");
+    let timings = &config.timings;
+    assert_eq!(
+        (
+            timings.deployment_timeout,
+            timings.min_deployment_interval,
+            timings.drift_prevention_interval,
+            timings.rendering_timeout,
+            timings.debounce("services"),
+        ),
+        (
+            Duration::from_secs(7),
+            Duration::from_secs(60),
+            Duration::from_secs(90),
+            Duration::from_secs(3),
+            Some(Duration::from_millis(20)),
+        )
+    );
+    assert_eq!(
+        config.templates.limits().max_render_time,
+        Duration::from_secs(3),
+        "the render guard takes the parsed timeout"
+    );
+
+    spec.dataplane.deployment_timeout = "thirty seconds".into();
+    let Err(ConfigError::Structure(problems)) = CompiledConfig::compile(spec) else {
+        panic!("a bad duration is refused")
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].path, "spec.dataplane.deploymentTimeout");
+    assert!(
+        problems[0]
+            .message
+            .starts_with("'thirty seconds' is not a duration"),
+        "{problems:?}"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use sha2::{Digest, Sha256};
 
 use super::semantic::CheckReport;
-use crate::pure::rendered::{RenderedConfig, hex};
+use crate::pure::rendered::{Checksum, RenderedConfig, hex};
 
 /// How many successes a cache keeps by default.
 pub const DEFAULT_CAPACITY: usize = 64;
@@ -89,11 +89,16 @@ impl ValidationCache {
     /// accepts code-running directives only on those, so a success under one config's
     /// templates must not vouch for the same bytes under another's).
     pub fn key(version: &str, rendered: &RenderedConfig) -> CacheKey {
+        ValidationCache::key_of(version, &rendered.checksum(), rendered)
+    }
+
+    /// [`ValidationCache::key`] for a render whose checksum the caller computed already.
+    pub fn key_of(version: &str, checksum: &Checksum, rendered: &RenderedConfig) -> CacheKey {
         let mut hasher = Sha256::new();
         hasher.update(b"haptor-validation-cache-v2\0");
         hasher.update(version.as_bytes());
         hasher.update(b"\0");
-        hasher.update(rendered.checksum().as_bytes());
+        hasher.update(checksum.to_string().as_bytes());
         hasher.update(b"\0");
         hasher.update(rendered.trusted_lines.digest().as_bytes());
         CacheKey(hex(&hasher.finalize()))

@@ -232,7 +232,7 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
   resources: ["ingressclasses"]
   verbs: ["list", "watch"]
 # A watched resource with a namespaceSelector (resources.rs: a metadata-only watch of
-# Namespaces, for their labels). The shipped library sets none; tests/run_rbac.rs sets one
+# Namespaces, for their labels). The shipped library sets none; tests/api_server/run_rbac.rs sets one
 # on its Ingresses to show this rule is needed then.
 - apiGroups: [""]
   resources: ["namespaces"]

@@ -1,0 +1,857 @@
+//! `haptor local` end to end, as a user runs it: the binary on a temp copy of the quickstart,
+//! real haproxy, real HTTP and HTTPS traffic to backends started by the test, and the folder
+//! edited while it runs. Ports are picked free so tests can run side by side; the Ingress
+//! library is used with its listen addresses moved to those ports.
+
+use crate::local;
+use crate::support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use local::{
+    Local, Setup, backend, eventually, get, pid_alive, sample, signal, worker_and_reloads,
+};
+
+/// A backend's port.
+fn port(name: &'static str) -> u16 {
+    backend(name).port
+}
+
+fn start(app_a: u16, app_b: u16) -> Local {
+    Setup::quickstart(app_a, app_b).start()
+}
+
+#[test]
+fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut local = start(a, b);
+
+    // Routing by host and path; unknown hosts get 404.
+    let body = eventually("a.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    assert_eq!(body.1, "hello from app-a\n");
+    assert_eq!(
+        get(local.http, "a.localhost", "/api/x").map(|r| r.1),
+        Some("hello from app-b\n".into())
+    );
+    assert_eq!(
+        get(local.http, "b.localhost", "/").map(|r| r.1),
+        Some("hello from app-b\n".into())
+    );
+    assert_eq!(
+        get(local.http, "nope.localhost", "/").map(|r| r.0),
+        Some(404)
+    );
+
+    // Editing an EndpointSlice moves traffic without a reload.
+    let before = worker_and_reloads(&local.work());
+    let counted = |reason: &str| {
+        sample(
+            &local.metrics_text(),
+            &format!("haptor_reloads_total{{instance=\"local\",reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let structural_before = counted("structural");
+    local.move_first_endpoint_port(a, b);
+    eventually(
+        "a.localhost moved to app-b",
+        Duration::from_secs(30),
+        || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
+    );
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "an endpoint change must not reload haproxy"
+    );
+
+    // A new Ingress to an existing Service only adds map entries: no reload at all.
+    local.write(
+        "new-route.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a route to an existing backend is added live"
+    );
+
+    // A new Ingress with a new Service (a new backend): exactly one reload.
+    local.write(
+        "new-app.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: app-d, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: app-d-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: app-d}}\nports: [{{name: http, port: {a}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: d, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: d.localhost\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: app-d, port: {{number: 80}}}}}}}}\n"
+        ),
+    );
+    eventually("d.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "d.localhost", "/").filter(|(_, body)| body == "hello from app-a\n")
+    });
+    let after = worker_and_reloads(&local.work());
+    assert_ne!(after.0, before.0, "a new worker serves after the reload");
+    let reloads = |r: &str| r.parse::<u64>().unwrap_or(u64::MAX);
+    assert_eq!(
+        reloads(&after.1),
+        reloads(&before.1) + 1,
+        "exactly one reload"
+    );
+    // haptor counts it, with its reason; the endpoint and map changes before counted nothing.
+    let structural = eventually("the reload counted", Duration::from_secs(30), || {
+        Some(counted("structural")).filter(|n| *n > structural_before)
+    });
+    assert_eq!(structural, structural_before + 1.0);
+    for other in ["runtime_refused", "runtime_unreachable", "state_unknown"] {
+        assert_eq!(counted(other), 0.0, "{other}");
+    }
+
+    // TLS with the Secret's certificate, chosen by SNI.
+    let output = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{}", local.https),
+            "-servername",
+            "secure.example",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl runs (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("CN = secure.example") || text.contains("CN=secure.example"),
+        "{text}"
+    );
+
+    // A broken template: reported with template and line, old routes keep answering.
+    let config = std::fs::read_to_string(local.dir.join("config.yaml")).expect("config");
+    let broken = config.replacen(
+        "    template: |\n      global\n",
+        "    template: |\n      global\n      {{no_such_helper 1}}\n",
+        1,
+    );
+    assert_ne!(config, broken, "the test breaks the haproxy.cfg template");
+    local.write("config.yaml", &broken);
+    let errors = eventually(
+        "the template error in /debug/vars/errors",
+        Duration::from_secs(30),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("haproxy.cfg").then_some(errors)
+        },
+    );
+    assert!(
+        errors.contains("line 2"),
+        "the error names the template line: {errors}"
+    );
+    assert_eq!(
+        get(local.http, "b.localhost", "/").map(|r| r.1),
+        Some("hello from app-b\n".into())
+    );
+
+    // The deployed haproxy.cfg edited behind haptor's back: the DriftMonitor restores it.
+    let cfg_path = local.work().join("haproxy.cfg");
+    let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
+    std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
+    eventually("the drift to be repaired", Duration::from_secs(30), || {
+        (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
+    });
+
+    // haproxy killed behind haptor's back: haptor starts it again and it serves the last config.
+    let killed = local.master_pid();
+    let killed_worker = worker_and_reloads(&local.work()).0;
+    Command::new("kill")
+        .args(["-9", &killed, &killed_worker])
+        .status()
+        .expect("kill -9");
+    eventually("haproxy restarted", Duration::from_secs(30), || {
+        let master = local.master_pid();
+        (master != killed && pid_alive(&master)).then_some(())
+    });
+    eventually("routes answer again", Duration::from_secs(30), || {
+        get(local.http, "d.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+
+    // SIGINT stops everything, haproxy included.
+    let master = local.master_pid();
+    let workers = worker_and_reloads(&local.work()).0;
+    assert!(pid_alive(&master));
+    let pid = local.child.id().to_string();
+    Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill -INT");
+    let status = eventually("haptor local to exit", Duration::from_secs(20), || {
+        local.child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "exit status {status}");
+    eventually("haproxy gone", Duration::from_secs(30), || {
+        (!pid_alive(&master) && !pid_alive(&workers)).then_some(())
+    });
+}
+
+#[test]
+fn a_malformed_manifest_is_reported_with_file_and_line_and_the_rest_keeps_serving() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    eventually("a.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    local.write(
+        "ingresses.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: [broken\n",
+    );
+    let errors = eventually("the manifest error", Duration::from_secs(30), || {
+        let errors = local.debug_get("/debug/vars/errors");
+        errors.contains("ingresses.yaml:").then_some(errors)
+    });
+    assert!(errors.contains("malformed YAML"), "{errors}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "the last good Ingresses keep serving"
+    );
+}
+
+#[test]
+fn a_manifest_truncated_and_written_again_in_place_changes_nothing_and_keeps_serving() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    eventually("a.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    let reconciliations =
+        || sample(&local.metrics_text(), "haptor_reconciliations_total").expect("reconciliations");
+    // The baseline once the count has stood still for a second: the start's reconciliations
+    // can still be on their way to /metrics on a loaded machine.
+    let before = eventually(
+        "the reconciliations to settle",
+        Duration::from_secs(30),
+        || {
+            let count = reconciliations();
+            std::thread::sleep(Duration::from_secs(1));
+            (reconciliations() == count).then_some(count)
+        },
+    );
+    // As a shell's `>` or an editor writing in place does: the file is empty for a moment,
+    // long enough for a scan or two (they run every 100 ms) to read it so.
+    let text = local.read("ingresses.yaml");
+    local.write("ingresses.yaml", "");
+    std::thread::sleep(Duration::from_millis(150));
+    local.write("ingresses.yaml", &text);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+    );
+    assert_eq!(
+        reconciliations(),
+        before,
+        "the moment the file was empty reached no render"
+    );
+    // Emptied for good, its Ingresses go.
+    local.write("ingresses.yaml", "");
+    eventually(
+        "a.localhost no longer routed",
+        Duration::from_secs(30),
+        || get(local.http, "a.localhost", "/").filter(|(s, _)| *s != 200),
+    );
+}
+
+/// The quickstart's TLS Secret with a certificate haproxy cannot load (the PEM markers are
+/// there, the body is not a certificate): `haproxy -c` rejects the render it ends up in.
+fn with_broken_certificate(tls: &str) -> String {
+    use base64::Engine;
+    let broken = base64::engine::general_purpose::STANDARD.encode(
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+    );
+    let mut lines: Vec<String> = tls.lines().map(String::from).collect();
+    for line in &mut lines {
+        if line.trim_start().starts_with("tls.crt:") {
+            *line = format!("  tls.crt: {broken}");
+        }
+    }
+    assert_ne!(lines.join("\n"), tls.trim_end(), "the test breaks tls.crt");
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn readyz_waits_for_the_first_deployment_naming_it_and_turns_ready_once_haproxy_took_the_config() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    // Before haptor starts: the folder's certificate is broken, so no render is deployable.
+    let tls = std::fs::read_to_string(local::repo("examples/quickstart/tls.yaml"))
+        .expect("quickstart tls");
+    setup.files = vec![("tls.yaml".into(), with_broken_certificate(&tls))];
+    let local = setup.start();
+    let body = eventually(
+        "/readyz naming the instance it waits for",
+        Duration::from_secs(30),
+        || {
+            let (status, body) = local.debug_json("/readyz")?;
+            let waiting = body["waiting_for"].to_string();
+            (status == 503 && waiting.contains("first deployment to instances: local"))
+                .then_some(body)
+        },
+    );
+    assert_eq!(body["status"], "not ready", "{body}");
+    let errors = eventually(
+        "the rejected render in /debug/vars/errors",
+        Duration::from_secs(30),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("semantic").then_some(errors)
+        },
+    );
+    assert!(
+        errors.contains("secure-tls"),
+        "names the Secret's file: {errors}"
+    );
+    assert_eq!(local.debug_json("/readyz").map(|r| r.0), Some(503));
+
+    // The Secret repaired: haproxy takes the config and readiness follows.
+    local.write("tls.yaml", &tls);
+    local.wait_ready(Duration::from_secs(60));
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "ready means routed"
+    );
+    eventually("haptor to say it is ready", Duration::from_secs(30), || {
+        local.stdout().contains("haptor local: ready").then_some(())
+    });
+}
+
+#[test]
+fn a_resource_change_that_haproxy_rejects_is_reported_and_the_old_routes_keep_serving_until_the_next_good_change()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let deployed_before = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+
+    // An object change, not a template change: the Secret's certificate breaks.
+    let tls = local.read("tls.yaml");
+    local.write("tls.yaml", &with_broken_certificate(&tls));
+    let errors = eventually(
+        "the rejected render in /debug/vars/errors",
+        Duration::from_secs(30),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("semantic").then_some(errors)
+        },
+    );
+    assert!(errors.contains("secure-tls"), "{errors}");
+    assert!(
+        errors.contains("haproxy.cfg:"),
+        "the error names the config line: {errors}"
+    );
+    assert!(
+        local
+            .log_text()
+            .contains("reconciliation failed; the last good configuration keeps serving"),
+        "the log says so"
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "the old routes keep answering"
+    );
+    assert_eq!(
+        std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg"),
+        deployed_before,
+        "nothing of the rejected render was deployed"
+    );
+    assert_eq!(local.debug_json("/readyz").map(|r| r.0), Some(200));
+
+    // The next good change deploys: the certificate repaired and a new route.
+    local.write("tls.yaml", &tls);
+    local.write(
+        "new-route.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "c.localhost", "/").filter(|(_, body)| body == "hello from app-b\n")
+    });
+}
+
+#[test]
+fn changing_the_watched_resources_rebuilds_the_iteration_and_deploys_the_new_config_while_ready() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    // A few reconciliations in the first iteration, so a reset state shows.
+    let apps = local.read("apps.yaml");
+    for (from, to, answer) in [(a, b, "hello from app-b\n"), (b, a, "hello from app-a\n")] {
+        local.move_first_endpoint_port(from, to);
+        eventually("a.localhost moved", Duration::from_secs(30), || {
+            get(local.http, "a.localhost", "/").filter(|(_, body)| body == answer)
+        });
+    }
+    assert_eq!(local.read("apps.yaml"), apps);
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    let reconciliations_before = state["reconciliations"].as_u64().unwrap_or_default();
+    assert!(reconciliations_before >= 3, "{state}");
+
+    let config = local.read("config.yaml");
+    let rebuilt = config
+        .replacen(
+            "  watchedResourcesIgnoreFields:\n",
+            "  watchedResourcesIgnoreFields:\n    - metadata.labels.rebuild-marker\n",
+            1,
+        )
+        .replacen(
+            "  watchedResources:\n",
+            "  watchedResources:\n    configmaps:\n      apiVersion: v1\n      resources: configmaps\n      indexBy: [\"metadata.namespace\", \"metadata.name\"]\n",
+            1,
+        )
+        .replacen("maxconn 4096", "maxconn 4097", 1);
+    assert_ne!(config, rebuilt);
+    let written = Instant::now();
+    local.write("config.yaml", &rebuilt);
+    let cfg = local.work().join("haproxy.cfg");
+    let mut readiness = Vec::new();
+    eventually(
+        "the new iteration's config deployed",
+        Duration::from_secs(30),
+        || {
+            readiness.push(local.debug_json("/readyz").map(|r| r.0));
+            std::fs::read_to_string(&cfg)
+                .ok()?
+                .contains("maxconn 4097")
+                .then_some(())
+        },
+    );
+    eprintln!(
+        "figure: watched resources changed -> new config deployed in {} ms",
+        written.elapsed().as_millis()
+    );
+    assert!(
+        readiness.iter().all(|r| *r == Some(200)),
+        "readiness held through the rebuild: {readiness:?}"
+    );
+    eventually("a route still answers", Duration::from_secs(30), || {
+        get(local.http, "a.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    // The new iteration's debug vars: its resources (configmaps among them) and a fresh state.
+    let (_, resources) = local
+        .debug_json("/debug/vars/resources")
+        .expect("resources");
+    assert!(resources.get("configmaps").is_some(), "{resources}");
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    assert!(
+        state["reconciliations"].as_u64().unwrap_or(u64::MAX) < reconciliations_before,
+        "state restarted with the iteration: {state}"
+    );
+    // The Metrics actor counts the new index's sync from its queue in its own time: the
+    // routes can answer first.
+    eventually(
+        "the configmaps counted in /metrics",
+        Duration::from_secs(30),
+        || {
+            sample(
+                &local.metrics_text(),
+                "haptor_resources{resource=\"configmaps\"}",
+            )
+        },
+    );
+}
+
+#[test]
+fn in_place_config_changes_apply_at_once_log_level_and_drift_interval() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.spec_prefix = "  dataplane:\n    driftPreventionInterval: 1h\n".into();
+    setup.env = vec![("LOG_LEVEL".into(), "warn".into())];
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(60));
+    let config = local.read("config.yaml");
+
+    // logging.level: debug, in place (the watches stay the same): debug lines appear.
+    let debug = config.replacen("spec:\n", "spec:\n  logging:\n    level: debug\n", 1);
+    local.write("config.yaml", &debug);
+    eventually("debug lines in the log", Duration::from_secs(30), || {
+        local.log_text().contains("DEBUG").then_some(())
+    });
+
+    // An emptied level falls back to LOG_LEVEL (warn): an endpoint change logs nothing at
+    // info or debug any more.
+    let emptied = config.replacen("spec:\n", "spec:\n  logging:\n    level: \"\"\n", 1);
+    local.write("config.yaml", &emptied);
+    eventually("the config accepted", Duration::from_secs(30), || {
+        let (_, config) = local.debug_json("/debug/vars/config")?;
+        (config["logging"]["level"] == "").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let logged = local.log_text().len();
+    local.move_first_endpoint_port(a, b);
+    eventually(
+        "a.localhost moved to app-b",
+        Duration::from_secs(30),
+        || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
+    );
+    let after = local.log_text();
+    let new_lines = &after[logged..];
+    assert!(
+        !new_lines.contains(" INFO ") && !new_lines.contains(" DEBUG "),
+        "the level fell back to LOG_LEVEL=warn: {new_lines}"
+    );
+    assert!(
+        !after.contains('\u{1b}'),
+        "no terminal colour codes in a log file"
+    );
+
+    // driftPreventionInterval from 1h to 300ms, in place: a hand edit is repaired.
+    let drift = emptied.replacen(
+        "driftPreventionInterval: 1h",
+        "driftPreventionInterval: 300ms",
+        1,
+    );
+    local.write("config.yaml", &drift);
+    eventually("the interval accepted", Duration::from_secs(30), || {
+        let (_, config) = local.debug_json("/debug/vars/config")?;
+        (config["dataplane"]["driftPreventionInterval"] == "300ms").then_some(())
+    });
+    let cfg_path = local.work().join("haproxy.cfg");
+    let deployed = std::fs::read_to_string(&cfg_path).expect("deployed config");
+    std::fs::write(&cfg_path, format!("{deployed}\n# edited by hand\n")).expect("tamper");
+    eventually("the drift to be repaired", Duration::from_secs(30), || {
+        (std::fs::read_to_string(&cfg_path).ok()? == deployed).then_some(())
+    });
+}
+
+#[test]
+fn a_deployment_that_hangs_past_the_deployment_timeout_fails_backs_off_and_is_retried() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.spec_prefix = "  dataplane:\n    deploymentTimeout: 2s\n".into();
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(60));
+    let master = local.master_pid();
+    let worker = worker_and_reloads(&local.work()).0;
+    // haproxy stops answering: its master CLI and runtime socket accept connections but
+    // never reply.
+    signal(&master, "-STOP");
+    signal(&worker, "-STOP");
+    local.move_first_endpoint_port(a, b);
+    let errors = eventually(
+        "the timed-out deployment in /debug/vars/errors",
+        Duration::from_secs(20),
+        || {
+            let errors = local.debug_get("/debug/vars/errors");
+            errors.contains("deploymentTimeout").then_some(errors)
+        },
+    );
+    assert!(errors.contains("deploy:local"), "{errors}");
+    signal(&worker, "-CONT");
+    signal(&master, "-CONT");
+    eventually(
+        "the retried deployment moves a.localhost",
+        Duration::from_secs(30),
+        || get(local.http, "a.localhost", "/").filter(|(_, body)| body == "hello from app-b\n"),
+    );
+}
+
+#[test]
+fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    // The Metrics actor counts events from its queue in its own time: ready can show first.
+    let ingresses = eventually("the ingresses counted", Duration::from_secs(30), || {
+        sample(
+            &local.metrics_text(),
+            "haptor_resources{resource=\"ingresses\"}",
+        )
+    });
+    local.move_first_endpoint_port(a, b);
+    local.write(
+        "new-route.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost routed", Duration::from_secs(30), || {
+        get(local.http, "c.localhost", "/").filter(|(s, _)| *s == 200)
+    });
+    let least = [
+        (
+            "haptor_change_to_deploy_seconds_count{instance=\"local\"}",
+            1.0,
+        ),
+        ("haptor_deployments_total{instance=\"local\"}", 2.0),
+        ("haptor_deployment_duration_seconds_count", 2.0),
+        ("haptor_reconciliations_total", 2.0),
+        ("haptor_validations_total", 1.0),
+        ("haptor_leader_is_leader", 1.0),
+    ];
+    // The route answers before its deployment returns, and the Metrics actor counts the
+    // deployment from its queue after that: wait for the counts, not only the new Ingress.
+    let started = Instant::now();
+    let metrics = loop {
+        let metrics = local.metrics_text();
+        let counted = sample(&metrics, "haptor_resources{resource=\"ingresses\"}")
+            == Some(ingresses + 1.0)
+            && least.iter().all(|(series, at_least)| {
+                sample(&metrics, series).unwrap_or_default() >= *at_least
+            });
+        if counted || started.elapsed() > Duration::from_secs(30) {
+            break metrics;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        sample(&metrics, "haptor_resources{resource=\"ingresses\"}"),
+        Some(ingresses + 1.0),
+        "the change counted in /metrics:\n{metrics}"
+    );
+    for (series, at_least) in least {
+        let value = sample(&metrics, series).unwrap_or_default();
+        assert!(value >= at_least, "{series} = {value}:\n{metrics}");
+    }
+    // The endpoint move skipped haproxy -c and is counted as such, not as a validation.
+    assert!(
+        sample(&metrics, "haptor_validations_skipped_total").unwrap_or_default() >= 1.0,
+        "{metrics}"
+    );
+    let (_, state) = local.debug_json("/debug/vars/state").expect("state");
+    assert!(state["last_deployed_checksum"].is_string(), "{state}");
+    assert_eq!(state["all_indexes_synced"], true, "{state}");
+    let (_, rendered) = local.debug_json("/debug/vars/rendered").expect("rendered");
+    // The TLS Secret's private key is deployed but never shown.
+    let shown = rendered.to_string();
+    assert!(
+        !shown.contains("PRIVATE KEY-----\\nMI") && shown.contains("<redacted private key sha256:"),
+        "{shown}"
+    );
+    let deployed_pem = std::fs::read_dir(local.work().join("ssl"))
+        .expect("the certificates directory")
+        .flatten()
+        .map(|entry| std::fs::read_to_string(entry.path()).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        deployed_pem.contains("PRIVATE KEY-----"),
+        "haproxy gets the key"
+    );
+    assert!(
+        rendered["haproxy.cfg"]
+            .as_str()
+            .is_some_and(|c| c.contains("frontend http")),
+        "{rendered}"
+    );
+    // The commentator relates the deployment to the change that caused it.
+    let log = eventually(
+        "the commentator's line about the EndpointSlice change",
+        Duration::from_secs(30),
+        || {
+            let log = local.log_text();
+            log.contains("after the endpointslices change default/app-a-1")
+                .then_some(log)
+        },
+    );
+    assert!(log.contains("deployment to local finished"), "{log}");
+}
+
+#[test]
+fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut setup = Setup::quickstart(a, b);
+    setup.library_in_folder = false;
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(60));
+    assert!(
+        local
+            .log_text()
+            .contains("no HAProxyTemplateConfig in the folder; using the embedded Ingress library"),
+        "{}",
+        local.log_text()
+    );
+    // Ready means the routes are served: no retry. The library binds its default
+    // 127.0.0.1:18080, so another listener there with SO_REUSEPORT (any haproxy) would take
+    // a share of the connections; the message shows what was deployed.
+    let diagnosis = || {
+        format!(
+            "{}\n--- deployed haproxy.cfg\n{}",
+            local.log_text(),
+            std::fs::read_to_string(local.work().join("haproxy.cfg")).unwrap_or_default()
+        )
+    };
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "{}",
+        diagnosis()
+    );
+    assert_eq!(
+        get(local.http, "b.localhost", "/").map(|r| r.1),
+        Some("hello from app-b\n".into()),
+        "{}",
+        diagnosis()
+    );
+}
+
+#[test]
+fn sigterm_stops_haptor_and_its_haproxy() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let master = local.master_pid();
+    let worker = worker_and_reloads(&local.work()).0;
+    assert!(pid_alive(&master) && pid_alive(&worker));
+    signal(&local.pid(), "-TERM");
+    let status = eventually("haptor local to exit", Duration::from_secs(20), || {
+        local.child.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "exit status {status}");
+    eventually("haproxy gone", Duration::from_secs(30), || {
+        (!pid_alive(&master) && !pid_alive(&worker)).then_some(())
+    });
+    assert!(local.stdout().contains("haptor local: stopping"));
+}
+
+#[test]
+fn a_restart_after_sigkill_takes_over_the_orphaned_haproxy_with_a_higher_epoch() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let mut local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let epoch = |local: &Local| -> u64 {
+        std::fs::read_to_string(local.work().join("haptor-epoch"))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let first_epoch = epoch(&local);
+    assert!(first_epoch >= 1);
+    let orphan = local.master_pid();
+    signal(&local.pid(), "-KILL");
+    let _ = local.child.wait();
+    assert!(pid_alive(&orphan), "SIGKILL leaves haproxy running");
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into()),
+        "the orphan still serves"
+    );
+
+    local.respawn();
+    eventually(
+        "the orphan stopped and replaced",
+        Duration::from_secs(30),
+        || {
+            let master = local.master_pid();
+            (!pid_alive(&orphan) && pid_alive(&master) && master != orphan).then_some(())
+        },
+    );
+    local.wait_ready(Duration::from_secs(60));
+    assert_eq!(
+        epoch(&local),
+        first_epoch + 1,
+        "the new run leads a newer epoch"
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into())
+    );
+}
+
+#[test]
+fn a_tls_secret_with_dots_in_its_name_is_served_over_https_by_haptor_local() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+
+    // The quickstart's Secret again, named as most TLS Secrets are: after their host.
+    let tls = local
+        .read("tls.yaml")
+        .replace(
+            "secretName: secure-tls",
+            "secretName: www.secure.example-tls",
+        )
+        .replace("name: secure-tls", "name: www.secure.example-tls")
+        .replace("name: secure,", "name: dotted,");
+    assert!(tls.contains("name: www.secure.example-tls"), "{tls}");
+    local.write("dotted-tls.yaml", &tls);
+    std::fs::remove_file(local.dir.join("tls.yaml")).expect("the old TLS file goes");
+
+    let stored = local.work().join("ssl/default_www_secure_example-tls.pem");
+    eventually(
+        "the certificate under the name the configuration names",
+        Duration::from_secs(30),
+        || stored.is_file().then_some(()),
+    );
+    let body = eventually("HTTPS by SNI", Duration::from_secs(30), || {
+        let output = Command::new("curl")
+            .args(["-sk", "--max-time", "3", "--resolve"])
+            .arg(format!("secure.example:{}:127.0.0.1", local.https))
+            .arg(format!("https://secure.example:{}/", local.https))
+            .stdin(Stdio::null())
+            .output()
+            .expect("curl runs (scripts/test installs it)");
+        let body = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.success() && body.starts_with("hello from")).then_some(body)
+    });
+    assert!(body.starts_with("hello from app-"), "{body}");
+    let config = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("haproxy.cfg");
+    let crt_lists: Vec<String> = std::fs::read_dir(local.work().join("general"))
+        .expect("general files")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        crt_lists
+            .iter()
+            .any(|l| l.contains("ssl/default_www_secure_example-tls.pem")),
+        "{crt_lists:?}\n{config}"
+    );
+}
+
+#[test]
+fn a_haproxy_c_that_cannot_run_is_counted_as_such_and_not_as_a_failed_validation() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    // A haproxy that runs, reports its version and serves, but whose `haproxy -c` is killed
+    // before it says anything about the configuration.
+    let scripts = tempfile::tempdir().expect("a temp dir");
+    let wrapper = scripts.path().join("haproxy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = -c ] && kill -KILL $$; done\nexec {} \"$@\"\n",
+            support::haproxy_binary().display()
+        ),
+    )
+    .expect("the wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("executable");
+    let mut setup = local::Setup::quickstart(a, b);
+    setup
+        .env
+        .push(("HAPROXY_BIN".into(), wrapper.display().to_string()));
+    let local = setup.start();
+
+    let unavailable = eventually(
+        "haptor_checker_unavailable_total",
+        Duration::from_secs(60),
+        || sample(&local.metrics_text(), "haptor_checker_unavailable_total").filter(|n| *n >= 1.0),
+    );
+    assert!(unavailable >= 1.0);
+    let metrics = local.metrics_text();
+    assert_eq!(
+        sample(
+            &metrics,
+            "haptor_validation_errors_total{phase=\"semantic\"}"
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "a check that could not run refused nothing:\n{metrics}"
+    );
+    let log = local.log_text();
+    assert!(
+        log.contains("haproxy -c could not run, so the render was neither accepted nor refused"),
+        "{log}"
+    );
+}
