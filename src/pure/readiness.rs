@@ -76,6 +76,9 @@ pub struct ReadinessState {
     instances: BTreeSet<String>,
     /// Instances that have taken a configuration since this process started.
     deployed: BTreeSet<String>,
+    /// `Some(false)` while the admission webhook is served without a certificate loaded
+    /// yet (its TLS handshakes fail); `None` when no webhook is served.
+    webhook_certificate: Option<bool>,
     /// Set the first time every condition held; never cleared.
     reached: bool,
 }
@@ -117,6 +120,20 @@ impl ReadinessState {
         self.update();
     }
 
+    /// The admission webhook is served: readiness also waits for its certificate.
+    pub fn webhook_certificate_awaited(&mut self) {
+        if self.webhook_certificate.is_none() {
+            self.webhook_certificate = Some(false);
+        }
+        self.update();
+    }
+
+    /// The webhook's certificate loaded.
+    pub fn webhook_certificate_loaded(&mut self) {
+        self.webhook_certificate = Some(true);
+        self.update();
+    }
+
     /// An instance took a configuration.
     pub fn instance_deployed(&mut self, instance: &str) {
         self.deployed.insert(instance.to_string());
@@ -137,6 +154,12 @@ impl ReadinessState {
                 "the initial sync of watched resources: {}",
                 names.join(", ")
             ));
+        }
+        if self.webhook_certificate == Some(false) {
+            waiting.push(
+                "the admission webhook's certificate (its TLS handshakes fail until it loads)"
+                    .to_string(),
+            );
         }
         if self.requires_deployment {
             if self.instances.is_empty() {
@@ -185,6 +208,27 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_served_webhook_keeps_readiness_until_its_certificate_loads() {
+        let mut state = ReadinessState::new(false);
+        state.webhook_certificate_awaited();
+        state.iteration_started(names(&["ingresses"]));
+        state.resource_synced("ingresses");
+        let verdict = state.verdict();
+        assert!(!verdict.ready);
+        assert_eq!(
+            verdict.waiting_for,
+            names(&[
+                "the admission webhook's certificate (its TLS handshakes fail until it loads)"
+            ])
+        );
+        state.webhook_certificate_loaded();
+        assert!(state.verdict().ready);
+        // A certificate that loaded before the webhook was counted is not awaited again.
+        state.webhook_certificate_awaited();
+        assert!(state.verdict().waiting_for.is_empty());
     }
 
     #[test]

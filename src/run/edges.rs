@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actors::edge::{EdgeStop, EdgeTask};
 use crate::drivers::kube::KubeApi;
+use crate::drivers::kube::config::Verdict;
 use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
 use crate::drivers::kube::lease::{ElectorOptions, LeaseElector, always_leader};
 use crate::messages::{Instance, Leadership, ObservedEvent};
@@ -370,16 +371,23 @@ impl EventsOutlet {
         }
     }
 
-    /// The recorder edge: Events about the config `regarding` names.
+    /// The recorder edge: Events about the config `regarding` names. A recorder starts by
+    /// reporting the config's current problems, if it is invalid (`verdicts`): the event of
+    /// its read may have gone out before this replica led, and a new leader says it again.
     pub fn edge(
         &self,
         client: KubeApi,
         identity: String,
         regarding: watch::Receiver<Option<k8s_openapi::api::core::v1::ObjectReference>>,
+        verdicts: watch::Receiver<Option<Arc<Verdict>>>,
     ) -> EdgeTask {
         let outlet = self.clone();
         EdgeTask::new(names::EVENTS, move |_| {
             let (sender, receiver) = mpsc::channel(EVENTS_QUEUE);
+            let replay = verdicts.borrow().as_ref().and_then(|v| v.rejection());
+            if let Some(rejection) = replay {
+                let _ = sender.try_send(ObservedEvent::new(None, rejection));
+            }
             *outlet.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
             crate::drivers::kube::events::spawn(
                 client.clone(),

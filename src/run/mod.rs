@@ -264,11 +264,12 @@ pub async fn run(
     };
     let run_metrics =
         RunMetrics::new().map_err(|e| RunError::Controller(format!("metrics: {e}")))?;
-    // The webhook: its certificate loads (and reloads) from files, or haptor issues it and
-    // keeps it in a Secret; until one loads, TLS handshakes fail and the API server applies
-    // its failure policy.
     // The all-replica edges, started under the root once the tree runs.
     let mut edges: Vec<EdgeTask> = Vec::new();
+    // The webhook: its certificate loads (and reloads) from files, or haptor issues it and
+    // keeps it in a Secret; until one loads, TLS handshakes fail (and the API server applies
+    // its failure policy), so /readyz waits for it.
+    let mut webhook_certificate = None;
     let webhook_serving = match &options.webhook {
         Some(settings) => {
             let reloads = run_metrics.webhook.certificate_reloads.clone();
@@ -333,6 +334,7 @@ pub async fn run(
                     certificate
                 }
             };
+            webhook_certificate = Some(Arc::clone(&certificate));
             let tls = certificate
                 .server_config()
                 .map_err(|e| RunError::Controller(format!("webhook TLS: {e}")))?;
@@ -393,16 +395,17 @@ pub async fn run(
     let leader_only = {
         let writer = sink.clone();
         let config_status = {
-            let (client, namespace, writes) = (
+            let (client, namespace, writes, verdicts) = (
                 client.clone(),
                 namespace.clone(),
                 run_metrics.status_writes.clone(),
+                verdicts_rx.clone(),
             );
             EdgeTask::new(edges::names::CONFIG_STATUS, move |_| {
                 crate::drivers::kube::config::spawn_status_writer(
                     client.clone(),
                     namespace.clone(),
-                    verdicts_rx.clone(),
+                    verdicts.clone(),
                     writes.clone(),
                 )
             })
@@ -412,7 +415,12 @@ pub async fn run(
             (client.clone(), options.publish.clone(), leader_rx.clone());
         vec![
             config_status,
-            events_outlet.edge(client.clone(), identity.clone(), regarding_rx),
+            events_outlet.edge(
+                client.clone(),
+                identity.clone(),
+                regarding_rx,
+                verdicts_rx.clone(),
+            ),
             EdgeTask::new(edges::names::INGRESS_STATUS, move |_| {
                 status.start_writer(
                     client.clone(),
@@ -453,6 +461,12 @@ pub async fn run(
         .set_validation_cache_source(Arc::new(move || {
             (cache.cache().hits(), cache.cache().misses())
         }));
+    if webhook_certificate.is_some() {
+        controller
+            .services
+            .readiness
+            .update(|r| r.webhook_certificate_awaited());
+    }
     if let Err(e) = run_metrics.register(&controller.metrics, sink.write_counter()) {
         tracing::warn!(error = %e, "some of haptor run's metric families are not registered");
     }
@@ -613,6 +627,11 @@ pub async fn run(
                 }
             }
             _ = ticker.tick() => {
+                // Loaded once is enough: a rotation that does not load keeps the loaded pair.
+                if webhook_certificate.as_ref().is_some_and(|c| c.is_loaded()) {
+                    controller.services.readiness.update(|r| r.webhook_certificate_loaded());
+                    webhook_certificate = None;
+                }
                 let behind = controller.services.introspection.state().instances_behind().len();
                 run_metrics.instances_behind.set(i64::try_from(behind).unwrap_or(i64::MAX));
                 if !ready_logged && controller.services.readiness.is_ready() {

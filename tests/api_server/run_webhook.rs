@@ -767,7 +767,8 @@ async fn a_config_change_is_admitted_once_it_renders_and_its_validation_tests_pa
 }
 
 #[tokio::test]
-async fn a_webhook_started_before_its_certificate_exists_serves_once_the_files_appear() {
+async fn a_webhook_started_before_its_certificate_exists_is_not_ready_and_serves_once_the_files_appear()
+ {
     let kit = Kit::shared();
     let certificates = Certificates::new();
     let client = kit.admin().await;
@@ -788,10 +789,20 @@ async fn a_webhook_started_before_its_certificate_exists_serves_once_the_files_a
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let replica = Replica::start_with_args(kit.admin_kubeconfig(), &ns, "late", &args);
-    // The controller runs without the certificate (the chart's Secret volume is optional).
-    wait_for("/readyz 200", &[&replica], || async {
-        replica.readyz().await.filter(|(status, _)| *status == 200)
-    })
+    // The controller runs without the certificate (the chart's Secret volume is optional),
+    // but is not ready: a Service would send it admissions it cannot answer.
+    wait_for(
+        "/readyz 503 waiting for the certificate only",
+        &[&replica],
+        || async {
+            replica.readyz().await.filter(|(status, body)| {
+                *status == 503
+                    && body.contains("webhook's certificate")
+                    && !body.contains("HAProxyTemplateConfig")
+                    && !body.contains("initial sync")
+            })
+        },
+    )
     .await;
     let https = client_trusting(&certificates.ca_pem("ca"));
     let object = ingress("any", "any.example", None, json!({}));
@@ -822,6 +833,12 @@ async fn a_webhook_started_before_its_certificate_exists_serves_once_the_files_a
             .ok()
             .filter(|r| r.status() == 200)
     })
+    .await;
+    wait_for(
+        "/readyz 200 once the certificate loaded",
+        &[&replica],
+        || async { replica.readyz().await.filter(|(status, _)| *status == 200) },
+    )
     .await;
 }
 

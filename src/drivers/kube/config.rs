@@ -295,11 +295,7 @@ fn report_verdict(
         });
         return;
     }
-    let errors: Vec<String> = status
-        .validation_errors
-        .iter()
-        .map(|p| format!("{object_name}: {}", describe(p)))
-        .collect();
+    let errors = rejection_errors(object_name, status);
     for error in &errors {
         tracing::warn!(%error, "config invalid; the last valid config keeps serving");
         reporting
@@ -309,6 +305,39 @@ fn report_verdict(
     reporting
         .fanout
         .publish(None, EventKind::ConfigRejected { errors });
+}
+
+/// The errors an invalid status reports, each naming the config object: what
+/// `ConfigRejected` carries.
+fn rejection_errors(object_name: &str, status: &HAProxyTemplateConfigStatus) -> Vec<String> {
+    status
+        .validation_errors
+        .iter()
+        .map(|p| format!("{object_name}: {}", describe(p)))
+        .collect()
+}
+
+impl Verdict {
+    /// The `ConfigRejected` event this verdict amounts to, if the config is invalid: what a
+    /// new leader's Events recorder reports first (the state replay), since the event of the
+    /// read itself may have been published before this replica led.
+    pub fn rejection(&self) -> Option<EventKind> {
+        if self.status.validation_status == ValidationStatus::Valid {
+            return None;
+        }
+        let object_name = format!(
+            "HAProxyTemplateConfig {}/{}",
+            self.object
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or_default(),
+            self.object.name_any()
+        );
+        Some(EventKind::ConfigRejected {
+            errors: rejection_errors(&object_name, &self.status),
+        })
+    }
 }
 
 /// The watched resources the API server does not serve (a transient discovery failure is not
