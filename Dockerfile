@@ -6,7 +6,9 @@
 #   docker build -t haptor:dev .
 #
 # tests/processes/dockerfile.rs checks this file's shape (stages, pinned bases, non-root user, exec
-# form entrypoint, --locked build).
+# form entrypoint, --locked build). scripts/build-image builds the same image from the runtime
+# stage below without a container engine (it carries out FROM, RUN, COPY, ARG, LABEL, ENV,
+# EXPOSE, USER, ENTRYPOINT and CMD; another instruction there must be taught to it).
 
 # Builder: the toolchain of Cargo.toml's rust-version.
 FROM rust:1.89-bookworm AS builder

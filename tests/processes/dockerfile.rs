@@ -4,7 +4,9 @@
 //! runtime stage that installs haproxy (the `haproxy -c` checker) and runs as a non-root
 //! user set after its last `RUN`, and an exec-form `ENTRYPOINT`. The file is parsed the way
 //! Docker reads it: comments dropped, `\` line continuations joined, one instruction per
-//! logical line, stages starting at each `FROM`.
+//! logical line, stages starting at each `FROM`. And the image `scripts/build-image` builds
+//! from the runtime stage without a container engine: its configuration is the stage's, and
+//! its haptor runs inside it as the stage's user, with the stage's haproxy as its checker.
 
 use std::path::{Path, PathBuf};
 
@@ -476,5 +478,115 @@ fn the_dependency_layers_stubs_give_cargo_every_target_the_manifest_declares() {
         stderr.contains("no bin target named `no-such-binary-in-haptor`"),
         "line {}: after the stubs, `{build}` does not find every target the manifest declares:\n{stderr}",
         run.line
+    );
+}
+
+/// The arguments of the runtime stage's last `keyword` instruction.
+fn last_args<'a>(stage: &'a Stage, keyword: &str) -> &'a str {
+    stage
+        .instructions
+        .iter()
+        .rev()
+        .find(|i| i.keyword == keyword)
+        .map(|i| i.args.as_str())
+        .unwrap_or_else(|| panic!("the runtime stage has no {keyword}"))
+}
+
+/// A JSON file of the OCI layout, by its digest.
+fn blob(layout: &Path, digest: &str) -> serde_json::Value {
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    let text = std::fs::read_to_string(layout.join("blobs/sha256").join(hex)).expect("the blob");
+    serde_json::from_str(&text).expect("a JSON blob")
+}
+
+#[test]
+fn the_image_built_without_docker_is_the_runtime_stage_and_its_binary_runs_in_it_as_its_user() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let layout = dir.path().join("haptor");
+    let output = std::process::Command::new(repo("scripts/build-image"))
+        .args(["--binary", env!("CARGO_BIN_EXE_haptor"), "--out"])
+        .arg(&layout)
+        .output()
+        .expect("scripts/build-image runs");
+    assert!(
+        output.status.success(),
+        "scripts/build-image failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The image's configuration is what the Dockerfile's runtime stage says.
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(layout.join("index.json")).expect("index.json"),
+    )
+    .expect("an OCI index");
+    let manifest = blob(
+        &layout,
+        index["manifests"][0]["digest"]
+            .as_str()
+            .expect("a manifest"),
+    );
+    let image = blob(
+        &layout,
+        manifest["config"]["digest"].as_str().expect("a config"),
+    );
+    let config = &image["config"];
+    let stages = dockerfile();
+    let runtime = final_stage(&stages);
+    let user = last_args(runtime, "USER");
+    assert_eq!(config["User"], user);
+    let exec = |keyword| -> Vec<String> {
+        serde_json::from_str(last_args(runtime, keyword)).expect("an exec-form list")
+    };
+    assert_eq!(config["Entrypoint"], serde_json::json!(exec("ENTRYPOINT")));
+    assert_eq!(config["Cmd"], serde_json::json!(exec("CMD")));
+    let env: Vec<String> = serde_json::from_value(config["Env"].clone()).expect("Env");
+    let haproxy_bin = last_args(runtime, "ENV");
+    assert!(
+        env.iter().any(|e| e == haproxy_bin),
+        "{env:?} has {haproxy_bin}"
+    );
+    for port in last_args(runtime, "EXPOSE").split_whitespace() {
+        assert!(
+            config["ExposedPorts"].get(format!("{port}/tcp")).is_some(),
+            "port {port} is exposed: {config}"
+        );
+    }
+    assert_eq!(image["os"], "linux");
+
+    // Its binary runs in it, as its user, and checks renders with the stage's haproxy.
+    let bundle = dir.path().join("bundle");
+    let unpacked = std::process::Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:dev", layout.display()))
+        .arg(&bundle)
+        .output()
+        .expect("umoci runs");
+    assert!(
+        unpacked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&unpacked.stderr)
+    );
+    let entrypoint = exec("ENTRYPOINT");
+    let version = std::process::Command::new("chroot")
+        .arg(format!("--userspec={user}"))
+        .arg(bundle.join("rootfs"))
+        .arg(&entrypoint[0])
+        .arg("version")
+        .env_clear()
+        .envs(env.iter().filter_map(|e| e.split_once('=')))
+        .output()
+        .expect("chroot runs");
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        version.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    let checker = haproxy_bin
+        .strip_prefix("HAPROXY_BIN=")
+        .expect("HAPROXY_BIN=");
+    assert!(
+        text.contains(&format!("haproxy -c checker: {checker} (HAProxy 2.6")),
+        "the image's haptor finds the image's haproxy:\n{text}"
     );
 }
