@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use kube::Resource;
 use tokio::sync::{mpsc, watch};
 
 use crate::actors::edge::{EdgeStop, EdgeTask};
@@ -378,14 +379,25 @@ impl EventsOutlet {
         &self,
         client: KubeApi,
         identity: String,
-        regarding: watch::Receiver<Option<k8s_openapi::api::core::v1::ObjectReference>>,
+        regarding: watch::Sender<Option<k8s_openapi::api::core::v1::ObjectReference>>,
         verdicts: watch::Receiver<Option<Arc<Verdict>>>,
     ) -> EdgeTask {
         let outlet = self.clone();
         EdgeTask::new(names::EVENTS, move |_| {
             let (sender, receiver) = mpsc::channel(EVENTS_QUEUE);
-            let replay = verdicts.borrow().as_ref().and_then(|v| v.rejection());
-            if let Some(rejection) = replay {
+            let verdict = verdicts.borrow().clone();
+            if let Some(verdict) = verdict
+                && let Some(rejection) = verdict.rejection()
+            {
+                // The Event is about the config the verdict is on, even if the run loop has
+                // not named it yet.
+                regarding.send_if_modified(|named| {
+                    let unnamed = named.is_none();
+                    if unnamed {
+                        *named = Some(verdict.object.object_ref(&()));
+                    }
+                    unnamed
+                });
                 let _ = sender.try_send(ObservedEvent::new(None, rejection));
             }
             *outlet.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
@@ -393,7 +405,7 @@ impl EventsOutlet {
                 client.clone(),
                 "haptor".into(),
                 identity.clone(),
-                regarding.clone(),
+                regarding.subscribe(),
                 receiver,
             )
         })

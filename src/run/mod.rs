@@ -374,7 +374,7 @@ pub async fn run(
         webhook: webhook_serving,
     };
     // The leader-only edges: Kubernetes Events, Ingress status, the HAProxyCfg writer.
-    let (regarding_tx, regarding_rx) = watch::channel(None);
+    let regarding_tx = watch::Sender::new(None);
     let events_outlet = EventsOutlet::default();
     let fault_injection = options
         .fault_injection
@@ -418,7 +418,7 @@ pub async fn run(
             events_outlet.edge(
                 client.clone(),
                 identity.clone(),
-                regarding_rx,
+                regarding_tx.clone(),
                 verdicts_rx.clone(),
             ),
             EdgeTask::new(edges::names::INGRESS_STATUS, move |_| {

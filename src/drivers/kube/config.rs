@@ -189,6 +189,9 @@ pub fn spawn(
                     let unresolved = unresolved_resources(&resources, &object.spec).await;
                     status = with_problems(status, unresolved, now);
                 }
+                // The verdict first: whoever reacts to the read (a replica that starts leading
+                // on it) finds the verdict already there.
+                publish_verdict(&out.verdicts, object, &status);
                 let _ = out.seen.send_replace(Some(Arc::new(object.clone())));
                 report_verdict(&object_name, object, &status, &out, &reporting);
                 let config = config.clone();
@@ -202,24 +205,32 @@ pub fn spawn(
                 judged = Some((object.spec.clone(), object.metadata.generation, status));
             }
             if let Some((_, _, status)) = &judged {
-                out.verdicts.send_if_modified(|latest| {
-                    let next = Verdict {
-                        object: object.clone(),
-                        status: status.clone(),
-                    };
-                    // The same object (resourceVersion) with the same verdict: nothing new.
-                    if latest.as_deref().is_some_and(|l| {
-                        l.object.metadata.resource_version == next.object.metadata.resource_version
-                            && l.status == next.status
-                    }) {
-                        return false;
-                    }
-                    *latest = Some(Arc::new(next));
-                    true
-                });
+                publish_verdict(&out.verdicts, object, status);
             }
         }
     })
+}
+
+/// Publishes `object` with its verdict, unless the same object (resourceVersion) with the
+/// same verdict is there already.
+fn publish_verdict(
+    verdicts: &watch::Sender<Option<Arc<Verdict>>>,
+    object: &HAProxyTemplateConfig,
+    status: &HAProxyTemplateConfigStatus,
+) {
+    verdicts.send_if_modified(|latest| {
+        if latest.as_deref().is_some_and(|l| {
+            l.object.metadata.resource_version == object.metadata.resource_version
+                && &l.status == status
+        }) {
+            return false;
+        }
+        *latest = Some(Arc::new(Verdict {
+            object: object.clone(),
+            status: status.clone(),
+        }));
+        true
+    });
 }
 
 /// Writes each verdict of the config watch into the config's status when the object does
