@@ -20,7 +20,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::actors::context::{Services, forward_watch};
-use crate::messages::Leadership;
+use crate::drivers::AbortOnDrop;
+use crate::messages::{Leadership, LeadershipChange};
 use crate::supervision::{
     ActorRole, ChildSpec, RestartObserver, RestartPolicy, Supervisor, SupervisorArgs, SupervisorMsg,
 };
@@ -337,16 +338,16 @@ impl Actor for LeaderEdges {
             .try_get_supervisor()
             .map(ActorRef::from)
             .ok_or("the leader-edges manager has no supervisor")?;
-        let before = state.running;
+        let change = state.running.change_to(next);
         state.running = next;
-        match (before.is_leader, next.is_leader) {
-            (false, true) => self.start(&root).await?,
-            (true, false) => LeaderEdges::stop(&root).await,
-            (true, true) if before.epoch != next.epoch => {
+        match change {
+            LeadershipChange::Gained => self.start(&root).await?,
+            LeadershipChange::Lost => LeaderEdges::stop(&root).await,
+            LeadershipChange::NewTerm => {
                 LeaderEdges::stop(&root).await;
                 self.start(&root).await?;
             }
-            _ => {}
+            LeadershipChange::Unchanged => {}
         }
         Ok(())
     }
@@ -367,15 +368,6 @@ fn resume(outcome: Result<(), tokio::task::JoinError>) {
         && e.is_panic()
     {
         std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-/// Aborts the driver's task when the edge's task ends or is aborted.
-struct AbortOnDrop(AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -16,6 +16,7 @@ use crate::actors::publisher::ConfigPublisher;
 use crate::actors::scheduler::DeployScheduler;
 use crate::messages::{
     DeploySchedulerMsg, DiscoveryMsg, EventKind, Instance, LeaderElectorMsg, Leadership,
+    LeadershipChange,
 };
 use crate::seams::PublishSink;
 use crate::supervision::{
@@ -103,8 +104,8 @@ impl LeaderElector {
         state: &mut LeaderElectorState,
         next: Leadership,
     ) -> Result<(), ActorProcessingErr> {
-        let was_leader = state.current.is_leader;
         let previous_epoch = state.current.epoch;
+        let change = state.current.change_to(next);
         state.current = next;
         self.iteration.with_latest(|l| l.leadership = next);
         let services = &self.iteration.services;
@@ -115,8 +116,8 @@ impl LeaderElector {
         let Some(supervisor) = Self::iteration_supervisor(myself) else {
             return Err("the leader elector has no config-iteration supervisor".into());
         };
-        match (was_leader, next.is_leader) {
-            (false, true) => {
+        match change {
+            LeadershipChange::Gained => {
                 services
                     .fanout
                     .publish(None, EventKind::LeadershipGained { epoch: next.epoch });
@@ -137,7 +138,7 @@ impl LeaderElector {
                     }
                 }
             }
-            (true, false) => {
+            LeadershipChange::Lost => {
                 services.fanout.publish(None, EventKind::LeadershipLost);
                 tracing::info!("leadership lost; stopping the leader-only subtree");
                 // StopChild returns once the subtree and every actor in it has stopped.
@@ -147,10 +148,9 @@ impl LeaderElector {
                     LEADER_ONLY.to_string()
                 );
             }
-            (true, true) if next.epoch != previous_epoch => {
-                // A new term without a gap (a fenced always-leader moving above the
-                // targets' epoch): the subtree restarts, so no deployer stays fenced and
-                // every deployment carries the new epoch.
+            LeadershipChange::NewTerm => {
+                // The subtree restarts, so no deployer stays fenced and every deployment
+                // carries the new epoch.
                 tracing::info!(
                     from = previous_epoch,
                     to = next.epoch,
@@ -179,7 +179,7 @@ impl LeaderElector {
                     }
                 }
             }
-            _ => {}
+            LeadershipChange::Unchanged => {}
         }
         Ok(())
     }

@@ -9,6 +9,16 @@
 //! `haptor local` and the tests) and `pipeline` (the reconcile pipeline production runs:
 //! render, then the three validation phases, `haproxy -c` last).
 
+/// Aborts a task when dropped: a sub-task ends with whatever started it, however that
+/// ends (returns, panics, is aborted).
+pub struct AbortOnDrop(pub tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 pub mod dataplane;
 pub mod haproxy_check;
 pub mod kube;

@@ -15,8 +15,8 @@ pub mod events;
 pub mod resources;
 
 pub use config::{
-    ConfigLoaderMsg, IterationManagerMsg, LeaderElectorMsg, Leadership, ValidatorMsg,
-    ValidatorVerdict,
+    ConfigLoaderMsg, IterationManagerMsg, LeaderElectorMsg, Leadership, LeadershipChange,
+    ValidatorMsg, ValidatorVerdict,
 };
 pub use deploy::{
     ConfigPublisherMsg, CoordinatorMsg, DeploySchedulerMsg, DeployerMsg, DiscoveryMsg,

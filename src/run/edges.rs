@@ -17,6 +17,7 @@ use kube::Resource;
 use tokio::sync::{mpsc, watch};
 
 use crate::actors::edge::{EdgeStop, EdgeTask};
+use crate::drivers::AbortOnDrop;
 use crate::drivers::kube::KubeApi;
 use crate::drivers::kube::config::Verdict;
 use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
@@ -40,15 +41,6 @@ pub mod names {
     pub const EVENTS: &str = "kube-events";
     pub const INGRESS_STATUS: &str = "kube-ingress-status";
     pub const HAPROXYCFG: &str = "kube-haproxycfg-writer";
-}
-
-/// Aborts a task when dropped: a sub-task ends with the edge task that started it.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Publishes "not leading" when dropped: an election that is not running (stopped,
@@ -166,16 +158,27 @@ impl Election {
                     }
                 }
                 changed = self.seen.changed() => {
-                    if changed.is_err() {
-                        continue;
-                    }
-                    let now = self.seen.borrow_and_update().as_ref().map(|c| c.spec.leader_election.clone());
-                    if !warned && now.is_some_and(|now| now != settings) {
-                        warned = true;
-                        tracing::warn!("spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)");
+                    if changed.is_ok() {
+                        self.warn_on_changed_settings(&settings, &mut warned);
                     }
                 }
             }
+        }
+    }
+
+    /// Says once that a config read changed `spec.leaderElection` from the `running`
+    /// settings: the change applies at the next start of the election.
+    fn warn_on_changed_settings(&mut self, running: &LeaderElectionSettings, warned: &mut bool) {
+        let now = self
+            .seen
+            .borrow_and_update()
+            .as_ref()
+            .map(|c| c.spec.leader_election.clone());
+        if !*warned && now.is_some_and(|now| &now != running) {
+            *warned = true;
+            tracing::warn!(
+                "spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)"
+            );
         }
     }
 
@@ -202,13 +205,8 @@ impl Election {
                     }
                 }
                 changed = self.seen.changed() => {
-                    if changed.is_err() {
-                        continue;
-                    }
-                    let now = self.seen.borrow_and_update().as_ref().map(|c| c.spec.leader_election.clone());
-                    if !warned && now.is_some_and(|now| now != settings) {
-                        warned = true;
-                        tracing::warn!("spec.leaderElection changed; it applies when haptor restarts (changing the Lease of a running replica could make two leaders)");
+                    if changed.is_ok() {
+                        self.warn_on_changed_settings(&settings, &mut warned);
                     }
                 }
             }

@@ -37,6 +37,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::drivers::AbortOnDrop;
 use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::Leadership;
 use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, Request};
@@ -102,19 +103,6 @@ impl<S: PublishSink> PublishSink for WithIngressStatus<S> {
     }
 }
 
-/// Starts the task (see the module documentation); it acts only while `leadership` says
-/// this replica leads, and ends when the returned handle and every clone are dropped.
-pub fn spawn(
-    client: impl Into<KubeApi>,
-    reporter: Reporter,
-    publish: PublishAddress,
-    leadership: watch::Receiver<Leadership>,
-) -> (IngressStatus, JoinHandle<()>) {
-    let status = IngressStatus::new();
-    let task = status.start_writer(client, reporter, publish, leadership);
-    (status, task)
-}
-
 impl IngressStatus {
     /// A handle with no writer yet: the latest outcomes are kept until a writer
     /// ([`IngressStatus::start_writer`]) acts on them.
@@ -172,15 +160,6 @@ impl IngressStatus {
 impl Default for IngressStatus {
     fn default() -> Self {
         IngressStatus::new()
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
