@@ -157,6 +157,13 @@ pub struct RunArgs {
     /// Needs get and patch on it.
     #[arg(long, value_name = "NAME", requires = "webhook_self_issued_secret")]
     pub webhook_configuration: Option<String>,
+    /// After SIGTERM, how long haptor answers /readyz 503 while it goes on serving (the
+    /// webhook, metrics; a leader goes on leading) before it stops: the time for its pod's
+    /// endpoint to leave the Services' rules (kube-proxy, load balancers), so that no
+    /// admission is sent to a replica that no longer listens. Go duration syntax; 0s stops
+    /// at once.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    pub shutdown_delay: std::time::Duration,
     /// How long the webhook may take to decide one request (keep it below the
     /// ValidatingWebhookConfiguration's timeoutSeconds); Go duration syntax.
     #[arg(long, default_value = "8s", value_parser = parse_go_duration)]
@@ -397,6 +404,7 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
         log_level,
         watch_namespace: args.watch_namespace.filter(|n| !n.is_empty()),
         fault_injection: args.debug_fault_injection,
+        shutdown_delay: args.shutdown_delay,
         webhook: match (
             args.webhook_cert_file,
             args.webhook_key_file,

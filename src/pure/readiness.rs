@@ -79,8 +79,10 @@ pub struct ReadinessState {
     /// `Some(false)` while the admission webhook is served without a certificate loaded
     /// yet (its TLS handshakes fail); `None` when no webhook is served.
     webhook_certificate: Option<bool>,
-    /// Set the first time every condition held; never cleared.
+    /// Set the first time every condition held; cleared only by [`Self::shutting_down`].
     reached: bool,
+    /// Set on SIGTERM: not ready from then on, whatever else holds.
+    shutting_down: bool,
 }
 
 /// The answer to "ready?", with what is still awaited.
@@ -140,8 +142,20 @@ impl ReadinessState {
         self.update();
     }
 
+    /// The process is stopping (SIGTERM): not ready from now on, so the Services stop
+    /// sending here while it still serves.
+    pub fn shutting_down(&mut self) {
+        self.shutting_down = true;
+    }
+
     fn awaited(&self, source: Option<&ConfigSource>) -> Vec<String> {
         let mut waiting = Vec::new();
+        if self.shutting_down {
+            waiting.push(
+                "nothing: haptor is shutting down (SIGTERM) and serves on only until its endpoint leaves the Services"
+                    .to_string(),
+            );
+        }
         if !self.config_loaded {
             waiting.push(match source {
                 Some(source) => source.awaited(),
@@ -181,7 +195,7 @@ impl ReadinessState {
     }
 
     fn update(&mut self) {
-        if !self.reached && self.awaited(None).is_empty() {
+        if !self.reached && !self.shutting_down && self.awaited(None).is_empty() {
             self.reached = true;
         }
     }
@@ -196,7 +210,7 @@ impl ReadinessState {
     /// while no config is loaded. The source changes the words, never whether it is ready.
     pub fn verdict_given(&self, source: Option<&ConfigSource>) -> ReadinessVerdict {
         ReadinessVerdict {
-            ready: self.reached,
+            ready: self.reached && !self.shutting_down,
             waiting_for: self.awaited(source),
         }
     }
@@ -229,6 +243,25 @@ mod tests {
         // A certificate that loaded before the webhook was counted is not awaited again.
         state.webhook_certificate_awaited();
         assert!(state.verdict().waiting_for.is_empty());
+    }
+
+    #[test]
+    fn a_ready_controller_that_is_shutting_down_is_not_ready_and_says_why() {
+        let mut state = ReadinessState::new(false);
+        state.iteration_started(names(&["ingresses"]));
+        state.resource_synced("ingresses");
+        assert!(state.verdict().ready);
+        state.shutting_down();
+        let verdict = state.verdict();
+        assert!(!verdict.ready);
+        assert_eq!(verdict.waiting_for.len(), 1);
+        assert!(
+            verdict.waiting_for[0].contains("shutting down"),
+            "{verdict:?}"
+        );
+        // Nothing makes it ready again.
+        state.resource_synced("ingresses");
+        assert!(!state.verdict().ready);
     }
 
     #[test]

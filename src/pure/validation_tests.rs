@@ -158,7 +158,13 @@ fn run_test(
         }
     };
     let snapshot = stores.snapshot();
-    let extra = test.extra_context.as_ref();
+    // The context the tests are written for: the test's own, else the `_global` test's, so a
+    // config whose own extraContext differs (the chart binds the pod IP, names another
+    // IngressClass) still passes the tests its library carries.
+    let extra = test
+        .extra_context
+        .as_ref()
+        .or(global.and_then(|g| g.extra_context.as_ref()));
     let rendered = match config.render(snapshot.clone(), extra) {
         Ok(r) => r,
         Err(e) => {

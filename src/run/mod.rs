@@ -26,8 +26,10 @@
 //! The Events, Ingress status and `HAProxyCfg` writers run only while this replica leads
 //! (the root's `leader-only-edges` subtree). A deployment refused for an older epoch raises
 //! the epoch floor: the next Lease term is above it, and an always-leading replica moves its
-//! epoch above it at once. SIGTERM stops the config iteration (a deployment in flight gets
-//! its `deploymentTimeout`), then the rest of the tree, whose election edge releases the
+//! epoch above it at once. SIGTERM first turns /readyz to 503 for `--shutdown-delay` (5 s)
+//! while everything serves on, so the pod leaves the Services' rules before it stops
+//! listening; then it stops the config iteration (a deployment in flight gets its
+//! `deploymentTimeout`), then the rest of the tree, whose election edge releases the
 //! Lease so a successor leads at its next retry, and exits 0.
 
 pub mod edges;
@@ -93,6 +95,9 @@ pub struct RunOptions {
     /// `--debug-fault-injection`: `POST /debug/actors/{name}/panic` makes the named edge's
     /// task panic (to see its supervision at work; off in production).
     pub fault_injection: bool,
+    /// `--shutdown-delay`: after SIGTERM, /readyz answers 503 for this long while
+    /// everything goes on serving, then haptor stops.
+    pub shutdown_delay: Duration,
 }
 
 /// How `haptor run` serves its admission webhook.
@@ -639,6 +644,19 @@ pub async fn run(
                     tracing::info!("haptor run: ready (the config is valid and every watched resource synced; /readyz answers 200)");
                 }
             }
+        }
+    }
+    if !tree_stopped && !options.shutdown_delay.is_zero() {
+        // Not ready, still serving: the pod's endpoint leaves the Services' rules before
+        // anything stops listening (the webhook's callers included).
+        controller.services.readiness.update(|r| r.shutting_down());
+        tracing::info!(
+            delay = ?options.shutdown_delay,
+            "haptor run: SIGTERM: /readyz answers 503 and everything serves on for the shutdown delay, so that this pod leaves the Services first"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(options.shutdown_delay) => {}
+            () = controller.stopped() => tree_stopped = true,
         }
     }
     tracing::info!("haptor run: stopping");

@@ -1364,3 +1364,36 @@ fn the_haproxy_pods_configmap_carries_the_chart_files_the_tests_pods_run_unchang
     };
     assert_eq!(dirs(&etc), dirs(&tests), "the storage directories");
 }
+
+/// The config the chart creates passes the validationTests it carries, with the default
+/// values and with other ports: the webhook judges the config by them when `helm upgrade`
+/// patches it (at install the webhook is not registered yet), so a test that held only for
+/// the library's own extraContext refused every upgrade (`tests/node/upgrade.rs` met it).
+#[test]
+fn the_config_the_chart_creates_passes_its_own_validation_tests_whatever_the_ports() {
+    for extra in [
+        &[][..],
+        &[
+            "--set",
+            "haproxy.ports.http=9080",
+            "--set",
+            "haproxy.ports.https=9443",
+            "--set",
+            "haproxy.ports.status=9404",
+            "--set",
+            "ingressClass.name=edge",
+        ][..],
+    ] {
+        let documents = documents(&template("haptor", "haptor", extra));
+        let config = find(&documents, "HAProxyTemplateConfig", "haptor-config");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, serde_yaml_ng::to_string(config).expect("YAML")).expect("written");
+        let output = crate::support::haptor(&["validate", "-f", &path.to_string_lossy()]);
+        assert!(
+            output.status.success(),
+            "the chart's config (values {extra:?}) fails its validation tests:\n{}",
+            crate::support::text(&output)
+        );
+    }
+}

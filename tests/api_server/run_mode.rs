@@ -834,3 +834,66 @@ async fn an_edge_that_keeps_panicking_stops_haptor_with_an_error_so_its_pod_is_r
         "the log says why haptor exits:\n{log}"
     );
 }
+
+/// SIGTERM first takes the replica out of the Services (`/readyz` 503, naming why) while it
+/// goes on serving and leading for `--shutdown-delay`; then it stops, hands the Lease back
+/// and exits 0. Without the delay a rolling update sent admissions to a replica that no
+/// longer listened (`tests/node/upgrade.rs` met it: "connection refused").
+#[tokio::test]
+async fn after_sigterm_readyz_answers_503_while_everything_serves_on_for_the_shutdown_delay() {
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("run-drain").await;
+    web_app(kit, &client, &ns, "drain.example").await;
+    create_config(&client, &ns, fast_election()).await;
+    let mut replica = Replica::start_with_args(
+        kit.admin_kubeconfig(),
+        &ns,
+        "draining",
+        &["--shutdown-delay", "4s"],
+    );
+    wait_for("/readyz 200", &[&replica], || async {
+        replica.readyz().await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    wait_for("the Lease held", &[&replica], || async {
+        lease_holder(&client, &ns).await.filter(|h| h == "draining")
+    })
+    .await;
+
+    replica.signal("TERM");
+    let (_, body) = wait_for("/readyz 503 after SIGTERM", &[&replica], || async {
+        replica.readyz().await.filter(|(code, _)| *code == 503)
+    })
+    .await;
+    assert!(body.contains("shutting down"), "{body}");
+    // Still serving and still leading meanwhile.
+    assert!(
+        replica.metric("haptor_leader_is_leader").await == Some(1.0),
+        "the draining replica still leads and serves its metrics"
+    );
+    assert_eq!(
+        lease_holder(&client, &ns).await.as_deref(),
+        Some("draining")
+    );
+    assert_eq!(replica.exited(), None, "it has not stopped yet");
+
+    let started = Instant::now();
+    let code = loop {
+        if let Some(code) = replica.exited() {
+            break code;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "haptor run did not exit after its shutdown delay:\n{}",
+            replica.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, Some(0), "{}", replica.log_text());
+    assert_eq!(
+        lease_holder(&client, &ns).await,
+        None,
+        "the Lease is handed back once it stops"
+    );
+}

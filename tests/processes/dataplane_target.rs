@@ -20,7 +20,9 @@ use std::sync::Arc;
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use haptor::drivers::dataplane::{DEPLOYED_FILE, DataplaneTarget, EPOCH_FILE};
+use haptor::drivers::dataplane::{
+    DEPLOYED_CONFIG_FILE, DEPLOYED_FILE, DataplaneTarget, EPOCH_FILE,
+};
 use haptor::pure::deploy::plan::plan;
 use haptor::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use haptor::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
@@ -85,7 +87,7 @@ fn is_reload_poll(r: &Recorded) -> bool {
 fn is_aux_storage_write(r: &Recorded) -> bool {
     r.is_write()
         && r.path.starts_with(&format!("{API}/storage/"))
-        && [EPOCH_FILE, DEPLOYED_FILE]
+        && [EPOCH_FILE, DEPLOYED_FILE, DEPLOYED_CONFIG_FILE]
             .iter()
             .all(|own| !r.path.ends_with(own) && !r.body.contains(&format!("filename=\"{own}\"")))
 }
@@ -1161,6 +1163,54 @@ async fn a_restarted_controller_finds_the_pod_already_running_its_render_and_rel
         !outcome.reloaded && outcome.runtime_changes == 1,
         "{outcome:?}"
     );
+}
+
+/// A new leader's first render often differs from the one the pod runs (the endpoints of a
+/// rolling update moved meanwhile). The record lists the render's files, so the new process
+/// knows the pod's map and certificate without their contents on the pod and changes it live
+/// (`tests/node/traffic.rs` saw every controller rollout reload every HAProxy pod before).
+#[tokio::test]
+async fn a_restarted_controller_whose_render_moved_a_server_changes_the_pod_live() {
+    let stub = Stub::start("v3.4.0").await;
+    let files = vec![
+        hosts_map("a.example be\n"),
+        aux(AuxKind::Cert, "ssl/default_site.pem", PEM),
+    ];
+    let deployed = render(config("    server s1 10.0.0.1:80\n", ""), files.clone());
+    stub.target()
+        .deploy(&request(&deployed, 1, 1))
+        .await
+        .expect("before the restart");
+    let reloads_before = stub.state().reload_counter;
+
+    let restarted = stub.target();
+    let moved = render(config("    server s1 10.0.0.9:80\n", ""), files);
+    let outcome = restarted
+        .deploy(&request(&moved, 2, 1))
+        .await
+        .expect("after the restart");
+    assert!(
+        !outcome.reloaded && outcome.runtime_changes == 1,
+        "a server move after a restart is live: {outcome:?}"
+    );
+    assert_eq!(stub.state().reload_counter, reloads_before, "no reload");
+    assert_eq!(stub.state().config, moved.haproxy_cfg);
+
+    // A map that changed meanwhile is read back from the pod's storage: still live.
+    let restarted = stub.target();
+    let mapped = render(
+        config("    server s1 10.0.0.9:80\n", ""),
+        vec![
+            hosts_map("b.example be\n"),
+            aux(AuxKind::Cert, "ssl/default_site.pem", PEM),
+        ],
+    );
+    let outcome = restarted
+        .deploy(&request(&mapped, 3, 1))
+        .await
+        .expect("a map change after a restart");
+    assert!(!outcome.reloaded, "{outcome:?}");
+    assert_eq!(stub.state().reload_counter, reloads_before, "no reload");
 }
 
 #[tokio::test]

@@ -335,3 +335,60 @@ fn plan_says_reload_yes_with_the_reason_when_a_backend_is_added() {
     assert_eq!(plan["reload"], true);
     assert_eq!(plan["reload_reasons"][0], "section 'backend api' was added");
 }
+
+/// A config, its extraContext naming `marker`, whose tests expect `written-for` unless a test
+/// names its own.
+fn context_config(global_context: bool) -> String {
+    let global = if global_context {
+        "    _global:\n      extraContext: {marker: written-for}\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"apiVersion: haptor.dev/v1alpha1
+kind: HAProxyTemplateConfig
+metadata: {{name: c}}
+spec:
+  extraContext: {{marker: deployed}}
+  haproxyConfig:
+    template: |
+      global
+        # {{{{marker}}}}
+      defaults
+        mode http
+        timeout connect 1s
+        timeout client 1s
+        timeout server 1s
+  validationTests:
+{global}    uses-the-context-the-tests-are-written-for:
+      assertions:
+        - {{type: contains, pattern: '# written-for'}}
+    names-its-own-context:
+      extraContext: {{marker: its-own}}
+      assertions:
+        - {{type: contains, pattern: '# its-own'}}
+"#
+    )
+}
+
+#[test]
+fn the_global_tests_extra_context_is_every_tests_context_unless_a_test_names_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, context_config(true)).expect("write");
+    let output = haptor(&["validate", "-f", path.to_str().expect("utf-8")]);
+    let out = text(&output);
+    assert!(output.status.success(), "{out}");
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+
+    // Without it, the tests see the config's own extraContext.
+    std::fs::write(&path, context_config(false)).expect("write");
+    let output = haptor(&["validate", "-f", path.to_str().expect("utf-8")]);
+    let out = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("FAIL uses-the-context-the-tests-are-written-for"),
+        "{out}"
+    );
+    assert!(out.contains("1 passed, 1 failed"), "{out}");
+}

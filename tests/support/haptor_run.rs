@@ -130,6 +130,15 @@ impl Replica {
     }
 
     /// Sends `signal` and waits for the process; returns its exit code (None: killed).
+    /// Sends `signal` (`TERM`, `KILL`) and returns at once.
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &child.id().to_string()])
+                .status();
+        }
+    }
+
     pub fn stop_with(&mut self, signal: &str) -> Option<i32> {
         let mut child = self.child.take()?;
         let _ = Command::new("kill")

@@ -22,7 +22,12 @@
 //!    new leader), the general storage file [`DEPLOYED_FILE`] that every deployment leaves
 //!    on the pod names the render the pod runs and the API's checksum of the `haproxy.cfg`
 //!    it left: while the pod's checksum is still that one and the request is that render,
-//!    the pod is up to date and nothing is written (0 reloads after a restart); otherwise it
+//!    the pod is up to date and nothing is written (0 reloads after a restart). When the
+//!    request is another render (the endpoints moved while no one led), the pod's render is
+//!    rebuilt from the record: [`DEPLOYED_CONFIG_FILE`] keeps its `haproxy.cfg` as rendered,
+//!    the record lists its files' checksums (the request's own files where they match, maps
+//!    and general files read back where not), and it is used only when its checksum is the
+//!    recorded one; the change is then planned from it, live where it can be. Otherwise it
 //!    plans from the pod's `haproxy.cfg` with no auxiliary files known, so every file is
 //!    written and HAProxy reloads;
 //! 5. for a plan without reload: writes the changed map files (`skip_reload`), writes
@@ -96,9 +101,9 @@ use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::haproxy::HaproxyVersion;
-use crate::pure::rendered::{Checksum, RenderedConfig};
+use crate::pure::rendered::{AuxFile, Checksum, RenderedConfig};
 
-pub use crate::pure::deploy::dataplane::{DEPLOYED_FILE, EPOCH_FILE};
+pub use crate::pure::deploy::dataplane::{DEPLOYED_CONFIG_FILE, DEPLOYED_FILE, EPOCH_FILE};
 
 /// How long the runtime API may stay silent after a reload before the reload is taken as
 /// done on the API's word alone (see `DataplaneTarget::wait_for_new_worker`).
@@ -478,24 +483,89 @@ impl DataplaneTarget {
         Ok(record)
     }
 
+    /// The render `record` names, rebuilt: its `haproxy.cfg` from [`DEPLOYED_CONFIG_FILE`],
+    /// its files from the record (see [`Self::recorded_files`]), and kept only when its
+    /// checksum is the recorded one. `None` when it cannot be: the pod is planned as unknown.
+    async fn recorded_render(
+        &self,
+        record: &DeployedMarker,
+        to: &RenderedConfig,
+    ) -> Option<RenderedConfig> {
+        let haproxy_cfg = self
+            .api
+            .storage_read(StorageKind::General, DEPLOYED_CONFIG_FILE)
+            .await
+            .ok()??;
+        let deployed = RenderedConfig {
+            haproxy_cfg,
+            aux_files: self.recorded_files(record, to).await?,
+            ..Default::default()
+        };
+        (deployed.checksum() == record.render).then_some(deployed)
+    }
+
+    /// The auxiliary files the pod holds as `record` lists them: those `to` has unchanged,
+    /// and maps and general files that changed read back from the pod's storage (each must
+    /// match the record's checksum). `None` when one is not known that way (a certificate
+    /// that changed, a file `to` no longer has).
+    async fn recorded_files(
+        &self,
+        record: &DeployedMarker,
+        to: &RenderedConfig,
+    ) -> Option<BTreeMap<String, AuxFile>> {
+        let (mut files, unknown) = record.files_known_in(to);
+        for path in unknown {
+            let file = to.aux_files.get(&path)?;
+            let place = placement(file).ok()?;
+            if place.kind == StorageKind::SslCertificates {
+                return None;
+            }
+            let content = self
+                .api
+                .storage_read(place.kind, &place.name)
+                .await
+                .ok()??;
+            if Some(&Checksum::of(content.as_bytes())) != record.files.get(&path) {
+                return None;
+            }
+            files.insert(
+                path,
+                AuxFile {
+                    content,
+                    ..file.clone()
+                },
+            );
+        }
+        Some(files)
+    }
+
     /// Writes the [`DEPLOYED_FILE`] record for the render just deployed, when it differs
     /// from the one on the pod. A failure costs one reload after the next restart, not this
     /// deployment: it is logged.
-    async fn write_record(&self, render: Checksum) {
+    async fn write_record(&self, request: &DeployRequest) {
         let (record, exists) = {
             let state = self.lock();
             let Some(configuration) = state.pushed_checksum.clone() else {
                 return;
             };
-            let record = DeployedMarker {
-                render,
-                configuration,
-            };
+            let record = DeployedMarker::of(request.checksum, configuration, &request.rendered);
             if state.recorded.as_ref() == Some(&record) {
                 return;
             }
             (record, state.recorded.is_some())
         };
+        // The render's haproxy.cfg first: a record is only ever read with its copy in place
+        // (and a copy that does not match it fails the checksum, which costs a reload).
+        let copy = Placement {
+            kind: StorageKind::General,
+            name: DEPLOYED_CONFIG_FILE.to_string(),
+        };
+        if let Err(error) = self
+            .upload(&copy, &request.rendered.haproxy_cfg, exists)
+            .await
+        {
+            tracing::warn!(target_name = %self.name, %error, "cannot keep the deployed haproxy.cfg on the pod; a new leader with another render will reload this pod once");
+        }
         let placement = Placement {
             kind: StorageKind::General,
             name: DEPLOYED_FILE.to_string(),
@@ -524,7 +594,7 @@ impl DataplaneTarget {
             let state = self.lock();
             (state.last_deployed.clone(), state.reload_required)
         };
-        let planned_from_the_pod = known.is_none();
+        let mut planned_from_the_pod = known.is_none();
         let from = match known {
             Some(known) => Some(known),
             None => {
@@ -532,20 +602,37 @@ impl DataplaneTarget {
                 // way: the pod's record tells whether it already runs this render.
                 let record = self.read_record().await?;
                 let (running, live_checksum) = self.running_configuration().await?;
-                if let Some(record) = record
-                    && !reload_required
+                let recorded = record.filter(|record| {
+                    !reload_required && record.still_runs(live_checksum.as_deref())
+                });
+                if let Some(record) = &recorded
                     && record.render == request.checksum
-                    && record.still_runs(live_checksum.as_deref())
                 {
                     tracing::info!(target_name = %self.name, render = %record.render, "the pod already runs this render (its deployed-render record and configuration checksum say so)");
-                    self.lock().pushed_checksum = Some(record.configuration);
+                    self.lock().pushed_checksum = Some(record.configuration.clone());
                     self.remember(request);
                     return Ok(DeployOutcome {
                         unchanged: true,
                         ..DeployOutcome::default()
                     });
                 }
-                running.map(Arc::new)
+                match (recorded, running) {
+                    // The pod runs the recorded render: its haproxy.cfg is the running one and
+                    // its files those the record lists, so the change is planned as it would be
+                    // by the controller that deployed it (live where it can be).
+                    (Some(record), Some(running)) => {
+                        match self.recorded_render(&record, to).await {
+                            Some(deployed) => {
+                                tracing::info!(target_name = %self.name, recorded = %record.render, render = %request.checksum, "the pod runs the render its record names; planning the change from it");
+                                planned_from_the_pod = false;
+                                self.lock().pushed_checksum = Some(record.configuration.clone());
+                                Some(Arc::new(deployed))
+                            }
+                            None => Some(Arc::new(running)),
+                        }
+                    }
+                    (_, running) => running.map(Arc::new),
+                }
             }
         };
         let plan = plan(from.as_deref(), to).map_err(|e| {
@@ -559,7 +646,7 @@ impl DataplaneTarget {
         if plan.is_empty() && !reload_required {
             self.delete_orphans(orphans).await;
             self.remember(request);
-            self.write_record(request.checksum).await;
+            self.write_record(request).await;
             return Ok(DeployOutcome {
                 unchanged: true,
                 ..DeployOutcome::default()
@@ -620,7 +707,7 @@ impl DataplaneTarget {
         };
         self.delete_orphans(orphans).await;
         self.remember(request);
-        self.write_record(request.checksum).await;
+        self.write_record(request).await;
         Ok(outcome)
     }
 

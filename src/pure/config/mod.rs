@@ -348,7 +348,9 @@ pub struct ValidationTest {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "arbitrary_objects")]
     pub fixtures: BTreeMap<String, Vec<serde_json::Value>>,
-    /// Overrides `extraContext` for this test.
+    /// Replaces `extraContext` for this test. The `_global` test's, when set, replaces it
+    /// for every test that sets none: the context the tests are written for, so that a
+    /// config that changes its own extraContext still passes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "arbitrary_json")]
     pub extra_context: Option<serde_json::Value>,

@@ -20,30 +20,76 @@ pub const EPOCH_FILE: &str = "haptor-epoch";
 /// The general storage file that records which render the pod runs ([`DeployedMarker`]).
 pub const DEPLOYED_FILE: &str = "haptor-deployed";
 
+/// The general storage file that keeps the `haproxy.cfg` of the render [`DEPLOYED_FILE`]
+/// names, as haptor rendered it (the API's own copy is its reprint): what a new leader plans
+/// its first change from when its render differs from the pod's.
+pub const DEPLOYED_CONFIG_FILE: &str = "haptor-deployed.cfg";
+
 /// Storage names haptor keeps for itself; a render's file may not take one.
-const RESERVED_NAMES: [&str; 2] = [EPOCH_FILE, DEPLOYED_FILE];
+const RESERVED_NAMES: [&str; 3] = [EPOCH_FILE, DEPLOYED_FILE, DEPLOYED_CONFIG_FILE];
 
 /// What haptor keeps on a pod after each deployment: the checksum of the render the pod
 /// runs and the API's checksum of the `haproxy.cfg` that deployment left. The API prints
 /// the configuration it stores again through its own parser, so the text on the pod never
 /// equals the render; a controller that restarts (a rolling update, a new leader) reads
 /// this file and knows the pod already runs a render while the API's checksum of the file
-/// is still the recorded one, instead of reloading every pod to find out.
+/// is still the recorded one, instead of reloading every pod to find out. It also lists the
+/// checksum of each auxiliary file of that render, so that a controller whose render differs
+/// (the endpoints moved while it was not leading) knows the pod's files without reading them
+/// and can change the pod live rather than reload it ([`DeployedMarker::files_known_in`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeployedMarker {
     /// [`RenderedConfig::checksum`] of the render (written as plain hex).
     pub render: Checksum,
     /// The `Configuration-Checksum` the API answered for the configuration it stored.
     pub configuration: String,
+    /// Each auxiliary file of the render: its path and the checksum of its content.
+    pub files: BTreeMap<String, Checksum>,
 }
 
 impl DeployedMarker {
-    /// The file's text: `render <checksum>` and `configuration <checksum>` lines.
+    /// The record of `rendered` (whose checksum is `render`) stored as `configuration`.
+    pub fn of(render: Checksum, configuration: String, rendered: &RenderedConfig) -> Self {
+        let files = rendered
+            .aux_files
+            .iter()
+            .map(|(path, file)| (path.clone(), Checksum::of(file.content.as_bytes())))
+            .collect();
+        DeployedMarker {
+            render,
+            configuration,
+            files,
+        }
+    }
+
+    /// The file's text: `render <checksum>` and `configuration <checksum>` lines, then one
+    /// `file <checksum> <path>` line per auxiliary file.
     pub fn to_text(&self) -> String {
-        format!(
+        let mut text = format!(
             "render {}\nconfiguration {}\n",
             self.render, self.configuration
-        )
+        );
+        for (path, checksum) in &self.files {
+            text.push_str(&format!("file {checksum} {path}\n"));
+        }
+        text
+    }
+
+    /// The recorded files `to` holds with the same content (those the pod has as `to` has
+    /// them), and the paths of the others (changed, or gone from `to`): what the pod runs,
+    /// as far as `to` tells it.
+    pub fn files_known_in(&self, to: &RenderedConfig) -> (BTreeMap<String, AuxFile>, Vec<String>) {
+        let mut known = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for (path, checksum) in &self.files {
+            match to.aux_files.get(path) {
+                Some(file) if Checksum::of(file.content.as_bytes()) == *checksum => {
+                    known.insert(path.clone(), file.clone());
+                }
+                _ => unknown.push(path.clone()),
+            }
+        }
+        (known, unknown)
     }
 
     /// Reads [`DeployedMarker::to_text`]; `None` for anything else (a file from another
@@ -52,11 +98,19 @@ impl DeployedMarker {
     pub fn parse(text: &str) -> Option<DeployedMarker> {
         let mut render = None;
         let mut configuration = None;
+        let mut files = BTreeMap::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             match line.split_once(' ') {
                 Some(("render", value)) if render.is_none() => render = Some(value.trim()),
                 Some(("configuration", value)) if configuration.is_none() => {
                     configuration = Some(value.trim())
+                }
+                Some(("file", value)) => {
+                    let (checksum, path) = value.split_once(' ')?;
+                    if path.is_empty() {
+                        return None;
+                    }
+                    files.insert(path.to_string(), checksum.parse().ok()?);
                 }
                 _ => return None,
             }
@@ -68,6 +122,7 @@ impl DeployedMarker {
         Some(DeployedMarker {
             render: render.parse().ok()?,
             configuration: configuration.to_string(),
+            files,
         })
     }
 
@@ -267,7 +322,7 @@ pub fn placement(file: &AuxFile) -> Result<Placement, String> {
         AuxKind::File | AuxKind::CrtList => {
             if RESERVED_NAMES.contains(&name) {
                 return Err(format!(
-                    "{} '{}' is stored as general file '{name}', a name haptor keeps its own records under ({EPOCH_FILE}: the fencing epoch, {DEPLOYED_FILE}: the deployed render); rename it",
+                    "{} '{}' is stored as general file '{name}', a name haptor keeps its own records under ({EPOCH_FILE}: the fencing epoch, {DEPLOYED_FILE} and {DEPLOYED_CONFIG_FILE}: the deployed render); rename it",
                     file.kind, file.path
                 ));
             }
@@ -888,6 +943,7 @@ mod tests {
         let marker = DeployedMarker {
             render: Checksum::of(b"a render"),
             configuration: "f00d".into(),
+            files: BTreeMap::from([("maps/hosts.map".to_string(), Checksum::of(b"a.example 1\n"))]),
         };
         assert_eq!(
             DeployedMarker::parse(&marker.to_text()),
@@ -908,5 +964,57 @@ mod tests {
             DeployedMarker::parse("render a\nconfiguration b\nextra c\n"),
             None
         );
+        let render = Checksum::of(b"r");
+        assert_eq!(
+            DeployedMarker::parse(&format!(
+                "render {render}\nconfiguration b\nfile nothex maps/a.map\n"
+            )),
+            None,
+            "a file line without a checksum"
+        );
+        // A record written before files were listed still reads, with no files.
+        let old =
+            DeployedMarker::parse(&format!("render {render}\nconfiguration b\n")).expect("reads");
+        assert!(old.files.is_empty());
+    }
+
+    #[test]
+    fn a_record_knows_the_files_a_new_render_holds_unchanged_and_names_the_others() {
+        let file = |path: &str, content: &str| AuxFile {
+            kind: AuxKind::Map,
+            name: path.trim_start_matches("maps/").to_string(),
+            path: path.to_string(),
+            content: content.to_string(),
+        };
+        let deployed = RenderedConfig {
+            haproxy_cfg: "global\n".into(),
+            aux_files: BTreeMap::from([
+                ("maps/same.map".to_string(), file("maps/same.map", "a 1\n")),
+                (
+                    "maps/changed.map".to_string(),
+                    file("maps/changed.map", "b 1\n"),
+                ),
+                ("maps/gone.map".to_string(), file("maps/gone.map", "c 1\n")),
+            ]),
+            ..Default::default()
+        };
+        let record = DeployedMarker::of(deployed.checksum(), "f00d".into(), &deployed);
+        let record = DeployedMarker::parse(&record.to_text()).expect("reads back");
+        let next = RenderedConfig {
+            haproxy_cfg: "global\n  maxconn 10\n".into(),
+            aux_files: BTreeMap::from([
+                ("maps/same.map".to_string(), file("maps/same.map", "a 1\n")),
+                (
+                    "maps/changed.map".to_string(),
+                    file("maps/changed.map", "b 2\n"),
+                ),
+                ("maps/new.map".to_string(), file("maps/new.map", "d 1\n")),
+            ]),
+            ..Default::default()
+        };
+        let (known, unknown) = record.files_known_in(&next);
+        assert_eq!(known.keys().collect::<Vec<_>>(), ["maps/same.map"]);
+        assert_eq!(known["maps/same.map"].content, "a 1\n");
+        assert_eq!(unknown, ["maps/changed.map", "maps/gone.map"]);
     }
 }
