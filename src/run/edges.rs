@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kube::Resource;
 use tokio::sync::{mpsc, watch};
@@ -22,6 +23,7 @@ use crate::drivers::kube::KubeApi;
 use crate::drivers::kube::config::Verdict;
 use crate::drivers::kube::discovery::{DataplaneCredentials, Discovered, PodDiscoverySettings};
 use crate::drivers::kube::lease::{ElectorOptions, LeaseElector, always_leader};
+use crate::messages::events::EventKind;
 use crate::messages::{Instance, Leadership, ObservedEvent};
 use crate::pure::config::{HAProxyTemplateConfig, LeaderElectionSettings};
 use crate::pure::haproxy::HaproxyVersion;
@@ -352,22 +354,59 @@ struct PodWatch {
 }
 
 /// Where the run loop sends observability events for Kubernetes Events: the sender of the
-/// running recorder, replaced each time it starts. While no recorder runs (a follower, or
-/// one restarting) the events are dropped: Kubernetes Events are best effort, and the
-/// leader posts them.
+/// running recorder, replaced each time it starts. While no recorder runs (a follower, a
+/// leader whose recorder is still starting or restarting) the events wait, and a recorder
+/// that starts posts those of the last [`EVENTS_WAIT`]: the events of gaining leadership
+/// are observed the moment the recorder is started for it, and were lost to that race.
+/// Older ones are dropped (a follower's past is not the new leader's to report), as are
+/// events beyond [`EVENTS_QUEUE`]: Kubernetes Events are best effort.
 #[derive(Clone, Default)]
-pub struct EventsOutlet(Arc<Mutex<Option<mpsc::Sender<ObservedEvent>>>>);
+pub struct EventsOutlet(Arc<Mutex<Outlet>>);
+
+#[derive(Default)]
+struct Outlet {
+    sender: Option<mpsc::Sender<ObservedEvent>>,
+    waiting: std::collections::VecDeque<(std::time::Instant, ObservedEvent)>,
+}
 
 /// How many events may wait for the recorder.
 const EVENTS_QUEUE: usize = 256;
 
+/// How old a waiting event may be when a recorder starts and still be posted.
+const EVENTS_WAIT: Duration = Duration::from_secs(10);
+
 impl EventsOutlet {
-    /// Hands `event` to the running recorder; dropped when none runs or its queue is full.
+    /// Hands `event` to the running recorder (dropped when its queue is full), or keeps it
+    /// for the next recorder when none runs.
     pub fn send(&self, event: ObservedEvent) {
-        let outlet = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sender) = outlet.as_ref() {
-            let _ = sender.try_send(event);
+        let mut outlet = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match outlet.sender.as_ref() {
+            Some(sender) if !sender.is_closed() => {
+                let _ = sender.try_send(event);
+            }
+            _ => {
+                if outlet.waiting.len() == EVENTS_QUEUE {
+                    outlet.waiting.pop_front();
+                }
+                outlet.waiting.push_back((std::time::Instant::now(), event));
+            }
         }
+    }
+
+    /// Makes `sender` the running recorder's, first handing it the waiting events of the
+    /// last [`EVENTS_WAIT`], but for those of the kind `replayed` (one the recorder was
+    /// already given).
+    fn attach(&self, sender: mpsc::Sender<ObservedEvent>, replayed: Option<&EventKind>) {
+        let mut outlet = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let replayed = replayed.map(std::mem::discriminant);
+        for (observed, event) in outlet.waiting.drain(..) {
+            if observed.elapsed() <= EVENTS_WAIT
+                && Some(std::mem::discriminant(&event.kind)) != replayed
+            {
+                let _ = sender.try_send(event);
+            }
+        }
+        outlet.sender = Some(sender);
     }
 
     /// The recorder edge: Events about the config `regarding` names. A recorder starts by
@@ -384,6 +423,7 @@ impl EventsOutlet {
         EdgeTask::new(names::EVENTS, move |_| {
             let (sender, receiver) = mpsc::channel(EVENTS_QUEUE);
             let verdict = verdicts.borrow().clone();
+            let mut replayed = None;
             if let Some(verdict) = verdict
                 && let Some(rejection) = verdict.rejection()
             {
@@ -396,9 +436,10 @@ impl EventsOutlet {
                     }
                     unnamed
                 });
-                let _ = sender.try_send(ObservedEvent::new(None, rejection));
+                let _ = sender.try_send(ObservedEvent::new(None, rejection.clone()));
+                replayed = Some(rejection);
             }
-            *outlet.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+            outlet.attach(sender, replayed.as_ref());
             crate::drivers::kube::events::spawn(
                 client.clone(),
                 "haptor".into(),
@@ -407,5 +448,40 @@ impl EventsOutlet {
                 receiver,
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gained(epoch: u64) -> ObservedEvent {
+        ObservedEvent::new(None, EventKind::LeadershipGained { epoch })
+    }
+
+    #[test]
+    fn events_sent_while_no_recorder_runs_reach_the_recorder_that_starts_next() {
+        let outlet = EventsOutlet::default();
+        outlet.send(gained(1));
+        let (sender, mut receiver) = mpsc::channel(EVENTS_QUEUE);
+        outlet.attach(sender, None);
+        outlet.send(gained(2));
+        let epochs: Vec<_> = std::iter::from_fn(|| receiver.try_recv().ok())
+            .map(|event| match event.kind {
+                EventKind::LeadershipGained { epoch } => epoch,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(epochs, [1, 2]);
+
+        // A recorder that stopped leaves its events waiting for the next one again.
+        drop(receiver);
+        outlet.send(gained(3));
+        let (sender, mut receiver) = mpsc::channel(EVENTS_QUEUE);
+        outlet.attach(sender, Some(&EventKind::LeadershipLost));
+        assert!(matches!(
+            receiver.try_recv().map(|e| e.kind),
+            Ok(EventKind::LeadershipGained { epoch: 3 })
+        ));
     }
 }
