@@ -17,6 +17,7 @@ mod helm;
 #[path = "../support/node.rs"]
 mod node_kit;
 
+mod dns;
 mod drain;
 mod haproxy_pods;
 mod install;

@@ -17,8 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const HOST: &str = "web.example";
-
 /// Backend pods: haproxy answering `served-by <pod name>` on 8080.
 const WEB: &str = r#"apiVersion: apps/v1
 kind: Deployment
@@ -79,10 +77,10 @@ metadata:
 spec:
   ingressClassName: haptor
   tls:
-    - hosts: ["web.example"]
+    - hosts: ["HOST"]
       secretName: web-tls
   rules:
-    - host: web.example
+    - host: HOST
       http:
         paths:
           - path: /
@@ -94,18 +92,23 @@ spec:
                   number: 80
 "#;
 
-/// A release serving `web.example` over HTTP and HTTPS from the backend pods.
+/// A release serving its host over HTTP and HTTPS from the backend pods. Each site has a host
+/// of its own (`<namespace>.example`): an earlier test's namespace is still being deleted, and
+/// its Ingress for the same host, the older one, would win the host until it is gone.
 struct Site<'a> {
     release: Release<'a>,
     /// The HAProxy Service's ClusterIP.
     address: String,
-    /// The certificate `web.example` is served with (`ca.crt`).
+    /// The host the Ingress routes, `<namespace>.example`.
+    host: String,
+    /// The certificate the host is served with (`ca.crt`).
     certificate: tempfile::TempDir,
 }
 
 impl Site<'_> {
     fn start(node: &'static Node, prefix: &str) -> Site<'static> {
         let release = Release::install_wait(node, prefix, &[]);
+        let host = format!("{}.example", release.ns);
         let certificate = tempfile::tempdir().expect("a temp dir");
         let openssl = Command::new("openssl")
             .args([
@@ -117,9 +120,9 @@ impl Site<'_> {
                 "-out",
                 "ca.crt",
                 "-subj",
-                "/CN=web.example",
+                &format!("/CN={host}"),
             ])
-            .args(["-addext", "subjectAltName=DNS:web.example"])
+            .args(["-addext", &format!("subjectAltName=DNS:{host}")])
             .current_dir(certificate.path())
             .output()
             .expect("openssl runs");
@@ -135,7 +138,7 @@ impl Site<'_> {
             &format!("--cert={dir}/ca.crt"),
             &format!("--key={dir}/tls.key"),
         ]);
-        let applied = node.apply(&release.ns, WEB);
+        let applied = node.apply(&release.ns, &WEB.replace("HOST", &host));
         assert!(
             applied.status.success(),
             "{}",
@@ -155,27 +158,54 @@ impl Site<'_> {
             .to_string();
         let site = Site {
             release,
+            host,
             address,
             certificate,
         };
+        // Served once every HAProxy pod serves it (a request through the Service may reach
+        // any of them): each pod asked on its own IP and container ports.
         let started = Instant::now();
-        node.wait_for("web.example served over HTTP and HTTPS", || {
-            (site.get_http()?.starts_with("served-by web-")
-                && site.get_https()?.starts_with("served-by web-"))
-            .then_some(())
-        });
+        let mut first_served = None;
+        for pod in site.release.haproxy_pods() {
+            let ip = pod["status"]["podIP"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let (http, https) = (container_port(&pod, "http"), container_port(&pod, "https"));
+            node.wait_for(&format!("{} serving {}", pod_name(&pod), site.host), || {
+                (site.http_via(&ip, http)?.starts_with("served-by web-")
+                    && site
+                        .https_via(&ip, https)
+                        .ok()?
+                        .starts_with("served-by web-"))
+                .then_some(())
+            });
+            first_served.get_or_insert(started.elapsed());
+        }
+        let every_pod = started.elapsed();
+        assert!(
+            site.get_http()
+                .is_some_and(|b| b.starts_with("served-by web-")),
+            "served through the Service once every pod serves it"
+        );
         eprintln!(
-            "traffic: web.example served through the HAProxy Service {} s after the Ingress was applied",
-            started.elapsed().as_secs_f32()
+            "traffic: {} served by the first HAProxy pod {:.1} s and by every pod {:.1} s after the Ingress was applied",
+            site.host,
+            first_served.unwrap_or_default().as_secs_f32(),
+            every_pod.as_secs_f32()
         );
         site
     }
 
     fn get_http(&self) -> Option<String> {
+        self.http_via(&self.address, 80)
+    }
+
+    fn http_via(&self, address: &str, port: u16) -> Option<String> {
         curl(&[
             "-H",
-            &format!("Host: {HOST}"),
-            &format!("http://{}/", self.address),
+            &format!("Host: {}", self.host),
+            &format!("http://{address}:{port}/"),
         ])
     }
 
@@ -184,13 +214,17 @@ impl Site<'_> {
     }
 
     fn https_answer(&self) -> Result<String, String> {
+        self.https_via(&self.address, 443)
+    }
+
+    fn https_via(&self, address: &str, port: u16) -> Result<String, String> {
         let ca = self.certificate.path().join("ca.crt");
         curl_answer(&[
             "--resolve",
-            &format!("{HOST}:443:{}", self.address),
+            &format!("{}:{port}:{address}", self.host),
             "--cacert",
             &ca.to_string_lossy(),
-            &format!("https://{HOST}/"),
+            &format!("https://{}:{port}/", self.host),
         ])
     }
 
@@ -228,6 +262,20 @@ fn show_info_pid(pid: u32) -> Option<String> {
 }
 
 /// curl's body of a 200 answer, or None.
+/// The port of the pod's container port named `name` (the chart names HAProxy's `http` and
+/// `https`).
+fn container_port(pod: &serde_json::Value, name: &str) -> u16 {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|container| container["ports"].as_array().cloned().unwrap_or_default())
+        .find(|port| port["name"] == name)
+        .and_then(|port| port["containerPort"].as_u64())
+        .and_then(|port| u16::try_from(port).ok())
+        .unwrap_or_else(|| panic!("{} has a container port named {name}", pod_name(pod)))
+}
+
 fn curl(args: &[&str]) -> Option<String> {
     curl_answer(args).ok()
 }
