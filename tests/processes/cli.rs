@@ -97,10 +97,10 @@ fn version_prints_the_package_version_the_commit_the_target_and_the_haproxy_chec
         lines[2].starts_with("built for: ") && lines[2].contains("linux"),
         "{text}"
     );
-    let checker = Command::new("haproxy")
+    // `haptor` runs the tests' haproxy (HAPROXY_BIN): the line names that one.
+    let checker = Command::new(support::haproxy_binary())
         .arg("-v")
         .output()
-        .or_else(|_| Command::new("/usr/sbin/haproxy").arg("-v").output())
         .expect("haproxy runs (./scripts/test installs it)");
     let reported = String::from_utf8_lossy(&checker.stdout)
         .split_whitespace()

@@ -194,7 +194,10 @@ async fn expect_gone(pids: &[u32]) {
     while !pids.iter().all(|pid| process_gone(*pid)) {
         assert!(
             Instant::now() < deadline,
-            "haproxy processes {pids:?} are still running"
+            "haproxy processes {pids:?} are still running: {:?}",
+            pids.iter()
+                .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -805,24 +805,38 @@ impl LocalTarget {
                 "HAProxy refused the new configuration and keeps running the previous one: {detail}"
             ))
         };
-        match exchange(
-            &self.work_dir.master_socket(),
-            "reload",
-            self.settings.command_timeout,
-        )
-        .await
-        {
-            Ok(reply) => {
-                if let ReloadReply::Failed(alerts) = parse_reload_reply(&reply) {
-                    return Err(refused(alerts));
+        let deadline = Instant::now() + wait;
+        loop {
+            match exchange(
+                &self.work_dir.master_socket(),
+                "reload",
+                self.settings.command_timeout,
+            )
+            .await
+            {
+                Ok(reply) => match parse_reload_reply(&reply) {
+                    ReloadReply::Failed(alerts) => return Err(refused(alerts)),
+                    ReloadReply::Busy if Instant::now() < deadline => {
+                        tracing::debug!("the master is still finishing a reload; asking again");
+                        tokio::time::sleep(RELOAD_POLL_INTERVAL).await;
+                        continue;
+                    }
+                    ReloadReply::Busy => {
+                        return Err(DeployError::Unreachable(format!(
+                            "HAProxy was still finishing an earlier reload after {wait:?} and \
+                             took no new one (the wait is derived from \
+                             dataplane.deploymentTimeout)"
+                        )));
+                    }
+                    ReloadReply::Silent | ReloadReply::Succeeded => break,
+                },
+                Err(error) if error.is_connection_failure() => return Err(error.into()),
+                Err(error) => {
+                    tracing::debug!(error = %error, "no reply to reload; confirming through show proc");
+                    break;
                 }
             }
-            Err(error) if error.is_connection_failure() => return Err(error.into()),
-            Err(error) => {
-                tracing::debug!(error = %error, "no reply to reload; confirming through show proc");
-            }
         }
-        let deadline = Instant::now() + wait;
         loop {
             tokio::time::sleep(RELOAD_POLL_INTERVAL).await;
             // While the master re-executes itself, its socket refuses connections: keep polling.

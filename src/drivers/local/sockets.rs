@@ -2,7 +2,8 @@
 //! runtime API (`set server`, maps). One command per connection: haptor sends it, closes its
 //! sending side, and reads the reply until HAProxy closes the connection. Also the parsers for the
 //! replies the local target acts on, as HAProxy 2.6 gives them (the `Success=` reload reply
-//! of 2.7 and later is understood too).
+//! of 2.7 and later is understood too, and the refusal of 3.1 and later to reload while an
+//! earlier reload is still in progress, which is asked again).
 
 use std::path::Path;
 use std::time::Duration;
@@ -140,6 +141,10 @@ pub(crate) enum ReloadReply {
     Succeeded,
     /// `Success=0` (2.7 and later), with the startup log's alert lines.
     Failed(String),
+    /// `Success=0` because the previous reload (or the start) has not finished yet: 3.1 and
+    /// later refuse a reload until the new worker has told the master it is ready ("Another
+    /// reload is still in progress."). Nothing was tried; the reload can be asked again.
+    Busy,
 }
 
 pub(crate) fn parse_reload_reply(text: &str) -> ReloadReply {
@@ -148,6 +153,7 @@ pub(crate) fn parse_reload_reply(text: &str) -> ReloadReply {
         .find_map(|line| line.trim().strip_prefix("Success="));
     match status.map(str::trim) {
         Some("1") => ReloadReply::Succeeded,
+        Some(_) if text.contains("Another reload is still in progress") => ReloadReply::Busy,
         Some(_) => ReloadReply::Failed(alert_lines(text)),
         None => ReloadReply::Silent,
     }
@@ -260,6 +266,11 @@ mod tests {
                 "Success=0\n--\n[NOTICE] x\n[ALERT]    (1) : config : unknown keyword 'bogus'.\n[WARNING] Loading failure!\n"
             ),
             ReloadReply::Failed("[ALERT]    (1) : config : unknown keyword 'bogus'.".into())
+        );
+        // 3.2, asked again before the previous reload's worker was ready.
+        assert_eq!(
+            parse_reload_reply("Success=0\n--\nAnother reload is still in progress.\n"),
+            ReloadReply::Busy
         );
     }
 

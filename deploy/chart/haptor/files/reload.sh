@@ -20,7 +20,8 @@
 # 3. polls `show proc` until a worker that was not there appears (the new configuration
 #    loaded) or the failed-reload count rises (it did not: HAProxy's messages, see below);
 # 4. waits until the new worker answers `show info` and every old worker still running
-#    reports Stopping: 1, then exits 0.
+#    reports Stopping: 1, then exits 0 (a new worker that leaves the list meanwhile did not
+#    load: 3.1 and later list it before it reads the configuration).
 # All within HAPTOR_RELOAD_TIMEOUT seconds (30 by default); past it, it fails naming what it
 # waited for.
 #
@@ -184,9 +185,20 @@ $(haproxy_messages "$offset")"
   fi
 done
 
-# 4. The new worker serves, and no old worker listens any more.
+# 4. The new worker serves, and no old worker listens any more. From HAProxy 3.1 on the
+#    master starts the new worker before it reads the configuration, so the worker is listed
+#    before it has loaded: one that leaves the list, or a failed count that rises, means it
+#    did not load (a listener that cannot bind, say) and the old worker serves on.
 waiting="new worker $new to answer show info"
 while :; do
+  if proc=$(mcli 'show proc'); then
+    failed=$(failed_reloads "$proc")
+    if { [ -n "$failed" ] && [ "$failed" -gt "$failed_before" ]; } ||
+      { [ -n "$failed" ] && ! listed "$new" "$(workers "$proc")"; }; then
+      fail "haproxy refused the new configuration (its new worker $new exited; failed reloads: $failed_before -> ${failed:-?}); the previous one keeps serving:
+$(haproxy_messages "$offset")"
+    fi
+  fi
   if info=$(mcli "@!$new show info") && printf '%s\n' "$info" | grep -qx "Pid: $new"; then
     waiting=
     if proc=$(mcli 'show proc'); then

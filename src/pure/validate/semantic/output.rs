@@ -132,17 +132,23 @@ pub fn parse_haproxy_output(output: &str) -> Vec<HaproxyMessage> {
                 location,
                 text,
             });
-        } else if let (Some(continued), Some(last)) =
-            (line.trim_start().strip_prefix('|'), messages.last_mut())
+        } else if let (Some(continued), Some(last)) = (continuation(line), messages.last_mut())
+            && !continued.is_empty()
         {
-            let continued = continued.trim();
-            if !continued.is_empty() {
-                last.text.push(' ');
-                last.text.push_str(continued);
-            }
+            last.text.push(' ');
+            last.text.push_str(continued);
         }
     }
     messages
+}
+
+/// The text of a line that continues the message before it: `   | text` (HAProxy's
+/// multi-line warnings) or an indented `  text` (3.0 and later print the errors of a
+/// `crt-list` line, each on its own indented line, under the `bind` they belong to). A line
+/// starting in its first column (`Please check that ...`) continues nothing.
+fn continuation(line: &str) -> Option<&str> {
+    let indented = line.strip_prefix([' ', '\t'])?.trim_start();
+    Some(indented.strip_prefix('|').unwrap_or(indented).trim())
 }
 
 /// Alerts that only summarize other alerts.
@@ -180,6 +186,12 @@ impl Interpretation<'_> {
             match message.severity {
                 Severity::Alert => alerts.push((is_summary(&message.text), self.problem(message))),
                 Severity::Warning => warnings.push(self.problem(message)),
+                // 3.0 and later say some things of a config line as a notice that 2.6 warned
+                // of (`could not resolve address ..., disabling server` under `-dr`): a notice
+                // located on a line is the user's to see; the others (version, path) are not.
+                Severity::Notice if message.location.is_some() => {
+                    warnings.push(self.problem(message))
+                }
                 Severity::Notice | Severity::Other => {}
             }
         }

@@ -143,6 +143,40 @@ fn continuation_lines_join_the_warning_they_follow() {
     );
 }
 
+/// `haproxy -c` 3.0 on a `crt-list` whose certificate is broken: the errors go on indented
+/// lines under the `bind` alert, without the `|` of older continuations.
+const INDENTED_CONTINUATIONS: &str = "[ALERT]    (27072) : config : parsing [/tmp/haptor-check-uzJDSo/haproxy.cfg:23] : 'bind 127.0.0.1:23032' in section 'frontend' : \n  'crt-list' : error processing line 1 in file 'general/default_secure_0.crtlist' : unable to load certificate from file 'ssl/default_secure-tls.pem': too long.\n  unable to load SSL private key into SSL Context 'ssl/default_secure-tls.pem': passed a null parameter.\n[ALERT]    (27072) : config : Error(s) found in configuration file : /tmp/haptor-check-uzJDSo/haproxy.cfg\n[WARNING]  (24806) : A worker process unexpectedly died and this can only be explained by a bug in haproxy or its dependencies.\nPlease check that you are running an up to date and maintained version of haproxy and open a bug report.\n";
+
+#[test]
+fn indented_lines_under_an_alert_are_part_of_its_message() {
+    let messages = parse_haproxy_output(INDENTED_CONTINUATIONS);
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(
+        messages[0].text,
+        "'bind 127.0.0.1:23032' in section 'frontend' : 'crt-list' : error processing line 1 in file 'general/default_secure_0.crtlist' : unable to load certificate from file 'ssl/default_secure-tls.pem': too long. unable to load SSL private key into SSL Context 'ssl/default_secure-tls.pem': passed a null parameter."
+    );
+    assert_eq!(
+        messages[2].text,
+        "A worker process unexpectedly died and this can only be explained by a bug in haproxy or its dependencies.",
+        "a line in the first column continues nothing"
+    );
+}
+
+#[test]
+fn a_notice_on_a_config_line_is_reported_as_a_warning_and_other_notices_are_not() {
+    // `haproxy -c -dr` 3.0 on a server whose name does not resolve: a notice, where 2.6
+    // printed a warning.
+    let output = "[NOTICE]   (2435) : haproxy version is 3.0.11-1+deb13u4\n[NOTICE]   (2435) : config : [haproxy.cfg:10] : 'server b/s1' : could not resolve address 'no-such-host.invalid', disabling server.\n";
+    let report = interpret(output, 0, "/tmp/scratch", &unchanged()).expect("valid");
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert_eq!(report.warnings[0].line, Some(10));
+    assert!(
+        report.warnings[0]
+            .message
+            .contains("could not resolve address")
+    );
+}
+
 #[test]
 fn a_warning_with_a_bare_bracket_location_is_located() {
     let all = parse_haproxy_output(LOCATED_WARNING);
