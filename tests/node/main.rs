@@ -9,7 +9,8 @@
 //!
 //! The HAProxy pods' image carries a Data Plane API only when `TEST_ASSET_DATAPLANEAPI`
 //! names one (the Go module proxy serves none to build: README, "Development"). Without
-//! it their pods never become Ready, the tests say so and stop at the pods' discovery, and
+//! it their pods never become Ready, the tests say so and stop where the leader counts them as
+//! no instances (their Data Plane API container is not ready), and
 //! the traffic tests (`traffic`, feature `real-dataplaneapi`) are not built.
 
 #[path = "../support/helm.rs"]

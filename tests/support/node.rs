@@ -90,7 +90,7 @@ impl Node {
             images.arg("--dataplaneapi").arg(dataplaneapi);
         } else {
             eprintln!(
-                "NOTE: TEST_ASSET_DATAPLANEAPI is not set: the HAProxy image has no Data Plane API, so its pods never become Ready and the node tests stop at the HAProxy pods' discovery (traffic through them is tested only where a dataplaneapi binary is given)"
+                "NOTE: TEST_ASSET_DATAPLANEAPI is not set: the HAProxy image has no Data Plane API, so its pods never become Ready, the leader counts them as no instances and the node tests stop there (traffic through them is tested only where a dataplaneapi binary is given)"
             );
         }
         let status = images.status().expect("scripts/test-node images runs");

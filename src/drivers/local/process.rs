@@ -50,14 +50,7 @@ impl HaproxyProcess {
         work_dir: &WorkDir,
     ) -> Result<HaproxyProcess, LocalTargetError> {
         let binary = binary.as_ref();
-        // A master of this work directory may still run: found by its socket, or (when it
-        // does not answer yet) by the pid file naming a live process started on that socket.
-        let answering = match exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
-        {
-            Ok(reply) => parse_show_proc(&reply).map(|info| info.master_pid),
-            Err(_) => None,
-        };
-        let orphan = answering.or_else(|| master_from_pid_file(work_dir));
+        let orphan = find_master(work_dir).await;
         if let Some(master_pid) = orphan
             && has_live_owner(master_pid)
         {
@@ -291,6 +284,34 @@ impl HaproxyProcess {
 impl Drop for HaproxyProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A master of this work directory that may still run: found by its socket, or (when it
+/// does not answer yet) by the pid file naming a live process started on that socket. A
+/// master that is re-executing itself (after its first worker started, or on a reload)
+/// neither answers nor shows its command line for a moment: while the pid file names a live
+/// process, the look is repeated for up to [`PROBE_TIMEOUT`] before none is concluded (a
+/// master missed so would keep running beside the new one and take its socket back).
+async fn find_master(work_dir: &WorkDir) -> Option<u32> {
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    loop {
+        let answering = match exchange(&work_dir.master_socket(), "show proc", PROBE_TIMEOUT).await
+        {
+            Ok(reply) => parse_show_proc(&reply).map(|info| info.master_pid),
+            Err(_) => None,
+        };
+        if let Some(found) = answering.or_else(|| master_from_pid_file(work_dir)) {
+            return Some(found);
+        }
+        let named_alive = fs::read_to_string(work_dir.pid_file())
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok())
+            .is_some_and(is_alive);
+        if !named_alive || Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
