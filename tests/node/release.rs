@@ -75,6 +75,24 @@ impl<'a> Release<'a> {
         Release { node, ns }
     }
 
+    /// `helm upgrade --wait` that changes only the controllers' pod template (an
+    /// annotation), so their Deployment rolls.
+    pub fn roll_controllers(&self) {
+        self.node.helm(&[
+            "upgrade",
+            NAME,
+            CHART,
+            "--namespace",
+            &self.ns,
+            "--reuse-values",
+            "--set",
+            "controller.podAnnotations.rolled=once",
+            "--wait",
+            "--timeout",
+            "4m",
+        ]);
+    }
+
     pub fn controller_pods(&self) -> Vec<Value> {
         self.node.pods(&self.ns, CONTROLLER)
     }

@@ -385,19 +385,7 @@ fn a_controller_rolling_update_reloads_no_haproxy_and_fails_no_request() {
             (served, failed)
         })
     };
-    node.helm(&[
-        "upgrade",
-        crate::release::NAME,
-        crate::helm::CHART,
-        "--namespace",
-        &site.release.ns,
-        "--reuse-values",
-        "--set",
-        "controller.podAnnotations.rolled=once",
-        "--wait",
-        "--timeout",
-        "4m",
-    ]);
+    site.release.roll_controllers();
     node.wait_for("a new controller pod leading", || {
         let holder = site.release.lease_holder()?;
         (!old.contains(&holder) && site.release.ready_controllers().contains(&holder)).then_some(())

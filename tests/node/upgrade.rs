@@ -3,9 +3,8 @@
 //! an old pod to a new one, and the API server, asked to admit an Ingress every quarter
 //! second through the rollout, never gets a refusal or a failed webhook call.
 
-use crate::helm::CHART;
 use crate::node_kit::Node;
-use crate::release::{NAME, Release};
+use crate::release::Release;
 use crate::webhook::{applications, ingress, refused};
 
 use std::sync::Arc;
@@ -16,7 +15,6 @@ use std::time::Duration;
 fn helm_upgrade_rolls_the_controllers_hands_the_lease_over_and_refuses_no_admission() {
     let (node, _turn) = Node::take();
     let release = Release::install_wait(node, "upgrade", &[]);
-    let ns = release.ns.clone();
     release.registered_webhook();
     // The webhook judges the applications' namespace (not the release's own): a broken
     // Ingress there is refused, so the admissions below are the webhook's.
@@ -56,19 +54,7 @@ fn helm_upgrade_rolls_the_controllers_hands_the_lease_over_and_refuses_no_admiss
         })
     };
 
-    node.helm(&[
-        "upgrade",
-        NAME,
-        CHART,
-        "--namespace",
-        &ns,
-        "--reuse-values",
-        "--set",
-        "controller.podAnnotations.rolled=once",
-        "--wait",
-        "--timeout",
-        "4m",
-    ]);
+    release.roll_controllers();
     let new_holder = node.wait_for("the Lease held by a new controller pod", || {
         let ready = release.ready_controllers();
         let holder = release.lease_holder()?;
