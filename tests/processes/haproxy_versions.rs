@@ -161,3 +161,43 @@ fn a_checker_of_another_version_than_the_target_is_reported_as_a_mismatch_and_ne
     let ran = std::fs::read_to_string(&runs).expect("the 3.0 checker ran");
     assert!(ran.starts_with("-c -dr -f "), "{ran}");
 }
+
+const WITH_LATER_KEYWORDS: &str = "global\n    cpu-policy performance\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend fe\n    bind 127.0.0.1:8080\n    guid fe-1\n    default_backend be\nbackend be\n    bind-process 1\n    server s1 127.0.0.1:8081\n";
+
+#[test]
+fn lint_judges_keywords_by_the_target_s_line_naming_the_line_that_added_or_dropped_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("haproxy.cfg");
+    std::fs::write(&file, WITH_LATER_KEYWORDS).expect("write the config");
+    let name = utf8(&file);
+    let lint = |version: &str| text(&haptor(&["lint", "--haproxy-version", version, name]));
+
+    let old = lint("2.6");
+    assert!(
+        old.contains(&format!(
+            "{name}:2: unknown keyword 'cpu-policy' in 'global' section: it needs HAProxy 3.2 or later; the target runs 2.6"
+        )),
+        "{old}"
+    );
+    assert!(
+        old.contains(&format!(
+            "{name}:10: unknown keyword 'guid' in 'frontend' section: it needs HAProxy 3.0 or later; the target runs 2.6"
+        )),
+        "{old}"
+    );
+    assert!(!old.contains(":13:"), "2.6 has bind-process: {old}");
+
+    let lts = lint("3.0");
+    assert!(!lts.contains(":10:"), "3.0 has guid: {lts}");
+    assert!(lts.contains(&format!("{name}:2: ")), "{lts}");
+    assert!(
+        lts.contains(&format!(
+            "{name}:13: 'bind-process' is no longer supported in a 'backend' section: HAProxy 2.6 had it, the target runs 3.0"
+        )),
+        "{lts}"
+    );
+
+    let newest = lint("3.2");
+    assert!(newest.contains("1 problem(s)"), "{newest}");
+    assert!(newest.contains(&format!("{name}:13: ")), "{newest}");
+}

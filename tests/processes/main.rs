@@ -21,6 +21,7 @@ mod dockerfile;
 mod haproxy_corpus;
 mod haproxy_versions;
 mod ingress_library;
+mod keyword_tables;
 mod local_mode;
 mod local_target;
 mod monitoring;

@@ -1,16 +1,25 @@
-//! Keyword tables of HAProxy 2.6 for the schema check: which directives each configuration
-//! section accepts, which parameters `bind` and `server` lines take and how many values each
-//! one consumes, which `balance` algorithms exist, and HAProxy's time and size value formats.
-//! The tables hold the keywords of HAProxy 2.6's configuration manual (section numbers are
-//! given on each table) that the Debian 2.6.12 build accepts. Keywords of modules that build
-//! leaves out (51Degrees, DeviceAtlas, WURFL, QUIC, zlib, OpenSSL engines, memory profiling)
-//! are absent, and so are directives that 2.6 still recognises only to reject them as removed
-//! (`reqadd`, `clitimeout`, `monitor-net`, `nbproc`, ...). Lookups are binary searches over
-//! sorted static arrays; a test keeps the arrays sorted. Which words open a section, and
-//! which sections 2.6 has, is [`SectionKind`]'s to say; every 2.6 section has a table here.
+//! Keyword tables for the schema check: which directives each configuration section
+//! accepts, which parameters `bind` and `server` lines take and how many values each one
+//! consumes, which `balance` algorithms exist, and HAProxy's time and size value formats.
+//! The base tables hold the keywords of HAProxy 2.6's configuration manual (section numbers
+//! are given on each table) that the Debian 2.6.12 build accepts; [`later`] holds what the
+//! manuals of 3.0 and 3.2 add and drop, and [`KeywordTables`] puts both together for one
+//! target line. Keywords of modules Debian's builds leave out (51Degrees, DeviceAtlas, WURFL,
+//! zlib, OpenSSL engines, memory profiling) are absent, and so are directives that a line
+//! still recognises only to reject them as removed (`reqadd`, `clitimeout`, `monitor-net`,
+//! `nbproc`, ...). The processes test `keyword_tables` holds each line's tables against its
+//! manual and its real `haproxy -c`, both ways. Lookups are binary searches over sorted
+//! static arrays; a test keeps the arrays sorted. Which words open a section, and which
+//! sections 2.6 has, is [`SectionKind`]'s to say; every 2.6 section has a table here.
 
 use super::sections::SectionKind;
+use super::versions::{HaproxyVersion, certainly_before, certainly_removed};
+use later::{
+    ADDED_BIND_PARAMS, ADDED_GLOBAL_KEYWORDS, ADDED_PROXY_KEYWORDS, ADDED_PROXY_OPTIONS,
+    ADDED_SERVER_PARAMS, REMOVED_BIND_PARAMS, REMOVED_GLOBAL_KEYWORDS, REMOVED_PROXY_KEYWORDS,
+};
 
+mod later;
 pub mod samples;
 
 /// How a directive keyword relates to the section it is written in.
@@ -568,7 +577,6 @@ const SERVER_PARAMS: &[(&str, ParamArity)] = &[
     ("id", ParamArity::Value),
     ("init-addr", ParamArity::Value),
     ("inter", ParamArity::Value),
-    ("interface", ParamArity::Value),
     ("log-proto", ParamArity::Value),
     ("max-reuse", ParamArity::Value),
     ("maxconn", ParamArity::Value),
@@ -643,10 +651,13 @@ const SERVER_PARAMS: &[(&str, ParamArity)] = &[
 enum SectionTable {
     /// A proxy section: the bit of its column in the keyword matrix.
     Proxy(u8),
-    /// Any other section: its sorted keywords, and whether HAProxy lets `no` prefix a
-    /// directive there (`no option ...`, `no log`, `no busy-polling`).
+    /// Any other section: its sorted 2.6 keywords, what later lines added and removed, and
+    /// whether HAProxy lets `no` prefix a directive there (`no option ...`, `no log`,
+    /// `no busy-polling`).
     Plain {
         keywords: &'static [&'static str],
+        added: &'static [(&'static str, HaproxyVersion)],
+        removed: &'static [(&'static str, HaproxyVersion)],
         accepts_no: bool,
     },
 }
@@ -657,6 +668,8 @@ impl SectionTable {
         let plain = |keywords, accepts_no| {
             Some(SectionTable::Plain {
                 keywords,
+                added: &[],
+                removed: &[],
                 accepts_no,
             })
         };
@@ -665,7 +678,12 @@ impl SectionTable {
             SectionKind::Frontend => Some(SectionTable::Proxy(F)),
             SectionKind::Listen => Some(SectionTable::Proxy(L)),
             SectionKind::Backend => Some(SectionTable::Proxy(B)),
-            SectionKind::Global => plain(GLOBAL_KEYWORDS, true),
+            SectionKind::Global => Some(SectionTable::Plain {
+                keywords: GLOBAL_KEYWORDS,
+                added: ADDED_GLOBAL_KEYWORDS,
+                removed: REMOVED_GLOBAL_KEYWORDS,
+                accepts_no: true,
+            }),
             SectionKind::Userlist => plain(USERLIST_KEYWORDS, false),
             SectionKind::Peers => plain(PEERS_KEYWORDS, true),
             SectionKind::Resolvers => plain(RESOLVERS_KEYWORDS, false),
@@ -688,36 +706,6 @@ impl SectionTable {
     fn named(section: &str) -> Option<SectionTable> {
         SectionKind::from_keyword(section).and_then(SectionTable::of)
     }
-
-    /// Whether the section accepts `keyword` as the first word of a directive. Proxy
-    /// sections also accept the `no` and `default` prefixes.
-    fn allows(self, keyword: &str) -> bool {
-        match self {
-            SectionTable::Proxy(column) => {
-                keyword == "no"
-                    || keyword == "default"
-                    || lookup_pair(PROXY_KEYWORDS, keyword)
-                        .is_some_and(|columns| columns & column != 0)
-            }
-            SectionTable::Plain {
-                keywords,
-                accepts_no,
-            } => (accepts_no && keyword == "no") || keywords.binary_search(&keyword).is_ok(),
-        }
-    }
-
-    /// Every keyword the section accepts, prefixes left out.
-    fn keywords(self) -> impl Iterator<Item = &'static str> {
-        let (column, plain): (u8, &'static [&'static str]) = match self {
-            SectionTable::Proxy(column) => (column, &[]),
-            SectionTable::Plain { keywords, .. } => (0, keywords),
-        };
-        PROXY_KEYWORDS
-            .iter()
-            .filter(move |(_, columns)| columns & column != 0)
-            .map(|(keyword, _)| *keyword)
-            .chain(plain.iter().copied())
-    }
 }
 
 /// The value paired with `key` in a table sorted by key.
@@ -729,59 +717,245 @@ fn lookup_pair<T: Copy>(table: &[(&str, T)], key: &str) -> Option<T> {
         .map(|(_, value)| *value)
 }
 
-/// Whether `keyword` starts a directive in the section kind `section`. Conditional-block and
-/// diagnostic directives (`.if`, `.endif`, `.notice`, ...) are allowed everywhere, and a
-/// section kind without a table allows everything, so that the check never rejects what it
-/// cannot judge.
-pub fn section_keyword_allowed(section: &str, keyword: &str) -> KeywordStatus {
-    if CONDITIONAL_DIRECTIVES.contains(&keyword) {
-        return KeywordStatus::Allowed;
-    }
-    let Some(table) = SectionTable::named(section) else {
-        return KeywordStatus::Allowed;
-    };
-    if table.allows(keyword) {
-        KeywordStatus::Allowed
-    } else if SectionKind::ALL
-        .iter()
-        .filter_map(|other| SectionTable::of(*other))
-        .any(|other| other.allows(keyword))
-    {
-        KeywordStatus::NotInSection
-    } else {
-        KeywordStatus::Unknown
-    }
+/// The keyword tables as they stand for one HAProxy line: HAProxy 2.6's, with what later
+/// lines added from the first documented line that lists it and without what they removed
+/// ([`later`]). A line between two documented ones has what either of them has (nothing is
+/// refused that it may have). Every lookup of the schema check and the view goes through
+/// one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeywordTables {
+    target: HaproxyVersion,
 }
 
-/// Whether `option <name>` is allowed in the proxy section kind `section` (manual 4.1).
-/// Sections other than the four proxy kinds keep their own options and get `Allowed`.
-pub fn proxy_option_status(section: &str, option: &str) -> KeywordStatus {
-    let Some(SectionTable::Proxy(column)) = SectionTable::named(section) else {
-        return KeywordStatus::Allowed;
-    };
-    match lookup_pair(PROXY_OPTIONS, option) {
-        Some(columns) if columns & column != 0 => KeywordStatus::Allowed,
-        Some(_) => KeywordStatus::NotInSection,
-        None => KeywordStatus::Unknown,
+impl KeywordTables {
+    /// The tables of HAProxy `target`.
+    pub const fn new(target: HaproxyVersion) -> KeywordTables {
+        KeywordTables { target }
     }
-}
 
-/// The keyword allowed in `section` that is closest to `keyword` by edit distance (ignoring
-/// case), for a "did you mean" hint. `None` when `keyword` is itself allowed, when the
-/// section has no table, or when nothing is close: at most a third of the longer word's
-/// characters may differ.
-pub fn suggest_keyword(section: &str, keyword: &str) -> Option<&'static str> {
-    let table = SectionTable::named(section)?;
-    if keyword.is_empty() || table.allows(keyword) {
-        return None;
+    /// The line these tables describe.
+    pub fn target(self) -> HaproxyVersion {
+        self.target
     }
-    let wanted = keyword.to_ascii_lowercase();
-    table
-        .keywords()
-        .map(|candidate| (edit_distance(&wanted, candidate), candidate))
-        .filter(|(distance, candidate)| distance * 3 <= wanted.len().max(candidate.len()))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate)
+
+    /// Whether an item first listed by the manual of `since` may be present.
+    fn has_added(self, since: HaproxyVersion) -> bool {
+        !certainly_before(self.target, since)
+    }
+
+    /// Whether `word` is still present: not in `removed` for a line that certainly
+    /// dropped it.
+    fn keeps(self, word: &str, removed: &[(&str, HaproxyVersion)]) -> bool {
+        !removed
+            .iter()
+            .any(|(item, gone)| *item == word && certainly_removed(self.target, *gone))
+    }
+
+    /// A value of a 2.6 table or of its later additions, as the target has it.
+    fn lookup<T: Copy>(
+        self,
+        base: &[(&str, T)],
+        added: &[(&'static str, T, HaproxyVersion)],
+        removed: &[(&str, HaproxyVersion)],
+        word: &str,
+    ) -> Option<T> {
+        lookup_pair(base, word)
+            .or_else(|| {
+                added
+                    .iter()
+                    .find(|(item, _, since)| *item == word && self.has_added(*since))
+                    .map(|(_, value, _)| *value)
+            })
+            .filter(|_| self.keeps(word, removed))
+    }
+
+    /// Every word of a 2.6 table and its later additions that the target has.
+    fn words<T: Copy>(
+        self,
+        base: &'static [(&'static str, T)],
+        added: &'static [(&'static str, T, HaproxyVersion)],
+        removed: &'static [(&'static str, HaproxyVersion)],
+    ) -> Vec<(&'static str, T)> {
+        let mut words: Vec<(&'static str, T)> = base
+            .iter()
+            .copied()
+            .chain(
+                added
+                    .iter()
+                    .filter(|(_, _, since)| self.has_added(*since))
+                    .map(|(word, value, _)| (*word, *value)),
+            )
+            .filter(|(word, _)| self.keeps(word, removed))
+            .collect();
+        words.sort_by_key(|(word, _)| *word);
+        words
+    }
+
+    /// The columns of the keyword matrix a proxy directive is listed for.
+    fn proxy_columns(self, keyword: &str) -> Option<u8> {
+        self.lookup(
+            PROXY_KEYWORDS,
+            ADDED_PROXY_KEYWORDS,
+            REMOVED_PROXY_KEYWORDS,
+            keyword,
+        )
+    }
+
+    /// Whether the section accepts `keyword` as the first word of a directive. Proxy
+    /// sections also accept the `no` and `default` prefixes.
+    fn allows(self, table: SectionTable, keyword: &str) -> bool {
+        match table {
+            SectionTable::Proxy(column) => {
+                keyword == "no"
+                    || keyword == "default"
+                    || self
+                        .proxy_columns(keyword)
+                        .is_some_and(|columns| columns & column != 0)
+            }
+            SectionTable::Plain {
+                keywords,
+                added,
+                removed,
+                accepts_no,
+            } => {
+                (accepts_no && keyword == "no")
+                    || ((keywords.binary_search(&keyword).is_ok()
+                        || added
+                            .iter()
+                            .any(|(item, since)| *item == keyword && self.has_added(*since)))
+                        && self.keeps(keyword, removed))
+            }
+        }
+    }
+
+    /// Every keyword the section accepts, prefixes left out, sorted.
+    fn table_keywords(self, table: SectionTable) -> Vec<&'static str> {
+        let mut keywords: Vec<&'static str> = match table {
+            SectionTable::Proxy(column) => self
+                .words(PROXY_KEYWORDS, ADDED_PROXY_KEYWORDS, REMOVED_PROXY_KEYWORDS)
+                .into_iter()
+                .filter(|(_, columns)| columns & column != 0)
+                .map(|(keyword, _)| keyword)
+                .collect(),
+            SectionTable::Plain {
+                keywords,
+                added,
+                removed,
+                ..
+            } => keywords
+                .iter()
+                .copied()
+                .chain(
+                    added
+                        .iter()
+                        .filter(|(_, since)| self.has_added(*since))
+                        .map(|(keyword, _)| *keyword),
+                )
+                .filter(|keyword| self.keeps(keyword, removed))
+                .collect(),
+        };
+        keywords.sort_unstable();
+        keywords
+    }
+
+    /// Whether `keyword` starts a directive in the section kind `section`. Conditional-block
+    /// and diagnostic directives (`.if`, `.endif`, `.notice`, ...) are allowed everywhere,
+    /// and a section kind without a table allows everything, so that the check never
+    /// rejects what it cannot judge.
+    pub fn section_keyword(self, section: &str, keyword: &str) -> KeywordStatus {
+        if CONDITIONAL_DIRECTIVES.contains(&keyword) {
+            return KeywordStatus::Allowed;
+        }
+        let Some(table) = SectionTable::named(section) else {
+            return KeywordStatus::Allowed;
+        };
+        if self.allows(table, keyword) {
+            KeywordStatus::Allowed
+        } else if SectionKind::ALL
+            .iter()
+            .filter_map(|other| SectionTable::of(*other))
+            .any(|other| self.allows(other, keyword))
+        {
+            KeywordStatus::NotInSection
+        } else {
+            KeywordStatus::Unknown
+        }
+    }
+
+    /// Every directive keyword a section kind accepts on the target (prefixes and
+    /// conditional directives left out), sorted; empty for a kind without a table.
+    pub fn section_keywords(self, kind: SectionKind) -> Vec<&'static str> {
+        SectionTable::of(kind).map_or_else(Vec::new, |table| self.table_keywords(table))
+    }
+
+    /// Whether `option <name>` is allowed in the proxy section kind `section` (manual
+    /// 4.1). Sections other than the four proxy kinds keep their own options and get
+    /// `Allowed`.
+    pub fn proxy_option(self, section: &str, option: &str) -> KeywordStatus {
+        let Some(SectionTable::Proxy(column)) = SectionTable::named(section) else {
+            return KeywordStatus::Allowed;
+        };
+        match self.lookup(PROXY_OPTIONS, ADDED_PROXY_OPTIONS, &[], option) {
+            Some(columns) if columns & column != 0 => KeywordStatus::Allowed,
+            Some(_) => KeywordStatus::NotInSection,
+            None => KeywordStatus::Unknown,
+        }
+    }
+
+    /// Every `option` name a proxy section kind accepts on the target, sorted.
+    pub fn proxy_options(self, kind: SectionKind) -> Vec<&'static str> {
+        let Some(SectionTable::Proxy(column)) = SectionTable::of(kind) else {
+            return Vec::new();
+        };
+        self.words(PROXY_OPTIONS, ADDED_PROXY_OPTIONS, &[])
+            .into_iter()
+            .filter(|(_, columns)| columns & column != 0)
+            .map(|(option, _)| option)
+            .collect()
+    }
+
+    /// The keyword allowed in `section` that is closest to `keyword` by edit distance
+    /// (ignoring case), for a "did you mean" hint. `None` when `keyword` is itself allowed,
+    /// when the section has no table, or when nothing is close: at most a third of the
+    /// longer word's characters may differ.
+    pub fn suggest(self, section: &str, keyword: &str) -> Option<&'static str> {
+        let table = SectionTable::named(section)?;
+        if keyword.is_empty() || self.allows(table, keyword) {
+            return None;
+        }
+        let wanted = keyword.to_ascii_lowercase();
+        self.table_keywords(table)
+            .into_iter()
+            .map(|candidate| (edit_distance(&wanted, candidate), candidate))
+            .filter(|(distance, candidate)| distance * 3 <= wanted.len().max(candidate.len()))
+            .min_by_key(|(distance, _)| *distance)
+            .map(|(_, candidate)| candidate)
+    }
+
+    /// How many values the `server`/`default-server` parameter `word` takes, or `None` if
+    /// the target has no such parameter. The same parameters serve `server` lines in
+    /// `peers` and `ring` sections and `server-template`.
+    pub fn server_param(self, word: &str) -> Option<ParamArity> {
+        self.lookup(SERVER_PARAMS, ADDED_SERVER_PARAMS, &[], word)
+    }
+
+    /// Every `server` parameter the target has, sorted.
+    pub fn server_params(self) -> Vec<&'static str> {
+        let params = self.words(SERVER_PARAMS, ADDED_SERVER_PARAMS, &[]);
+        params.into_iter().map(|(param, _)| param).collect()
+    }
+
+    /// How many values the `bind` parameter `word` takes, or `None` if the target (as built
+    /// by Debian) has no such parameter.
+    pub fn bind_param(self, word: &str) -> Option<ParamArity> {
+        self.lookup(BIND_PARAMS, ADDED_BIND_PARAMS, REMOVED_BIND_PARAMS, word)
+    }
+
+    /// Every `bind` parameter the target has, sorted.
+    pub fn bind_params(self) -> Vec<&'static str> {
+        let params = self.words(BIND_PARAMS, ADDED_BIND_PARAMS, REMOVED_BIND_PARAMS);
+        params.into_iter().map(|(param, _)| param).collect()
+    }
 }
 
 /// Levenshtein distance between two words, counted in bytes (keywords are ASCII).
@@ -798,19 +972,6 @@ fn edit_distance(left: &str, right: &str) -> usize {
         std::mem::swap(&mut previous, &mut current);
     }
     previous[right.len()]
-}
-
-/// How many values the `server`/`default-server` parameter `word` takes, or `None` if
-/// HAProxy 2.6 has no such parameter. The same parameters serve `server` lines in `peers`
-/// and `ring` sections and `server-template`.
-pub fn is_server_param(word: &str) -> Option<ParamArity> {
-    lookup_pair(SERVER_PARAMS, word)
-}
-
-/// How many values the `bind` parameter `word` takes, or `None` if HAProxy 2.6 (as built by
-/// Debian) has no such parameter.
-pub fn is_bind_param(word: &str) -> Option<ParamArity> {
-    lookup_pair(BIND_PARAMS, word)
 }
 
 /// Whether `word`, the first argument of `balance`, names a load-balancing algorithm

@@ -1,5 +1,5 @@
-//! The schema check: compares a parsed configuration with HAProxy 2.6's keyword tables (in
-//! [`keywords`](super::keywords)) and reports what HAProxy would reject or silently
+//! The schema check: compares a parsed configuration with the keyword tables of the target's
+//! HAProxy line (in [`keywords`](super::keywords)) and reports what HAProxy would reject or silently
 //! misread: unknown or misplaced directives and options, unknown `bind`/`server` parameters,
 //! unknown `balance` algorithms, malformed times and sizes, sections without a name. Three
 //! submodules add rule families: `expressions` (sample fetches and converters wherever an
@@ -22,13 +22,13 @@ use serde::Serialize;
 
 use super::ast::{Config, Directive, DirectiveKind, Section};
 use super::keywords::{
-    KeywordStatus, ParamArity, TIMEOUT_NAMES, is_balance_algorithm, is_bind_param, is_server_param,
-    parse_size_bytes, parse_time_ms, proxy_option_status, section_keyword_allowed, suggest_keyword,
+    KeywordStatus, KeywordTables, ParamArity, TIMEOUT_NAMES, is_balance_algorithm,
+    parse_size_bytes, parse_time_ms,
 };
 use super::sections::SectionKind;
 use super::versions::{
-    HaproxyVersion, LATER_LOG_ARGUMENTS, LATER_TCP_SESSION_ACTIONS, later_address_prefix, needs,
-    section_since, since,
+    DOCUMENTED_LINES, HaproxyVersion, LATER_LOG_ARGUMENTS, LATER_TCP_SESSION_ACTIONS,
+    later_address_prefix, needs, section_since, since,
 };
 
 mod expressions;
@@ -127,6 +127,11 @@ struct Checker {
 }
 
 impl Checker {
+    /// The keyword tables of the target's HAProxy line.
+    fn tables(&self) -> KeywordTables {
+        KeywordTables::new(self.target)
+    }
+
     fn report(&mut self, line: usize, message: String) {
         self.problems.push(SchemaProblem { line, message });
     }
@@ -191,7 +196,7 @@ impl Checker {
         }
         let section_keyword = section.keyword();
         if let Some(modifier) = modifier
-            && section_keyword_allowed(section_keyword, modifier) != KeywordStatus::Allowed
+            && self.tables().section_keyword(section_keyword, modifier) != KeywordStatus::Allowed
         {
             self.report(
                 directive.line,
@@ -213,10 +218,40 @@ impl Checker {
             );
             return;
         }
-        match section_keyword_allowed(section_keyword, keyword) {
+        match self.tables().section_keyword(section_keyword, keyword) {
             KeywordStatus::Allowed => {}
             KeywordStatus::Unknown => {
-                let hint = suggest_keyword(section_keyword, keyword)
+                if let Some(line) = DOCUMENTED_LINES.iter().find(|line| {
+                    **line > self.target
+                        && KeywordTables::new(**line).section_keyword(section_keyword, keyword)
+                            == KeywordStatus::Allowed
+                }) {
+                    self.report(
+                        directive.line,
+                        format!(
+                            "unknown keyword '{keyword}' in '{section_keyword}' section: it {}",
+                            needs(*line, self.target)
+                        ),
+                    );
+                    return;
+                }
+                if let Some(line) = DOCUMENTED_LINES.iter().rev().find(|line| {
+                    **line < self.target
+                        && KeywordTables::new(**line).section_keyword(section_keyword, keyword)
+                            == KeywordStatus::Allowed
+                }) {
+                    self.report(
+                        directive.line,
+                        format!(
+                            "'{keyword}' is no longer supported in a '{section_keyword}' section: HAProxy {line} had it, the target runs {}",
+                            self.target
+                        ),
+                    );
+                    return;
+                }
+                let hint = self
+                    .tables()
+                    .suggest(section_keyword, keyword)
                     .map(|suggestion| format!("; did you mean '{suggestion}'?"))
                     .unwrap_or_default();
                 self.report(
@@ -378,7 +413,7 @@ impl Checker {
     }
 
     fn check_option(&mut self, line: usize, section_keyword: &str, option: &str) {
-        match proxy_option_status(section_keyword, option) {
+        match self.tables().proxy_option(section_keyword, option) {
             KeywordStatus::Allowed => {}
             KeywordStatus::Unknown => {
                 self.report(
@@ -464,7 +499,7 @@ impl Checker {
                 index += 1;
                 continue;
             }
-            let count = match is_server_param(param) {
+            let count = match self.tables().server_param(param) {
                 None => {
                     // HAProxy stops at the first unknown parameter; so does the check, as
                     // the words after it may be its values.
@@ -527,7 +562,7 @@ impl Checker {
                 index += 1;
                 continue;
             }
-            let count = match is_bind_param(param) {
+            let count = match self.tables().bind_param(param) {
                 None => {
                     self.report(
                         directive.line,

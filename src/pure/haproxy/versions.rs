@@ -4,9 +4,8 @@
 //! introduced it. The schema check takes the target's version ([`check_schema_for`]): an
 //! item of these tables introduced after the target is a problem naming the line ("needs
 //! HAProxy 3.0 or later; the target runs 2.6"), and one the target has is accepted. The
-//! keyword tables of [`keywords`](super::keywords) stay HAProxy 2.6's for every target:
-//! what a newer version added and these tables do not list is still unknown to the check,
-//! whatever the target (`haproxy -c` of the target's version remains the judge).
+//! keyword tables of [`keywords`](super::keywords) follow the target too: what the manuals
+//! of 3.0 and 3.2 ([`DOCUMENTED_LINES`]) add or drop counts from that line on.
 //!
 //! A version given here is one from which the item is certainly present, and the check
 //! refuses it only for targets where it is certainly absent; items introduced in a non-LTS
@@ -171,6 +170,33 @@ pub fn since(table: &[(&'static str, HaproxyVersion)], word: &str) -> Option<Hap
         .iter()
         .find(|(item, _)| *item == word)
         .map(|(_, since)| *since)
+}
+
+/// The release lines whose manuals and real checkers the keyword tables were compared with
+/// ([`keywords`](super::keywords)): what the tables say of a line between two of them is
+/// only what is certain of it.
+pub const DOCUMENTED_LINES: &[HaproxyVersion] = &[
+    HaproxyVersion::V2_6,
+    HaproxyVersion::V3_0,
+    HaproxyVersion::V3_2,
+];
+
+/// Whether a keyword first listed by the manual of the documented line `since` is certainly
+/// missing from `target`: `target` is no newer than the documented line before `since`.
+/// A line between the two (2.8 for a keyword 3.0 lists and 2.6 lacks) is given the benefit
+/// of the doubt.
+pub fn certainly_before(target: HaproxyVersion, since: HaproxyVersion) -> bool {
+    DOCUMENTED_LINES
+        .iter()
+        .rev()
+        .find(|line| **line < since)
+        .is_some_and(|previous| target <= *previous)
+}
+
+/// Whether a keyword that the documented line `gone` no longer has is certainly missing
+/// from `target`: `target` is `gone` or newer.
+pub fn certainly_removed(target: HaproxyVersion, gone: HaproxyVersion) -> bool {
+    target >= gone
 }
 
 /// The end of a schema problem about an item `target` lacks: "needs HAProxy 3.0 or later;

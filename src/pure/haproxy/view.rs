@@ -12,8 +12,9 @@
 use serde::Serialize;
 
 use super::ast::{Config, Directive, Section};
-use super::keywords::{ParamArity, is_bind_param, is_server_param};
+use super::keywords::{KeywordTables, ParamArity};
 use super::sections::SectionKind;
+use super::versions::DOCUMENTED_LINES;
 
 /// The `bind` lines of every frontend and listen section, as `(section, address)`, read from
 /// the configuration text without parsing its other sections: a summary that stays cheap when
@@ -312,7 +313,7 @@ fn frontend_view(section: &Section, is_listen: bool) -> FrontendView {
                     frontend.binds.push(BindView {
                         line: directive.line,
                         address: address.clone(),
-                        params: parse_params(params, is_bind_param),
+                        params: parse_params(params, bind_param),
                     });
                 }
             }
@@ -371,14 +372,14 @@ fn backend_view(section: &Section, is_listen: bool) -> BackendView {
             }
             "default-server" => backend
                 .default_server_params
-                .extend(parse_params(args, is_server_param)),
+                .extend(parse_params(args, server_param)),
             "server" => {
                 if let [name, address, params @ ..] = args {
                     backend.servers.push(ServerView {
                         line: directive.line,
                         name: name.clone(),
                         endpoint: Endpoint::parse(address),
-                        params: parse_params(params, is_server_param),
+                        params: parse_params(params, server_param),
                     });
                 }
             }
@@ -389,7 +390,7 @@ fn backend_view(section: &Section, is_listen: bool) -> BackendView {
                         prefix: prefix.clone(),
                         count: count.clone(),
                         endpoint: Endpoint::parse(address),
-                        params: parse_params(params, is_server_param),
+                        params: parse_params(params, server_param),
                     });
                 }
             }
@@ -403,6 +404,21 @@ fn backend_view(section: &Section, is_listen: bool) -> BackendView {
 type ArityLookup = fn(&str) -> Option<ParamArity>;
 
 /// Splits parameter words into parameters, taking as many values as the keyword table says.
+/// How many values a `bind` parameter takes on any documented HAProxy line: the view reads
+/// configurations of every version.
+fn bind_param(word: &str) -> Option<ParamArity> {
+    DOCUMENTED_LINES
+        .iter()
+        .find_map(|line| KeywordTables::new(*line).bind_param(word))
+}
+
+/// How many values a `server` parameter takes on any documented HAProxy line.
+fn server_param(word: &str) -> Option<ParamArity> {
+    DOCUMENTED_LINES
+        .iter()
+        .find_map(|line| KeywordTables::new(*line).server_param(word))
+}
+
 fn parse_params(words: &[String], arity_of: ArityLookup) -> Vec<Param> {
     let mut params = Vec::new();
     let mut index = 0;
@@ -426,10 +442,10 @@ fn parse_params(words: &[String], arity_of: ArityLookup) -> Vec<Param> {
 fn line_params(directive: &Directive) -> Option<(&[String], ArityLookup)> {
     let args = directive.args();
     match directive.keyword() {
-        "bind" => Some((args.get(1..)?, is_bind_param)),
-        "server" => Some((args.get(2..)?, is_server_param)),
-        "default-server" => Some((args, is_server_param)),
-        "server-template" => Some((args.get(3..)?, is_server_param)),
+        "bind" => Some((args.get(1..)?, bind_param)),
+        "server" => Some((args.get(2..)?, server_param)),
+        "default-server" => Some((args, server_param)),
+        "server-template" => Some((args.get(3..)?, server_param)),
         _ => None,
     }
 }

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The tables of HAProxy 2.6, which most of these tests describe.
+const TABLES_2_6: KeywordTables = KeywordTables::new(HaproxyVersion::V2_6);
+
 /// The HAProxy configuration corpus shared by haptor's helpers.
 const CORPUS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/haproxy/");
 
@@ -83,19 +86,19 @@ fn every_proxy_keyword_and_option_belongs_to_at_least_one_section() {
 #[test]
 fn bind_is_allowed_in_a_frontend_but_not_in_a_backend_or_defaults() {
     assert_eq!(
-        section_keyword_allowed("frontend", "bind"),
+        TABLES_2_6.section_keyword("frontend", "bind"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("listen", "bind"),
+        TABLES_2_6.section_keyword("listen", "bind"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("backend", "bind"),
+        TABLES_2_6.section_keyword("backend", "bind"),
         KeywordStatus::NotInSection
     );
     assert_eq!(
-        section_keyword_allowed("defaults", "bind"),
+        TABLES_2_6.section_keyword("defaults", "bind"),
         KeywordStatus::NotInSection
     );
 }
@@ -104,14 +107,14 @@ fn bind_is_allowed_in_a_frontend_but_not_in_a_backend_or_defaults() {
 fn server_lines_belong_to_backends_listens_peers_and_rings_only() {
     for section in ["backend", "listen", "peers", "ring"] {
         assert_eq!(
-            section_keyword_allowed(section, "server"),
+            TABLES_2_6.section_keyword(section, "server"),
             KeywordStatus::Allowed,
             "{section}"
         );
     }
     for section in ["frontend", "defaults", "global", "resolvers"] {
         assert_eq!(
-            section_keyword_allowed(section, "server"),
+            TABLES_2_6.section_keyword(section, "server"),
             KeywordStatus::NotInSection,
             "{section}"
         );
@@ -121,11 +124,11 @@ fn server_lines_belong_to_backends_listens_peers_and_rings_only() {
 #[test]
 fn a_global_keyword_written_in_a_frontend_is_not_in_section() {
     assert_eq!(
-        section_keyword_allowed("global", "nbthread"),
+        TABLES_2_6.section_keyword("global", "nbthread"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("frontend", "nbthread"),
+        TABLES_2_6.section_keyword("frontend", "nbthread"),
         KeywordStatus::NotInSection
     );
 }
@@ -136,7 +139,7 @@ fn an_invented_keyword_is_unknown_everywhere() {
         "global", "defaults", "frontend", "backend", "listen", "peers", "cache",
     ] {
         assert_eq!(
-            section_keyword_allowed(section, "frobnicate"),
+            TABLES_2_6.section_keyword(section, "frobnicate"),
             KeywordStatus::Unknown
         );
     }
@@ -153,13 +156,13 @@ fn directives_that_2_6_only_recognises_to_reject_are_unknown() {
         "redispatch",
     ] {
         assert_eq!(
-            section_keyword_allowed("listen", keyword),
+            TABLES_2_6.section_keyword("listen", keyword),
             KeywordStatus::Unknown,
             "{keyword}"
         );
     }
     assert_eq!(
-        section_keyword_allowed("global", "nbproc"),
+        TABLES_2_6.section_keyword("global", "nbproc"),
         KeywordStatus::Unknown
     );
 }
@@ -173,17 +176,17 @@ fn modules_missing_from_the_debian_build_have_unknown_keywords() {
         "tune.zlib.memlevel",
     ] {
         assert_eq!(
-            section_keyword_allowed("global", keyword),
+            TABLES_2_6.section_keyword("global", keyword),
             KeywordStatus::Unknown,
             "{keyword}"
         );
     }
     assert_eq!(
-        section_keyword_allowed("global", "lua-load"),
+        TABLES_2_6.section_keyword("global", "lua-load"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("global", "lua-prepend-path"),
+        TABLES_2_6.section_keyword("global", "lua-prepend-path"),
         KeywordStatus::Allowed
     );
 }
@@ -191,15 +194,15 @@ fn modules_missing_from_the_debian_build_have_unknown_keywords() {
 #[test]
 fn deprecated_but_accepted_keywords_stay_allowed() {
     assert_eq!(
-        section_keyword_allowed("frontend", "bind-process"),
+        TABLES_2_6.section_keyword("frontend", "bind-process"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("backend", "transparent"),
+        TABLES_2_6.section_keyword("backend", "transparent"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("global", "tune.ssl.capture-cipherlist-size"),
+        TABLES_2_6.section_keyword("global", "tune.ssl.capture-cipherlist-size"),
         KeywordStatus::Allowed
     );
 }
@@ -207,11 +210,11 @@ fn deprecated_but_accepted_keywords_stay_allowed() {
 #[test]
 fn sections_without_a_table_allow_every_keyword() {
     assert_eq!(
-        section_keyword_allowed("spoe-agent", "frobnicate"),
+        TABLES_2_6.section_keyword("spoe-agent", "frobnicate"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("", "frobnicate"),
+        TABLES_2_6.section_keyword("", "frobnicate"),
         KeywordStatus::Allowed
     );
 }
@@ -221,13 +224,13 @@ fn conditional_block_directives_are_allowed_in_every_section() {
     for section in ["global", "frontend", "userlist", "cache"] {
         for directive in [".if", ".elif", ".else", ".endif", ".notice"] {
             assert_eq!(
-                section_keyword_allowed(section, directive),
+                TABLES_2_6.section_keyword(section, directive),
                 KeywordStatus::Allowed
             );
         }
     }
     assert_eq!(
-        section_keyword_allowed("frontend", ".iff"),
+        TABLES_2_6.section_keyword("frontend", ".iff"),
         KeywordStatus::Unknown
     );
 }
@@ -235,27 +238,27 @@ fn conditional_block_directives_are_allowed_in_every_section() {
 #[test]
 fn the_no_and_default_prefixes_are_allowed_only_where_haproxy_takes_them() {
     assert_eq!(
-        section_keyword_allowed("frontend", "no"),
+        TABLES_2_6.section_keyword("frontend", "no"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("defaults", "default"),
+        TABLES_2_6.section_keyword("defaults", "default"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("global", "no"),
+        TABLES_2_6.section_keyword("global", "no"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        section_keyword_allowed("program", "no"),
+        TABLES_2_6.section_keyword("program", "no"),
         KeywordStatus::Allowed
     );
     assert_ne!(
-        section_keyword_allowed("userlist", "no"),
+        TABLES_2_6.section_keyword("userlist", "no"),
         KeywordStatus::Allowed
     );
     assert_ne!(
-        section_keyword_allowed("global", "default"),
+        TABLES_2_6.section_keyword("global", "default"),
         KeywordStatus::Allowed
     );
 }
@@ -263,62 +266,62 @@ fn the_no_and_default_prefixes_are_allowed_only_where_haproxy_takes_them() {
 #[test]
 fn options_follow_the_keyword_matrix_columns() {
     assert_eq!(
-        proxy_option_status("frontend", "httplog"),
+        TABLES_2_6.proxy_option("frontend", "httplog"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        proxy_option_status("backend", "httplog"),
+        TABLES_2_6.proxy_option("backend", "httplog"),
         KeywordStatus::NotInSection
     );
     assert_eq!(
-        proxy_option_status("backend", "httpchk"),
+        TABLES_2_6.proxy_option("backend", "httpchk"),
         KeywordStatus::Allowed
     );
     assert_eq!(
-        proxy_option_status("frontend", "httpchk"),
+        TABLES_2_6.proxy_option("frontend", "httpchk"),
         KeywordStatus::NotInSection
     );
     assert_eq!(
-        proxy_option_status("listen", "http-tunnel"),
+        TABLES_2_6.proxy_option("listen", "http-tunnel"),
         KeywordStatus::Unknown
     );
     assert_eq!(
-        proxy_option_status("fcgi-app", "keep-conn"),
+        TABLES_2_6.proxy_option("fcgi-app", "keep-conn"),
         KeywordStatus::Allowed
     );
 }
 
 #[test]
 fn a_misspelt_keyword_gets_the_nearest_keyword_of_its_section() {
-    assert_eq!(suggest_keyword("global", "maxconnn"), Some("maxconn"));
+    assert_eq!(TABLES_2_6.suggest("global", "maxconnn"), Some("maxconn"));
     assert_eq!(
-        suggest_keyword("frontend", "use-backend"),
+        TABLES_2_6.suggest("frontend", "use-backend"),
         Some("use_backend")
     );
-    assert_eq!(suggest_keyword("backend", "timout"), Some("timeout"));
-    assert_eq!(suggest_keyword("backend", "Balance"), Some("balance"));
+    assert_eq!(TABLES_2_6.suggest("backend", "timout"), Some("timeout"));
+    assert_eq!(TABLES_2_6.suggest("backend", "Balance"), Some("balance"));
     assert_eq!(
-        suggest_keyword("resolvers", "nameservers"),
+        TABLES_2_6.suggest("resolvers", "nameservers"),
         Some("nameserver")
     );
 }
 
 #[test]
 fn no_suggestion_is_made_for_allowed_or_unrelated_words() {
-    assert_eq!(suggest_keyword("global", "maxconn"), None);
-    assert_eq!(suggest_keyword("frontend", "zzzzzzzz"), None);
-    assert_eq!(suggest_keyword("frontend", ""), None);
-    assert_eq!(suggest_keyword("spoe-agent", "timout"), None);
+    assert_eq!(TABLES_2_6.suggest("global", "maxconn"), None);
+    assert_eq!(TABLES_2_6.suggest("frontend", "zzzzzzzz"), None);
+    assert_eq!(TABLES_2_6.suggest("frontend", ""), None);
+    assert_eq!(TABLES_2_6.suggest("spoe-agent", "timout"), None);
 }
 
 #[test]
 fn a_suggestion_only_names_keywords_allowed_in_that_section() {
     // `fullconn` is one edit away but belongs to backends, not frontends.
-    let suggestion = suggest_keyword("frontend", "fullcon");
+    let suggestion = TABLES_2_6.suggest("frontend", "fullcon");
     assert_ne!(suggestion, Some("fullconn"));
     if let Some(keyword) = suggestion {
         assert_eq!(
-            section_keyword_allowed("frontend", keyword),
+            TABLES_2_6.section_keyword("frontend", keyword),
             KeywordStatus::Allowed
         );
     }
@@ -333,22 +336,25 @@ fn edit_distance_counts_insertions_deletions_and_substitutions() {
 
 #[test]
 fn server_parameters_report_whether_they_take_a_value() {
-    assert_eq!(is_server_param("check"), Some(ParamArity::Flag));
-    assert_eq!(is_server_param("inter"), Some(ParamArity::Value));
-    assert_eq!(is_server_param("weight"), Some(ParamArity::Value));
-    assert_eq!(is_server_param("ssl"), Some(ParamArity::Flag));
-    assert_eq!(is_server_param("frobnicate"), None);
+    assert_eq!(TABLES_2_6.server_param("check"), Some(ParamArity::Flag));
+    assert_eq!(TABLES_2_6.server_param("inter"), Some(ParamArity::Value));
+    assert_eq!(TABLES_2_6.server_param("weight"), Some(ParamArity::Value));
+    assert_eq!(TABLES_2_6.server_param("ssl"), Some(ParamArity::Flag));
+    assert_eq!(TABLES_2_6.server_param("frobnicate"), None);
     // Documented for 2.6 but unknown to the 2.6.12 binary.
-    assert_eq!(is_server_param("no-verifyhost"), None);
+    assert_eq!(TABLES_2_6.server_param("no-verifyhost"), None);
 }
 
 #[test]
 fn bind_parameters_report_whether_they_take_a_value() {
-    assert_eq!(is_bind_param("ssl"), Some(ParamArity::Flag));
-    assert_eq!(is_bind_param("crt"), Some(ParamArity::Value));
-    assert_eq!(is_bind_param("accept-proxy"), Some(ParamArity::Flag));
-    assert_eq!(is_bind_param("quic-cc-algo"), None);
-    assert_eq!(is_bind_param("check"), None);
+    assert_eq!(TABLES_2_6.bind_param("ssl"), Some(ParamArity::Flag));
+    assert_eq!(TABLES_2_6.bind_param("crt"), Some(ParamArity::Value));
+    assert_eq!(
+        TABLES_2_6.bind_param("accept-proxy"),
+        Some(ParamArity::Flag)
+    );
+    assert_eq!(TABLES_2_6.bind_param("quic-cc-algo"), None);
+    assert_eq!(TABLES_2_6.bind_param("check"), None);
 }
 
 #[test]
@@ -506,18 +512,26 @@ fn split_words(line: &str) -> Vec<String> {
     words
 }
 
-/// A parameter table lookup: [`is_bind_param`] or [`is_server_param`].
+/// A parameter table lookup of 2.6: `bind` or `server` parameters.
 type ParamLookup = fn(&str) -> Option<ParamArity>;
+
+fn bind_param_2_6(word: &str) -> Option<ParamArity> {
+    TABLES_2_6.bind_param(word)
+}
+
+fn server_param_2_6(word: &str) -> Option<ParamArity> {
+    TABLES_2_6.server_param(word)
+}
 
 /// Where the parameters start on a line that takes `bind` or `server` parameters, and
 /// which lookup judges them.
 fn parameter_layout(keyword: &str) -> Option<(usize, ParamLookup)> {
     match keyword {
-        "server" | "peer" => Some((2, is_server_param)),
-        "default-server" => Some((0, is_server_param)),
-        "server-template" => Some((3, is_server_param)),
-        "bind" | "dgram-bind" => Some((1, is_bind_param)),
-        "default-bind" => Some((0, is_bind_param)),
+        "server" | "peer" => Some((2, server_param_2_6)),
+        "default-server" => Some((0, server_param_2_6)),
+        "server-template" => Some((3, server_param_2_6)),
+        "bind" | "dgram-bind" => Some((1, bind_param_2_6)),
+        "default-bind" => Some((0, bind_param_2_6)),
         _ => None,
     }
 }
@@ -531,14 +545,14 @@ fn misses_on_line(section: &str, words: &[String]) -> Vec<String> {
     } else {
         (&words[0], &words[1..])
     };
-    let status = section_keyword_allowed(section, keyword);
+    let status = TABLES_2_6.section_keyword(section, keyword);
     if status != KeywordStatus::Allowed {
         misses.push(format!("[{section}] {keyword}: {status:?}"));
     }
     if keyword == "option"
         && let Some(option) = arguments.first()
     {
-        let status = proxy_option_status(section, option);
+        let status = TABLES_2_6.proxy_option(section, option);
         if status != KeywordStatus::Allowed {
             misses.push(format!("[{section}] option {option}: {status:?}"));
         }
@@ -625,4 +639,87 @@ fn every_directive_and_parameter_of_corpus_configs_that_2_6_accepts_is_allowed()
         misses.len(),
         misses.join("\n")
     );
+}
+
+#[test]
+fn a_keyword_a_later_line_added_is_known_from_that_line_and_a_removed_one_until_it() {
+    let v2_6 = KeywordTables::new(HaproxyVersion::V2_6);
+    let v2_8 = KeywordTables::new(HaproxyVersion::new(2, 8));
+    let v3_0 = KeywordTables::new(HaproxyVersion::V3_0);
+    let v3_2 = KeywordTables::new(HaproxyVersion::V3_2);
+
+    // `guid` in proxies: 3.0's manual lists it, 2.6's does not; 2.8 is not judged.
+    assert_eq!(
+        v2_6.section_keyword("frontend", "guid"),
+        KeywordStatus::Unknown
+    );
+    assert_eq!(
+        v2_8.section_keyword("frontend", "guid"),
+        KeywordStatus::Allowed
+    );
+    assert_eq!(
+        v3_0.section_keyword("frontend", "guid"),
+        KeywordStatus::Allowed
+    );
+    assert_eq!(
+        v3_0.section_keyword("defaults", "guid"),
+        KeywordStatus::NotInSection
+    );
+    // A 3.2 addition is certainly missing from 3.0, not from 3.1.
+    assert_eq!(
+        v3_0.section_keyword("global", "cpu-policy"),
+        KeywordStatus::Unknown
+    );
+    assert_eq!(
+        KeywordTables::new(HaproxyVersion::V3_1).section_keyword("global", "cpu-policy"),
+        KeywordStatus::Allowed
+    );
+    assert_eq!(
+        v3_2.section_keyword("global", "cpu-policy"),
+        KeywordStatus::Allowed
+    );
+
+    // Removed: `bind-process` and the bind parameter `process` from 3.0, a QUIC tunable
+    // that 3.0 added and 3.2 dropped.
+    assert_eq!(
+        v2_6.section_keyword("backend", "bind-process"),
+        KeywordStatus::Allowed
+    );
+    assert_eq!(
+        v3_0.section_keyword("backend", "bind-process"),
+        KeywordStatus::Unknown
+    );
+    assert_eq!(v2_6.bind_param("process"), Some(ParamArity::Value));
+    assert_eq!(v3_0.bind_param("process"), None);
+    let quic = "tune.quic.frontend.conn-tx-buffers.limit";
+    assert_eq!(v2_6.section_keyword("global", quic), KeywordStatus::Unknown);
+    assert_eq!(v3_0.section_keyword("global", quic), KeywordStatus::Allowed);
+    assert_eq!(v3_2.section_keyword("global", quic), KeywordStatus::Unknown);
+
+    // Parameters and options with their arity and sections.
+    assert_eq!(v2_6.server_param("init-state"), None);
+    assert_eq!(v3_2.server_param("init-state"), Some(ParamArity::Value));
+    assert_eq!(v3_2.bind_param("no-strict-sni"), Some(ParamArity::Flag));
+    assert_eq!(
+        v2_6.proxy_option("backend", "forwarded"),
+        KeywordStatus::Unknown
+    );
+    assert_eq!(
+        v3_0.proxy_option("backend", "forwarded"),
+        KeywordStatus::Allowed
+    );
+    assert_eq!(
+        v3_0.proxy_option("frontend", "forwarded"),
+        KeywordStatus::NotInSection
+    );
+
+    // The hint draws on the target's keywords only.
+    assert_eq!(v3_2.suggest("global", "cpu-polcy"), Some("cpu-policy"));
+    assert_ne!(v2_6.suggest("global", "cpu-polcy"), Some("cpu-policy"));
+}
+
+#[test]
+fn the_2_6_server_table_has_no_interface_parameter_which_debian_s_2_6_refuses() {
+    assert_eq!(TABLES_2_6.server_param("interface"), None);
+    assert_eq!(TABLES_2_6.bind_param("interface"), Some(ParamArity::Value));
 }
