@@ -22,6 +22,7 @@ mod haproxy_corpus;
 mod haproxy_versions;
 mod ingress_library;
 mod keyword_tables;
+mod lint_one_mistake;
 mod local_mode;
 mod local_target;
 mod monitoring;

@@ -221,10 +221,10 @@ fn lint_reports_an_unknown_directive_as_file_line_message() {
 #[test]
 fn lint_with_haproxy_reports_what_only_haproxy_sees() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("missing-backend.cfg");
+    let file = dir.path().join("missing-error-page.cfg");
     std::fs::write(
         &file,
-        "defaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18998\n  default_backend nowhere\n",
+        "defaults\n  mode http\n  errorfile 503 /nowhere/503.http\n\nfrontend fe\n  bind 127.0.0.1:18998\n",
     )
     .expect("write");
     assert!(

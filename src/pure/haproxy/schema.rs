@@ -1,13 +1,16 @@
-//! The schema check: compares a parsed configuration with the keyword tables of the target's
-//! HAProxy line (in [`keywords`](super::keywords)) and reports what HAProxy would reject or silently
-//! misread: unknown or misplaced directives and options, unknown `bind`/`server` parameters,
-//! unknown `balance` algorithms, malformed times and sizes, sections without a name. Three
-//! submodules add rule families: `expressions` (sample fetches and converters wherever an
-//! expression appears, ACL names and matching methods, variable names, the words allowed
-//! after an action's arguments; 2.6 targets only, as the sample tables are 2.6's),
-//! `inheritance` (what may inherit from a defaults section holding rules, and `from` naming
-//! one defined above) and `values` (log target ports, `proto`, ignored certificate errors,
-//! global SSL default options, the words after a frontend's name).
+//! The schema check: compares a parsed configuration with the keyword tables of the
+//! target's HAProxy line (in [`keywords`](super::keywords)) and reports what HAProxy would
+//! reject or silently misread: unknown or misplaced directives and options, unknown
+//! `bind`/`server` parameters, unknown `balance` algorithms, malformed times and sizes,
+//! sections without a name. Submodules add rule families: `expressions` (sample fetches and
+//! converters wherever an expression appears, ACL names and matching methods, variable
+//! names, the words allowed after an action's arguments; 2.6 targets only, as the sample
+//! tables are 2.6's), `inheritance` (what may inherit from a defaults section holding rules,
+//! and `from` naming one defined above), `values` (log target ports, `proto`, ignored
+//! certificate errors, global SSL default options, the words after a frontend's name),
+//! `arguments` (argument counts, enumerated values, ranges, rule actions per family,
+//! conditions and the ACLs they name) and `references` (unique proxy and server names,
+//! names that must refer to a section or server the configuration defines).
 //!
 //! The check is strict only where it is certain. Lines inside `.if` blocks are not checked
 //! (conditions are not evaluated, and such blocks often hold keywords of other versions),
@@ -31,8 +34,10 @@ use super::versions::{
     later_address_prefix, needs, section_since, since,
 };
 
+mod arguments;
 mod expressions;
 mod inheritance;
+mod references;
 mod values;
 
 /// One thing HAProxy 2.6 would not accept (or would ignore), with the 1-based line.
@@ -76,6 +81,7 @@ pub fn check_schema_for(config: &Config, target: HaproxyVersion) -> Vec<SchemaPr
             }
         }
     }
+    checker.check_references(config);
     checker.problems
 }
 
@@ -92,7 +98,7 @@ const SERVER_TIME_PARAMS: &[&str] = &[
 const SERVER_POSITIVE_PARAMS: &[&str] = &["fall", "rise"];
 
 /// The syslog facilities a `log` line may name.
-const LOG_FACILITIES: &[&str] = &[
+pub(super) const LOG_FACILITIES: &[&str] = &[
     "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "auth2",
     "ftp", "ntp", "audit", "alert", "cron2", "local0", "local1", "local2", "local3", "local4",
     "local5", "local6", "local7",
@@ -124,6 +130,12 @@ struct Checker {
     depth: usize,
     /// The HAProxy version of the target.
     target: HaproxyVersion,
+    /// The header line of the section whose `acl` lines `section_acls` holds.
+    acl_section_line: usize,
+    /// The ACL names the current section has defined so far.
+    section_acls: Vec<String>,
+    /// The ACL names `defaults` sections define (their rules use them).
+    defaults_acls: Vec<String>,
 }
 
 impl Checker {
@@ -277,6 +289,7 @@ impl Checker {
         if modifier.is_none() {
             self.check_expressions(section, directive, offset, words);
             self.check_values(section, directive, offset, words);
+            self.check_arguments(section, directive, offset, words);
         }
         let is_proxy = section.kind.is_proxy();
         match keyword {

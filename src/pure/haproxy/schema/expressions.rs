@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn valid_expressions_literal_strings_and_escaped_percents_are_accepted() {
-        let valid = "frontend fe\n    acl host hdr_beg(host),lower -i -m beg www.\n    acl local src 127.0.0.1\n    http-request set-var(txn.h) req.hdr(host),lower,\n    http-request set-header X %[src]:%{+Q}[dst_port]\n    http-request return status 200 string \"100%[ok\" if { path /x } local\n    log-format \"%%[literal] %ci %[capture.req.hdr(0)]\"\n    use_backend %[req.hdr(host),lower,map(hosts.map,be)]\n    http-request track-sc0 src table be\n    http-request cache-use c if host\n";
+        let valid = "frontend fe\n    acl host hdr_beg(host),lower -i -m beg www.\n    acl local src 127.0.0.1\n    http-request set-var(txn.h) req.hdr(host),lower,\n    http-request set-header X %[src]:%{+Q}[dst_port]\n    http-request return status 200 string \"100%[ok\" if { path /x } local\n    log-format \"%%[literal] %ci %[capture.req.hdr(0)]\"\n    use_backend %[req.hdr(host),lower,map(hosts.map,be)]\n    http-request track-sc0 src table be\n    http-request cache-use c if host\nbackend be\n    stick-table type ip size 1k\ncache c\n    total-max-size 4\n";
         assert_eq!(problems(valid), []);
     }
 
@@ -528,7 +528,7 @@ mod tests {
     #[test]
     fn only_a_condition_may_follow_the_words_of_an_action() {
         assert_one_problem(
-            "frontend fe\n    http-request cache-use my_cache no-early-hints if { req.hdr(x) -m str 1 }\n",
+            "frontend fe\n    http-request cache-use my_cache no-early-hints if { req.hdr(x) -m str 1 }\ncache my_cache\n    total-max-size 4\n",
             2,
             "expects either 'if' or 'unless' followed by a condition but found 'no-early-hints'",
         );
@@ -538,7 +538,7 @@ mod tests {
             "found 'now'",
         );
         assert!(
-            problems("frontend fe\n    http-request set-header a b if TRUE\n    http-request track-sc1 src table t if TRUE\n    tcp-request content reject\n")
+            problems("frontend fe\n    http-request set-header a b if TRUE\n    http-request track-sc1 src table t if TRUE\n    tcp-request content reject\nbackend t\n    stick-table type ip size 1k\n")
                 .is_empty()
         );
     }
