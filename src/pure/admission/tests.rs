@@ -5,13 +5,13 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::pure::config::{HAProxyTemplateConfigSpec, HaproxyConfigTemplate, WatchedResource};
-// The pipeline's stand-in for `haproxy -c`: rejects a `default_backend` naming no backend
-// of the file, on its line, and counts its runs.
+// The pipeline's stand-in for `haproxy -c`: rejects a server whose host is in `.invalid`,
+// on its line, and counts its runs.
 use crate::pure::pipeline::tests::SimulatedHaproxy;
 
 /// Every Service is a backend; the one labelled `default: "true"` names the default backend
 /// from its `backend` annotation (so an object can name a backend that does not exist).
-const TEMPLATE: &str = "global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend fe\n  bind 127.0.0.1:18999\n{{#each (resources \"services\")}}{{#if metadata.labels.default}}  default_backend {{metadata.annotations.backend}}\n{{/if}}{{/each}}\n{{#each (resources \"services\")}}backend {{metadata.name}}\n  server s1 127.0.0.1:80\n{{/each}}";
+const TEMPLATE: &str = "global\n  maxconn 100\n\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 5s\n  timeout server 5s\n\nfrontend fe\n  bind 127.0.0.1:18999\n{{#each (resources \"services\")}}{{#if metadata.labels.default}}  default_backend {{metadata.annotations.backend}}\n{{/if}}{{/each}}\n{{#each (resources \"services\")}}backend {{metadata.name}}\n  server s1 {{#if metadata.annotations.address}}{{metadata.annotations.address}}{{else}}127.0.0.1{{/if}}:80\n{{/each}}";
 
 fn spec(webhook: bool) -> HAProxyTemplateConfigSpec {
     let mut spec = HAProxyTemplateConfigSpec {
@@ -108,7 +108,8 @@ fn an_object_that_renders_a_valid_configuration_is_allowed() {
 #[test]
 fn an_object_whose_render_fails_haproxy_c_is_denied_naming_the_phase_and_the_line() {
     let fixture = Fixture::new(true);
-    let proposed = service("front", Some("missing"));
+    let mut proposed = service("front", Some("web"));
+    proposed["metadata"]["annotations"]["address"] = json!("missing.invalid");
     let verdict = fixture.admit(
         Operation::Update,
         Some(&proposed),
@@ -122,10 +123,10 @@ fn an_object_whose_render_fails_haproxy_c_is_denied_naming_the_phase_and_the_lin
     );
     assert!(reason.contains("semantic phase"), "{reason}");
     assert!(
-        reason.contains("haproxy.cfg:12") || reason.contains("line 12"),
+        reason.contains("haproxy.cfg:15") || reason.contains("line 15"),
         "{reason}"
     );
-    assert!(reason.contains("'missing'"), "{reason}");
+    assert!(reason.contains("'missing.invalid'"), "{reason}");
 }
 
 #[test]
@@ -284,7 +285,7 @@ fn a_config_is_rendered_against_the_objects_the_running_stores_hold() {
     .expect("decided");
     assert!(verdict.allowed, "{verdict:?}");
     // A config whose backends are named differently breaks the default_backend "web" that
-    // the running stores' "front" names.
+    // the running stores' "front" names (the schema phase names the line).
     let mut renamed = spec(true);
     renamed.haproxy_config.template =
         TEMPLATE.replace("backend {{metadata.name}}", "backend be_{{metadata.name}}");
@@ -295,11 +296,10 @@ fn a_config_is_rendered_against_the_objects_the_running_stores_hold() {
     )
     .expect("decided");
     assert!(!verdict.allowed);
+    let reason = verdict.reason.unwrap_or_default();
     assert!(
-        verdict
-            .reason
-            .unwrap_or_default()
-            .contains("semantic phase")
+        reason.contains("schema phase") && reason.contains("'web'"),
+        "{reason}"
     );
 }
 

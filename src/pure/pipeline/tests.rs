@@ -43,8 +43,10 @@ fn with_service(config: &CompiledConfig, name: &str, port: u16) -> Stores {
 }
 
 /// A stand-in for `haproxy -c` (the real runner has its own tests in
-/// `tests/processes/semantic_check.rs`): it rejects a `default_backend` that names no backend of the
-/// file, on its line, as HAProxy does, and counts its runs.
+/// `tests/processes/semantic_check.rs`): it rejects a server whose host is in the reserved
+/// `.invalid` domain (which no resolver answers) and a `default_backend` that names no backend
+/// of the file, on their line, as HAProxy does, and counts its runs. The schema phase sees
+/// the second before it; only the first reaches this check.
 #[derive(Debug, Default)]
 pub(crate) struct SimulatedHaproxy {
     pub(crate) runs: std::sync::atomic::AtomicUsize,
@@ -70,6 +72,19 @@ impl crate::pure::validate::semantic::SemanticCheck for SimulatedHaproxy {
             .map(str::trim)
             .collect();
         for (number, line) in lines.iter().enumerate() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["server", _, address, ..] = words.as_slice()
+                && let Some((host, _)) = address.rsplit_once(':')
+                && host.ends_with(".invalid")
+            {
+                return Err(ValidationError::single(
+                    ValidationPhase::Semantic,
+                    "haproxy.cfg",
+                    Some(number + 1),
+                    format!("could not resolve address '{host}'"),
+                )
+                .into());
+            }
             if let Some(name) = line.trim().strip_prefix("default_backend ")
                 && !backends.contains(&name.trim())
             {
@@ -176,9 +191,9 @@ fn an_unknown_directive_is_a_schema_error_on_its_line() {
 
 #[test]
 fn a_config_haproxy_rejects_is_a_semantic_error_with_its_line() {
-    // Parses and passes the schema, but the backend does not exist.
+    // Parses and passes the schema, but the server's address does not resolve.
     let config = compiled(
-        "global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend missing\n",
+        "global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n  server s1 missing.invalid:80\n",
     );
     let rendered = config
         .render(config.new_stores().expect("stores").snapshot(), None)
@@ -353,9 +368,10 @@ fn an_endpoint_only_change_after_a_validated_render_skips_haproxy_c_and_a_struct
         .validate_after(Some(&baseline.rendered), moved)
         .expect("valid");
     assert!(fast.semantic_skipped);
-    // A new server line is structural: the full check runs (and here rejects a missing backend).
+    // A new server line is structural: the full check runs (and here rejects an address that
+    // does not resolve).
     let structural = compiled(
-        "global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend nowhere\n",
+        "global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n  server s1 nowhere.invalid:80\n",
     );
     let rendered = structural
         .render(structural.new_stores().expect("stores").snapshot(), None)
