@@ -169,14 +169,20 @@ fn subject() -> Option<(PathBuf, HaproxyVersion, String)> {
     Some((binary, version, text))
 }
 
-/// The manual beside a binary made by scripts/test-haproxy, else the Debian package's.
+/// The manual beside a binary made by scripts/test-haproxy, else the Debian package's, else
+/// the copy scripts/test-haproxy takes from the package where documentation is left out.
 fn manual_path(binary: &Path) -> PathBuf {
     let beside = binary.with_file_name("configuration.txt.gz");
-    if beside.is_file() {
-        beside
-    } else {
-        PathBuf::from("/usr/share/doc/haproxy/configuration.txt.gz")
-    }
+    let installed = PathBuf::from("/usr/share/doc/haproxy/configuration.txt.gz");
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_default()
+        .join("haptor/haproxy/host/configuration.txt.gz");
+    [beside, installed.clone(), cache]
+        .into_iter()
+        .find(|path| path.is_file())
+        .unwrap_or(installed)
 }
 
 /// The lines of `text` from the chapter heading matching `start` to the next heading
