@@ -117,15 +117,20 @@ fn undocumented(line: HaproxyVersion, part: &str) -> Vec<&'static str> {
             .into_iter()
             .chain(["tune.h2.max-frame-size"])
             .collect(),
-        (_, "global") => global.to_vec(),
+        // Documented in paragraphs of their own, not in the list.
+        (_, "global") => global
+            .into_iter()
+            .chain(["http-err-codes", "http-fail-codes"])
+            .collect(),
         (l, "proxy") if l == v(2, 6) => vec!["dynamic-cookie-key", "hash-balance-factor", "option"],
         (_, "proxy") => vec!["dynamic-cookie-key", "option"],
-        (l, "option") if l == v(3, 2) => {
-            vec![
-                "accept-invalid-http-request",
-                "accept-invalid-http-response",
-            ]
-        }
+        // 3.2's matrix keeps the old names; 4.2 documents the new ones.
+        (l, "option") if l == v(3, 2) => vec![
+            "accept-invalid-http-request",
+            "accept-invalid-http-response",
+            "accept-unsafe-violations-in-http-request",
+            "accept-unsafe-violations-in-http-response",
+        ],
         (_, "bind") => vec!["expose-fd"],
         (_, "server") => vec!["no-check-send-proxy", "resolve-opts", "usesrc"],
         _ => Vec::new(),
@@ -246,8 +251,9 @@ fn parse_manual(text: &str) -> Manual {
             }
         }
     }
-    let heading =
-        regex::Regex::new(r"^([a-z][a-z0-9_.-]*)(?: [<\[{].*)?$").expect("heading pattern");
+    // A parameter's heading may carry an argument in parentheses: `set-proxy-v2-tlv-fmt(<id>)`.
+    let heading = regex::Regex::new(r"^([a-z][a-z0-9_.-]*)(?:\(<[^)]*>\))?(?: [<\[{].*)?$")
+        .expect("heading pattern");
     let headings = |chapter_lines: Vec<&str>| -> BTreeSet<String> {
         chapter_lines
             .iter()
@@ -513,10 +519,16 @@ fn every_keyword_the_tables_accept_for_the_line_under_test_its_haproxy_knows_and
         });
     }
     for param in tables.server_params() {
+        // A parameter whose name carries an argument is written with one.
+        let written = if param == "set-proxy-v2-tlv-fmt" {
+            "set-proxy-v2-tlv-fmt(0x20)"
+        } else {
+            param
+        };
         accepted.push(Probe {
             keyword: format!("server {param}"),
             section: section_header(SectionKind::Backend, next()),
-            directive: format!("server s 127.0.0.1:80 {param}"),
+            directive: format!("server s 127.0.0.1:80 {written}"),
         });
     }
     for keyword in left_out(line, "global") {

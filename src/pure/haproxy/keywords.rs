@@ -936,7 +936,10 @@ impl KeywordTables {
     /// the target has no such parameter. The same parameters serve `server` lines in
     /// `peers` and `ring` sections and `server-template`.
     pub fn server_param(self, word: &str) -> Option<ParamArity> {
-        self.lookup(SERVER_PARAMS, ADDED_SERVER_PARAMS, &[], word)
+        // A parameter written with an argument in parentheses (`set-proxy-v2-tlv-fmt(0x20)`)
+        // is looked up by its name.
+        let name = word.split_once('(').map_or(word, |(name, _)| name);
+        self.lookup(SERVER_PARAMS, ADDED_SERVER_PARAMS, &[], name)
     }
 
     /// Every `server` parameter the target has, sorted.

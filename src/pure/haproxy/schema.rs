@@ -31,7 +31,7 @@ use super::keywords::{
 use super::sections::SectionKind;
 use super::versions::{
     DOCUMENTED_LINES, HaproxyVersion, LATER_LOG_ARGUMENTS, LATER_TCP_SESSION_ACTIONS,
-    later_address_prefix, needs, section_since, since,
+    certainly_before, later_address_prefix, needs, section_since, since,
 };
 
 mod arguments;
@@ -84,6 +84,20 @@ pub fn check_schema_for(config: &Config, target: HaproxyVersion) -> Vec<SchemaPr
     checker.check_references(config);
     checker.problems
 }
+
+/// What `compression` sets, with the line whose manual first lists it.
+const COMPRESSION_SETTINGS: &[(&str, HaproxyVersion)] = &[
+    ("algo", HaproxyVersion::V2_6),
+    ("offload", HaproxyVersion::V2_6),
+    ("type", HaproxyVersion::V2_6),
+    ("algo-req", HaproxyVersion::V3_0),
+    ("algo-res", HaproxyVersion::V3_0),
+    ("direction", HaproxyVersion::V3_0),
+    ("type-req", HaproxyVersion::V3_0),
+    ("type-res", HaproxyVersion::V3_0),
+    ("minsize-req", HaproxyVersion::V3_2),
+    ("minsize-res", HaproxyVersion::V3_2),
+];
 
 /// Server parameters whose value is a time.
 const SERVER_TIME_PARAMS: &[&str] = &[
@@ -297,14 +311,17 @@ impl Checker {
                 if let Some(option) = value(1) {
                     self.check_option(directive.line, section_keyword, option);
                     // option httpchk [<method>] [<uri>] [<version>]
+                    // (3.2 takes a host after them.)
                     if option == "httpchk"
                         && modifier.is_none()
                         && let Some(extra) = words.get(5)
+                        && certainly_before(self.target, HaproxyVersion::V3_2)
                     {
                         self.report(
                             directive.line,
                             format!(
-                                "'option httpchk' takes at most a method, a URI and an HTTP version in HAProxy 2.6, not '{extra}' (send a Host header with 'http-check send hdr Host ...')"
+                                "'option httpchk' takes at most a method, a URI and an HTTP version in HAProxy {}, not '{extra}' (send a Host header with 'http-check send hdr Host ...')",
+                                self.target
                             ),
                         );
                     }
@@ -312,11 +329,22 @@ impl Checker {
             }
             "compression" if is_proxy => {
                 if let Some(what) = value(1)
-                    && !matches!(what, "algo" | "type" | "offload")
+                    && !COMPRESSION_SETTINGS.iter().any(|(setting, since)| {
+                        *setting == what && !certainly_before(self.target, *since)
+                    })
                 {
                     self.report(
                         directive.line,
-                        format!("'compression' expects 'algo', 'type' or 'offload' in HAProxy 2.6, not '{what}'"),
+                        format!(
+                            "'compression' expects {} in HAProxy {}, not '{what}'",
+                            COMPRESSION_SETTINGS
+                                .iter()
+                                .filter(|(_, since)| !certainly_before(self.target, *since))
+                                .map(|(setting, _)| format!("'{setting}'"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            self.target
+                        ),
                     );
                 }
             }
@@ -337,8 +365,12 @@ impl Checker {
             "log" if modifier.is_none() => self.check_log(directive.line, words, &value),
             "timeout" => self.check_timeout(directive.line, is_proxy, words, value(1), value(2)),
             "balance" if is_proxy => {
+                // `log-hash` and `sticky` balance `mode log` backends (2.9, documented
+                // from 3.0).
                 if let Some(algorithm) = value(1)
                     && !is_balance_algorithm(algorithm)
+                    && (!matches!(algorithm, "log-hash" | "sticky")
+                        || certainly_before(self.target, HaproxyVersion::V3_0))
                 {
                     self.report(
                         directive.line,
@@ -527,6 +559,10 @@ impl Checker {
                 Some(ParamArity::Values(count)) => usize::from(count),
             };
             if index + count >= words.len() {
+                // `set-proxy-v2-tlv-fmt(<id>)` last on the line sends the TLV empty.
+                if param.starts_with("set-proxy-v2-tlv-fmt(") {
+                    return;
+                }
                 self.report(
                     directive.line,
                     format!("server parameter '{param}' on {server} needs a value"),
@@ -656,7 +692,7 @@ mod tests {
         assert_one_problem(
             "backend be\n    compression direction both\n",
             2,
-            "'compression' expects 'algo', 'type' or 'offload'",
+            "'compression' expects 'algo', 'offload', 'type' in HAProxy 2.6, not 'direction'",
         );
         assert_one_problem(
             "backend be\n    option httpchk GET /status HTTP/1.1 www.example.org\n",
@@ -857,6 +893,22 @@ backend be
 
     fn problems_for(text: &str, target: HaproxyVersion) -> Vec<SchemaProblem> {
         check_schema_for(&parse_config(text).expect("test config parses"), target)
+    }
+
+    #[test]
+    fn what_3_0_and_3_2_added_to_settings_is_accepted_from_that_line_and_refused_before() {
+        let lines = |text: &str, target| -> Vec<usize> {
+            problems_for(text, target).iter().map(|p| p.line).collect()
+        };
+        let from_3_0 = "global\n    http-err-codes 400-499\n    http-fail-codes 500-599\nbackend be\n    compression direction both\n    balance log-hash lower\n    server s 127.0.0.1:80 send-proxy-v2 set-proxy-v2-tlv-fmt(0xE1) %[str(x)] set-proxy-v2-tlv-fmt(0xE2)\nbackend logs\n    mode log\n    balance sticky\n";
+        assert_eq!(
+            lines(from_3_0, HaproxyVersion::V2_6),
+            vec![2, 3, 5, 6, 7, 9, 10]
+        );
+        assert_eq!(lines(from_3_0, HaproxyVersion::V3_0), Vec::<usize>::new());
+        let from_3_2 = "global\n    ssl-default-bind-options strict-sni\ndefaults\n    mode http\n    option httpchk GET /health HTTP/1.1 www.example.org\n    option accept-unsafe-violations-in-http-request\nbackend be\n    compression minsize-req 10\n";
+        assert_eq!(lines(from_3_2, HaproxyVersion::V3_0), vec![2, 5, 6, 8]);
+        assert_eq!(lines(from_3_2, HaproxyVersion::V3_2), Vec::<usize>::new());
     }
 
     #[test]

@@ -14,7 +14,8 @@
 use super::{B, D, F, L, ParamArity};
 use crate::pure::haproxy::versions::HaproxyVersion;
 
-/// Global keywords the 2.6 tables lack, by the first documented line that has them.
+/// Global keywords the 2.6 tables lack, by the first documented line that has them
+/// (`http-err-codes` and `http-fail-codes` have their own paragraphs, not the list).
 pub(super) const ADDED_GLOBAL_KEYWORDS: &[(&str, HaproxyVersion)] = &[
     ("anonkey", HaproxyVersion::V3_0),
     ("cpu-policy", HaproxyVersion::V3_2),
@@ -26,6 +27,8 @@ pub(super) const ADDED_GLOBAL_KEYWORDS: &[(&str, HaproxyVersion)] = &[
         "h1-do-not-close-on-insecure-transfer-encoding",
         HaproxyVersion::V3_0,
     ),
+    ("http-err-codes", HaproxyVersion::V3_0),
+    ("http-fail-codes", HaproxyVersion::V3_0),
     ("harden.reject-privileged-ports.quic", HaproxyVersion::V3_0),
     ("harden.reject-privileged-ports.tcp", HaproxyVersion::V3_0),
     ("httpclient.resolvers.disabled", HaproxyVersion::V3_0),
@@ -140,8 +143,19 @@ pub(super) const REMOVED_PROXY_KEYWORDS: &[(&str, HaproxyVersion)] =
 
 /// `option` names the 2.6 tables lack. The sections are those where the real checker
 /// applies them: 3.2's matrix lists `http-drop-response-trailers` for no frontend, where
-/// 3.2 applies it all the same.
+/// 3.2 applies it all the same, and lists the `accept-invalid-*` options under their old
+/// names only (4.2 documents the new ones).
 pub(super) const ADDED_PROXY_OPTIONS: &[(&str, u8, HaproxyVersion)] = &[
+    (
+        "accept-unsafe-violations-in-http-request",
+        D | F | L,
+        HaproxyVersion::V3_2,
+    ),
+    (
+        "accept-unsafe-violations-in-http-response",
+        D | L | B,
+        HaproxyVersion::V3_2,
+    ),
     ("forwarded", D | L | B, HaproxyVersion::V3_0),
     (
         "http-drop-request-trailers",
@@ -177,7 +191,8 @@ pub(super) const ADDED_BIND_PARAMS: &[(&str, ParamArity, HaproxyVersion)] = &[
 pub(super) const REMOVED_BIND_PARAMS: &[(&str, HaproxyVersion)] =
     &[("process", HaproxyVersion::V3_0)];
 
-/// `server` parameters the 2.6 tables lack, with how many values each takes (5.2).
+/// `server` parameters the 2.6 tables lack, with how many values each takes (5.2);
+/// `set-proxy-v2-tlv-fmt` is written with its TLV id, `set-proxy-v2-tlv-fmt(0x20) <fmt>`.
 pub(super) const ADDED_SERVER_PARAMS: &[(&str, ParamArity, HaproxyVersion)] = &[
     (
         "check-pool-conn-name",
@@ -198,6 +213,11 @@ pub(super) const ADDED_SERVER_PARAMS: &[(&str, ParamArity, HaproxyVersion)] = &[
         HaproxyVersion::V3_2,
     ),
     ("pool-conn-name", ParamArity::Value, HaproxyVersion::V3_0),
+    (
+        "set-proxy-v2-tlv-fmt",
+        ParamArity::Value,
+        HaproxyVersion::V3_0,
+    ),
     ("shard", ParamArity::Value, HaproxyVersion::V3_0),
     ("sigalgs", ParamArity::Value, HaproxyVersion::V3_0),
     ("strict-maxconn", ParamArity::Flag, HaproxyVersion::V3_2),

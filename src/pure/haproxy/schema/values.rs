@@ -6,7 +6,7 @@
 
 use super::super::ast::{Directive, Section};
 use super::super::sections::SectionKind;
-use super::super::versions::HaproxyVersion;
+use super::super::versions::{HaproxyVersion, certainly_before};
 use super::{Checker, invalid_name_character};
 
 /// Multiplexer protocols HAProxy 2.6 lets `proto` name (`haproxy -vv`, "Available
@@ -172,6 +172,9 @@ impl Checker {
                 .or_else(|| option.strip_prefix("force-"));
             let known = option == "no-tls-tickets"
                 || (option == "prefer-client-ciphers" && keyword == "ssl-default-bind-options")
+                || (option == "strict-sni"
+                    && keyword == "ssl-default-bind-options"
+                    && !certainly_before(self.target, HaproxyVersion::V3_2))
                 || method.is_some_and(|method| TLS_METHOD_NAMES.contains(&method));
             if option == "ssl-min-ver" || option == "ssl-max-ver" {
                 match words.get(index + 1) {
