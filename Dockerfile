@@ -1,16 +1,23 @@
 # The haptor controller image: `haptor run` (the default command) with the haproxy binary
-# it validates every render with (`haproxy -c`). The runtime stage is Debian bookworm, whose
-# haproxy is 2.6, the HAProxy major version haptor's parser, schema and keyword tables
-# target (src/pure/haproxy), so the checker and the HAProxy pods agree.
+# it validates every render with (`haproxy -c`). haptor checks a render only with a haproxy
+# of the HAProxy line the pods run, so the runtime stage's Debian suite is chosen by that
+# line: forky (Debian 14, testing; the only Debian suite with HAProxy 3.2) for the chart's
+# default pods (haproxytech/haproxy-debian:3.2.22, HAProxy 3.2 with Data Plane API 3.2),
+# trixie for pods on HAProxy 3.0, bookworm for pods on 2.6:
 #
-#   docker build -t haptor:dev .
+#   docker build -t haptor:dev .                                          # checker 3.2
+#   docker build --build-arg DEBIAN_SUITE=bookworm -t haptor:dev-2.6 .    # checker 2.6
 #
 # tests/processes/dockerfile.rs checks this file's shape (stages, pinned bases, non-root user, exec
 # form entrypoint, --locked build). scripts/build-image builds the same image from the runtime
 # stage below without a container engine (it carries out FROM, RUN, COPY, ARG, LABEL, ENV,
 # EXPOSE, USER, ENTRYPOINT and CMD; another instruction there must be taught to it).
 
-# Builder: the toolchain of Cargo.toml's rust-version.
+# The Debian suite of the runtime stage: its haproxy is the checker (see above).
+ARG DEBIAN_SUITE=forky
+
+# Builder: the toolchain of Cargo.toml's rust-version. Its glibc (bookworm's 2.36) is no
+# newer than any runtime suite's, so the binary runs on each.
 FROM rust:1.89-bookworm AS builder
 WORKDIR /build
 
@@ -41,17 +48,18 @@ RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked \
     && ./target/release/haptor version
 
-# Runtime: haproxy (the `haproxy -c` checker) and the CA certificates the Kubernetes and
-# Data Plane API clients trust; nothing else.
-FROM debian:bookworm-slim AS runtime
+# Runtime: haproxy (the `haproxy -c` checker, of the suite's HAProxy line) and the CA
+# certificates the Kubernetes and Data Plane API clients trust; nothing else.
+FROM debian:${DEBIAN_SUITE}-slim AS runtime
 
+ARG DEBIAN_SUITE
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="haptor" \
       org.opencontainers.image.description="A Kubernetes ingress controller for HAProxy, built as a tree of supervised ractor actors" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="haptor" \
-      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
+      org.opencontainers.image.base.name="docker.io/library/debian:${DEBIAN_SUITE}-slim"
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends haproxy ca-certificates \

@@ -90,7 +90,13 @@ fn bench_render_after_endpoint_change(
                     .expect("applies");
             },
             |()| {
-                let rendered = config.render(stores.snapshot(), None).expect("renders");
+                let rendered = config
+                    .render(
+                        stores.snapshot(),
+                        None,
+                        haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+                    )
+                    .expect("renders");
                 black_box(check_offline(&rendered).expect("valid"));
             },
             BatchSize::PerIteration,
@@ -101,7 +107,13 @@ fn bench_render_after_endpoint_change(
 fn pipeline(c: &mut Criterion) {
     let config = example();
     let stores = loaded_stores(&config);
-    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let rendered = config
+        .render(
+            stores.snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
+        .expect("renders");
     let checker = checker();
     checker
         .check_blocking(&rendered)
@@ -124,13 +136,27 @@ fn pipeline(c: &mut Criterion) {
             }
             black_box(
                 config
-                    .render(stores.snapshot(), Some(&context))
+                    .render(
+                        stores.snapshot(),
+                        Some(&context),
+                        haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+                    )
                     .expect("renders"),
             )
         })
     });
     group.bench_function("render_unchanged", |b| {
-        b.iter(|| black_box(config.render(stores.snapshot(), None).expect("renders")))
+        b.iter(|| {
+            black_box(
+                config
+                    .render(
+                        stores.snapshot(),
+                        None,
+                        haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+                    )
+                    .expect("renders"),
+            )
+        })
     });
     group.bench_function("parse_schema_only", |b| {
         b.iter(|| black_box(check_offline(&rendered).expect("valid")))
@@ -156,7 +182,13 @@ fn ingress_library(c: &mut Criterion) {
         "/deploy/library/ingress.yaml"
     ));
     let stores = loaded_stores(&config);
-    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let rendered = config
+        .render(
+            stores.snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
+        .expect("renders");
     let checker = checker();
     checker
         .check_blocking(&rendered)

@@ -140,7 +140,13 @@ fn webhook(c: &mut Criterion) {
     let config = library();
     let stores = loaded_stores(&config);
     // The running controller's last render (its memos are what a real webhook renders next to).
-    let live = config.render(stores.snapshot(), None).expect("renders");
+    let live = config
+        .render(
+            stores.snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
+        .expect("renders");
     let checker = HaproxyChecker::new(CheckerSettings {
         binary: haproxy_binary(),
         ..CheckerSettings::default()
@@ -259,7 +265,15 @@ fn webhook(c: &mut Criterion) {
                 let mut snapshot = stores.snapshot();
                 snapshot.insert(ingresses.snapshot_with_applied(object).expect("applies"));
                 let started = Instant::now();
-                black_box(config.render_trial(snapshot, None).expect("renders"));
+                black_box(
+                    config
+                        .render_trial(
+                            snapshot,
+                            None,
+                            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+                        )
+                        .expect("renders"),
+                );
                 let took = started.elapsed();
                 record("render_trial_changed_ingress", took);
                 total += took;

@@ -193,7 +193,9 @@ pub fn render(args: &RenderArgs) -> ExitCode {
             }
         }
     }
-    let rendered = match compiled.render(stores.snapshot(), None) {
+    // The line the render is for: --haproxy-version, else the --haproxy-bin binary's.
+    let target = args.versions.target(&args.haproxy_bin);
+    let rendered = match compiled.render(stores.snapshot(), None, target) {
         Ok(rendered) => rendered,
         Err(e) => {
             eprintln!("{}: {e}", args.file.display());
@@ -216,7 +218,7 @@ pub fn render(args: &RenderArgs) -> ExitCode {
     }
     if args.validate {
         let validator = crate::drivers::haproxy_check::versioned_validator(
-            args.versions.target(&args.haproxy_bin),
+            target,
             &args.versions.haproxy_checkers,
             &args.haproxy_bin,
             1,

@@ -41,12 +41,14 @@ impl ReconcilePipeline for FullPipeline {
         snapshot: StoresSnapshot,
     ) -> Result<RenderedAndValidated, RenderFailure> {
         let started = Instant::now();
-        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: FailureStage::Render,
-            message: e.to_string(),
-            template: e.template().map(String::from),
-            line: e.line(),
-        })?;
+        let rendered = compiled
+            .render(snapshot, None, self.validator.haproxy_version())
+            .map_err(|e| RenderFailure {
+                stage: FailureStage::Render,
+                message: e.to_string(),
+                template: e.template().map(String::from),
+                line: e.line(),
+            })?;
         let render_time = started.elapsed();
         let baseline = self
             .baseline

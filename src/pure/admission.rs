@@ -305,7 +305,10 @@ pub fn admit_change_validated(
         Operation::Delete => "without",
         _ => "with",
     };
-    let rendered = match running.compiled.render_trial(snapshot, None) {
+    let rendered = match running
+        .compiled
+        .render_trial(snapshot, None, validator.haproxy_version())
+    {
         Ok(rendered) => rendered,
         Err(e) => {
             return Ok((
@@ -397,7 +400,7 @@ pub fn admit_config(
             .map_err(|e| Undecided(e.to_string()))?
             .snapshot(),
     };
-    let rendered = match compiled.render(snapshot, None) {
+    let rendered = match compiled.render(snapshot, None, validator.haproxy_version()) {
         Ok(rendered) => rendered,
         Err(e) => {
             return Ok(Verdict::deny(format!(

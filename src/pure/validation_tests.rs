@@ -165,7 +165,7 @@ fn run_test(
         .extra_context
         .as_ref()
         .or(global.and_then(|g| g.extra_context.as_ref()));
-    let rendered = match config.render(snapshot.clone(), extra) {
+    let rendered = match config.render(snapshot.clone(), extra, validator.haproxy_version()) {
         Ok(r) => r,
         Err(e) => {
             report.error = Some(format!("render failed: {e}"));
@@ -208,7 +208,11 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
 
     fn render_again(&mut self) -> Result<RenderedConfig, String> {
         self.config
-            .render(self.stores.snapshot(), self.extra)
+            .render(
+                self.stores.snapshot(),
+                self.extra,
+                self.validator.haproxy_version(),
+            )
             .map_err(|e| e.to_string())
     }
 

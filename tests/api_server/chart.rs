@@ -888,10 +888,20 @@ fn a_haproxy_version_reaches_the_controller_with_its_checker_and_one_it_cannot_c
     use haptor::pure::haproxy::versions::HaproxyVersion;
     let v = |text: &str| text.parse::<HaproxyVersion>().expect("a version");
 
-    // The default: the controller image's haproxy checks for its own version.
+    // The default: HAProxy 3.2 pods, checked by the controller image's own haproxy 3.2.
     let default = run_versions(&controller_args(&[]));
-    assert_eq!(default.haproxy_version, None);
+    assert_eq!(default.haproxy_version, Some(v("3.2")));
     assert!(default.haproxy_checkers.is_empty());
+
+    // 2.6 by values: a controller image built for 2.6 checks 2.6 pods with its own haproxy.
+    let on_2_6 = run_versions(&controller_args(&[
+        "--set-string",
+        "image.haproxyVersion=2.6",
+        "--set-string",
+        "haproxy.version=2.6",
+    ]));
+    assert_eq!(on_2_6.haproxy_version, Some(v("2.6")));
+    assert!(on_2_6.haproxy_checkers.is_empty());
 
     let args = controller_args(&[
         "--set-string",
@@ -914,7 +924,15 @@ fn a_haproxy_version_reaches_the_controller_with_its_checker_and_one_it_cannot_c
     for (set, expected) in [
         (
             vec!["--set-string", "haproxy.version=3.0"],
-            r#"haproxy.version 3.0: the controller image's haproxy checks 2.6 configurations only; set controller.haproxyCheckers."3.0""#,
+            r#"haproxy.version 3.0: the controller image's haproxy checks 3.2 configurations only (image.haproxyVersion)"#,
+        ),
+        (
+            vec!["--set-string", "image.haproxyVersion=2.6"],
+            r#"haproxy.version 3.2: the controller image's haproxy checks 2.6 configurations only (image.haproxyVersion)"#,
+        ),
+        (
+            vec!["--set", "image.haproxyVersion=3"],
+            r#"image.haproxyVersion must be a quoted X.Y such as "3.2", not 3"#,
         ),
         (
             vec![

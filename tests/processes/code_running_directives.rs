@@ -330,7 +330,11 @@ fn a_lua_load_line_the_template_writes_literally_passes_the_schema_phase_and_hap
     )))
     .expect("compiles");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let validator = haptor::drivers::haproxy_check::validator(haproxy_binary(), 4);
     let validated = validator
@@ -353,7 +357,11 @@ fn a_lua_load_line_an_expression_writes_is_refused_before_haproxy_c_runs() {
     spec.extra_context = Some(serde_json::json!({"lua_file": lua.display().to_string()}));
     let config = CompiledConfig::compile(spec).expect("compiles");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let validator = haptor::drivers::haproxy_check::validator(haproxy_binary(), 4);
     let Err(PipelineError::Invalid(err)) = validator.validate(rendered) else {

@@ -76,17 +76,26 @@ fn split_instruction(line: usize, logical: &str) -> Instruction {
 }
 
 /// The stages: every `FROM` starts one (instructions before the first `FROM`, `ARG`s, are
-/// not in any stage).
+/// not in any stage). A `FROM` reads `${NAME}` of those `ARG`s at their defaults, as Docker
+/// does without `--build-arg`.
 fn stages(instructions: &[Instruction]) -> Vec<Stage> {
     let mut out: Vec<Stage> = Vec::new();
+    let mut global_args: Vec<(String, String)> = Vec::new();
     for instruction in instructions {
-        if instruction.keyword == "FROM" {
+        if instruction.keyword == "ARG" && out.is_empty() {
+            if let Some((name, default)) = instruction.args.split_once('=') {
+                global_args.push((name.trim().to_string(), default.trim().to_string()));
+            }
+        } else if instruction.keyword == "FROM" {
             let words: Vec<&str> = instruction
                 .args
                 .split_whitespace()
                 .filter(|w| !w.starts_with("--"))
                 .collect();
-            let image = words.first().copied().unwrap_or_default().to_string();
+            let mut image = words.first().copied().unwrap_or_default().to_string();
+            for (name, value) in &global_args {
+                image = image.replace(&format!("${{{name}}}"), value);
+            }
             let name = match words.as_slice() {
                 [_, as_, name] if as_.eq_ignore_ascii_case("as") => Some(name.to_string()),
                 _ => None,
@@ -232,6 +241,61 @@ fn every_base_image_is_pinned_to_a_tag_other_than_latest() {
                 stage.image, stage.line
             ),
         }
+    }
+}
+
+/// The HAProxy line of each Debian suite a runtime stage may start from (its `haproxy`).
+const SUITE_LINES: [(&str, &str); 3] = [("bookworm", "2.6"), ("trixie", "3.0"), ("forky", "3.2")];
+
+/// The chart's default values.
+fn chart_values() -> serde_json::Value {
+    let text = std::fs::read_to_string(repo("deploy/chart/haptor/values.yaml"))
+        .expect("the chart's values read");
+    serde_yaml_ng::from_str(&text).expect("the chart's values are YAML")
+}
+
+/// haptor checks a render only with a haproxy of the line the pods run: the image built as
+/// the Dockerfile stands must hold the checker of the line the chart deploys by default.
+#[test]
+fn the_runtime_stage_ships_the_checker_of_the_haproxy_line_the_chart_deploys() {
+    let stages = dockerfile();
+    let runtime = final_stage(&stages);
+    let suite = runtime
+        .image
+        .strip_prefix("debian:")
+        .and_then(|rest| rest.strip_suffix("-slim"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the runtime stage starts FROM {}, not a debian:SUITE-slim",
+                runtime.image
+            )
+        });
+    let line = SUITE_LINES
+        .iter()
+        .find(|(s, _)| *s == suite)
+        .map(|(_, line)| *line)
+        .unwrap_or_else(|| panic!("the runtime suite {suite} has no known HAProxy line"));
+    let values = chart_values();
+    assert_eq!(
+        values["image"]["haproxyVersion"], line,
+        "the chart says the controller image's haproxy is {}, the Dockerfile ships {suite}'s {line}",
+        values["image"]["haproxyVersion"]
+    );
+    assert_eq!(
+        values["haproxy"]["version"], line,
+        "the chart's HAProxy pods default to {}, the controller image checks {line}",
+        values["haproxy"]["version"]
+    );
+    for image in [
+        &values["haproxy"]["image"],
+        &values["haproxy"]["dataplane"]["image"],
+    ] {
+        let tag = image["tag"].as_str().expect("a tag");
+        assert!(
+            tag.starts_with(&format!("{line}.")),
+            "the pods' image {}:{tag} is not a pinned {line}.x release",
+            image["repository"]
+        );
     }
 }
 
@@ -585,8 +649,12 @@ fn the_image_built_without_docker_is_the_runtime_stage_and_its_binary_runs_in_it
     let checker = haproxy_bin
         .strip_prefix("HAPROXY_BIN=")
         .expect("HAPROXY_BIN=");
+    let line = chart_values()["image"]["haproxyVersion"]
+        .as_str()
+        .expect("image.haproxyVersion")
+        .to_string();
     assert!(
-        text.contains(&format!("haproxy -c checker: {checker} (HAProxy 2.6")),
-        "the image's haptor finds the image's haproxy:\n{text}"
+        text.contains(&format!("haproxy -c checker: {checker} (HAProxy {line}")),
+        "the image's haptor finds the image's haproxy, of the chart's line {line}:\n{text}"
     );
 }

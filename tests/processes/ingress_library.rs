@@ -761,7 +761,11 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons_and_nothi
         store.apply(ingress).expect("the Ingress is stored");
     }
     let rendered = compiled
-        .render(stores.snapshot(), None)
+        .render(
+            stores.snapshot(),
+            None,
+            haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("it renders");
     let key = |name: &str| ObjectKey {
         api_version: "networking.k8s.io/v1".into(),
@@ -797,4 +801,56 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons_and_nothi
         checksum,
         "outcomes are not deployed bytes"
     );
+}
+
+/// The library renders for the target's HAProxy line: HTTP/2 glitch protection
+/// (`tune.h2.fe.glitches-threshold`, added in 3.0) only for 3.0 and later, never for 2.6,
+/// whose haproxy refuses the keyword; the line under test's own haproxy -c accepts what is
+/// rendered for it; and `h2_glitches_threshold: 0` leaves it out everywhere.
+#[test]
+fn the_library_protects_http2_from_glitching_clients_only_on_haproxy_lines_that_can() {
+    const SETTING: &str = "  tune.h2.fe.glitches-threshold 1000\n";
+    let library = path_text(&repo(LIBRARY)).to_string();
+    let render_for = |config: &str, version: &str| {
+        let output = haptor(&["render", "-f", config, "--haproxy-version", version]);
+        assert!(
+            output.status.success(),
+            "render for {version}: {}",
+            text(&output)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert!(!render_for(&library, "2.6").contains("glitches"));
+    for version in ["3.0", "3.2"] {
+        assert!(
+            render_for(&library, version).contains(SETTING),
+            "the render for {version} has no {SETTING:?}"
+        );
+    }
+
+    let line = support::haproxy_line();
+    let validated = haptor(&["render", "-f", &library, "--validate"]);
+    let out = text(&validated);
+    assert!(validated.status.success(), "{out}");
+    assert!(
+        out.contains("valid: syntax, schema and haproxy -c passed"),
+        "{out}"
+    );
+    assert_eq!(
+        out.contains(SETTING),
+        line >= haptor::pure::haproxy::HaproxyVersion::V3_0,
+        "the render for the line under test ({line}):\n{out}"
+    );
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let off = dir.path().join("config.yaml");
+    let text_of_library = std::fs::read_to_string(repo(LIBRARY)).expect("the library reads");
+    let switched_off =
+        text_of_library.replacen("h2_glitches_threshold: 1000", "h2_glitches_threshold: 0", 1);
+    assert_ne!(
+        switched_off, text_of_library,
+        "the library sets h2_glitches_threshold"
+    );
+    std::fs::write(&off, switched_off).expect("write the copy");
+    assert!(!render_for(path_text(&off), "3.2").contains("glitches"));
 }

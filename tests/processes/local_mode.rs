@@ -691,6 +691,16 @@ fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
         "{}",
         diagnosis()
     );
+    // haptor local renders for its haproxy's line: the library's 3.0+ setting is deployed
+    // on 3.0 and later only (2.6's haproxy would refuse it).
+    let line = support::haproxy_line();
+    let deployed = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+    assert_eq!(
+        deployed.contains("\n  tune.h2.fe.glitches-threshold 1000\n"),
+        line >= haptor::pure::haproxy::HaproxyVersion::V3_0,
+        "HAProxy {line}: {}",
+        diagnosis()
+    );
 }
 
 #[test]

@@ -106,12 +106,18 @@ impl ReconcilePipeline for RenderOnlyPipeline {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(self.delay);
-        let rendered = compiled.render(snapshot, None).map_err(|e| RenderFailure {
-            stage: FailureStage::Render,
-            message: e.to_string(),
-            template: None,
-            line: None,
-        })?;
+        let rendered = compiled
+            .render(
+                snapshot,
+                None,
+                haptor::pure::haproxy::HaproxyVersion::DEFAULT,
+            )
+            .map_err(|e| RenderFailure {
+                stage: FailureStage::Render,
+                message: e.to_string(),
+                template: None,
+                line: None,
+            })?;
         self.renders
             .lock()
             .expect("lock")

@@ -45,6 +45,17 @@ pub fn haptor(args: &[&str]) -> Output {
         .expect("the haptor binary runs")
 }
 
+/// The HAProxy line of the haproxy the tests run (`HAPTOR_HAPROXY_BIN`, else the installed).
+pub fn haproxy_line() -> haptor::pure::haproxy::HaproxyVersion {
+    let binary = haproxy_binary();
+    let output = Command::new(&binary)
+        .arg("-v")
+        .output()
+        .unwrap_or_else(|error| panic!("{} -v: {error}", binary.display()));
+    haptor::pure::haproxy::HaproxyVersion::from_haproxy_v(&String::from_utf8_lossy(&output.stdout))
+        .unwrap_or_else(|| panic!("{} -v prints no version", binary.display()))
+}
+
 /// Standard output and standard error of a finished run, in that order.
 pub fn text(output: &Output) -> String {
     format!(

@@ -334,14 +334,17 @@ impl CompiledConfig {
             && namespaces.admits_object(self.namespace_selector(resource), object)
     }
 
-    /// Renders one snapshot of the stores. `extra_context` replaces the config's own
-    /// `extraContext` when given (validation tests).
+    /// Renders one snapshot of the stores for HAProxy `target` (the templates read it as
+    /// `haproxy.version`, so a library uses a later line's feature only where the target has
+    /// it). `extra_context` replaces the config's own `extraContext` when given (validation
+    /// tests).
     pub fn render(
         &self,
         stores: StoresSnapshot,
         extra_context: Option<&Value>,
+        target: HaproxyVersion,
     ) -> Result<RenderedConfig, TemplateError> {
-        self.render_and(stores, extra_context, true)
+        self.render_and(stores, extra_context, target, true)
     }
 
     /// Renders like [`Self::render`] but leaves the templates' memos and server slots as the
@@ -351,14 +354,16 @@ impl CompiledConfig {
         &self,
         stores: StoresSnapshot,
         extra_context: Option<&Value>,
+        target: HaproxyVersion,
     ) -> Result<RenderedConfig, TemplateError> {
-        self.render_and(stores, extra_context, false)
+        self.render_and(stores, extra_context, target, false)
     }
 
     fn render_and(
         &self,
         stores: StoresSnapshot,
         extra_context: Option<&Value>,
+        target: HaproxyVersion,
         remember: bool,
     ) -> Result<RenderedConfig, TemplateError> {
         let extra = extra_context
@@ -368,7 +373,8 @@ impl CompiledConfig {
         let dataplane = serde_json::to_value(&self.spec.dataplane).unwrap_or(Value::Null);
         let context = RenderContext::new(stores, self.path_resolver.clone())
             .with_extra_context(extra)
-            .with_value("dataplane", dataplane);
+            .with_value("dataplane", dataplane)
+            .with_value("haproxy", target_context(target));
         let mut rendered = if remember {
             self.templates.render(&context)?
         } else {
@@ -391,6 +397,16 @@ impl CompiledConfig {
         }
         Ok(rendered)
     }
+}
+
+/// The templates' view of the HAProxy line they render for: `haproxy.version` (`"3.2"`),
+/// `haproxy.major` and `haproxy.minor`; `(version_at_least haproxy.version "3.0")` tests it.
+fn target_context(target: HaproxyVersion) -> Value {
+    serde_json::json!({
+        "version": target.to_string(),
+        "major": target.major,
+        "minor": target.minor,
+    })
 }
 
 fn apply_post_processors(list: &[CompiledPostProcessor], text: &str) -> String {

@@ -109,7 +109,11 @@ fn validator() -> Validator {
 fn a_valid_render_passes_all_three_phases() {
     let config = compiled(VALID_CFG);
     let rendered = config
-        .render(with_service(&config, "web", 8080).snapshot(), None)
+        .render(
+            with_service(&config, "web", 8080).snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     assert!(rendered.haproxy_cfg.contains("server web 127.0.0.1:8080"));
     let validated = validator().validate(rendered).expect("valid");
@@ -123,17 +127,37 @@ fn an_identical_render_is_served_from_the_cache_without_any_phase() {
     let validator = validator();
     let stores = with_service(&config, "web", 8080);
     let first = validator
-        .validate(config.render(stores.snapshot(), None).expect("renders"))
+        .validate(
+            config
+                .render(
+                    stores.snapshot(),
+                    None,
+                    crate::pure::haproxy::HaproxyVersion::DEFAULT,
+                )
+                .expect("renders"),
+        )
         .expect("valid");
     let second = validator
-        .validate(config.render(stores.snapshot(), None).expect("renders"))
+        .validate(
+            config
+                .render(
+                    stores.snapshot(),
+                    None,
+                    crate::pure::haproxy::HaproxyVersion::DEFAULT,
+                )
+                .expect("renders"),
+        )
         .expect("valid");
     assert!(!first.from_cache);
     assert!(second.from_cache);
     assert_eq!(validator.cache().hits(), 1);
     // A different render misses.
     let other = config
-        .render(with_service(&config, "api", 9090).snapshot(), None)
+        .render(
+            with_service(&config, "api", 9090).snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     assert!(!validator.validate(other).expect("valid").from_cache);
 }
@@ -152,7 +176,11 @@ fn a_fail_call_aborts_the_render_with_its_message_and_line() {
     let config =
         compiled("global\n{{#if true}}\n{{fail \"no default certificate configured\"}}\n{{/if}}\n");
     let err = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect_err("fails");
     let text = err.to_string();
     assert!(text.contains("no default certificate configured"), "{text}");
@@ -163,7 +191,11 @@ fn a_fail_call_aborts_the_render_with_its_message_and_line() {
 fn reading_a_store_that_does_not_exist_names_it() {
     let config = compiled("global\n{{#each (resources \"gateways\")}}x{{/each}}\n");
     let err = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect_err("fails");
     let text = err.to_string();
     assert!(text.contains("gateways"), "{text}");
@@ -174,7 +206,11 @@ fn reading_a_store_that_does_not_exist_names_it() {
 fn an_unknown_directive_is_a_schema_error_on_its_line() {
     let config = compiled("global\n  maxconn 10\n\nfrontend fe\n  bnd 127.0.0.1:18999\n");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let err = validator().validate(rendered).expect_err("invalid");
     let PipelineError::Invalid(invalid) = err else {
@@ -196,7 +232,11 @@ fn a_config_haproxy_rejects_is_a_semantic_error_with_its_line() {
         "global\n  maxconn 10\n\ndefaults\n  mode http\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n  server s1 missing.invalid:80\n",
     );
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let err = validator().validate(rendered).expect_err("invalid");
     let PipelineError::Invalid(invalid) = err else {
@@ -214,7 +254,11 @@ fn failures_are_not_cached() {
     let validator = validator();
     for _ in 0..2 {
         let rendered = config
-            .render(config.new_stores().expect("stores").snapshot(), None)
+            .render(
+                config.new_stores().expect("stores").snapshot(),
+                None,
+                crate::pure::haproxy::HaproxyVersion::DEFAULT,
+            )
             .expect("renders");
         assert!(validator.validate(rendered).is_err());
     }
@@ -325,7 +369,11 @@ fn post_processors_rewrite_the_rendered_text() {
     );
     let config = CompiledConfig::compile(spec).expect("compiles");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     assert_eq!(rendered.haproxy_cfg, "global\n  maxconn 1000\n");
     assert_eq!(
@@ -356,13 +404,21 @@ fn an_endpoint_only_change_after_a_validated_render_skips_haproxy_c_and_a_struct
     let baseline = validator
         .validate(
             config
-                .render(with_service(&config, "web", 8080).snapshot(), None)
+                .render(
+                    with_service(&config, "web", 8080).snapshot(),
+                    None,
+                    crate::pure::haproxy::HaproxyVersion::DEFAULT,
+                )
                 .expect("renders"),
         )
         .expect("valid");
     // Only the server's port changes: runtime-only, `haproxy -c` skipped.
     let moved = config
-        .render(with_service(&config, "web", 9090).snapshot(), None)
+        .render(
+            with_service(&config, "web", 9090).snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let fast = validator
         .validate_after(Some(&baseline.rendered), moved)
@@ -374,7 +430,11 @@ fn an_endpoint_only_change_after_a_validated_render_skips_haproxy_c_and_a_struct
         "global\n  maxconn 10\n\nfrontend fe\n  bind 127.0.0.1:18999\n  default_backend be\n\nbackend be\n  server s1 nowhere.invalid:80\n",
     );
     let rendered = structural
-        .render(structural.new_stores().expect("stores").snapshot(), None)
+        .render(
+            structural.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     let err = validator
         .validate_after(Some(&baseline.rendered), rendered)
@@ -497,7 +557,11 @@ fn a_lua_load_line_the_templates_write_literally_passes_every_phase() {
     );
     let config = CompiledConfig::compile(spec).expect("compiles");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     assert!(
         rendered
@@ -529,7 +593,11 @@ fn a_lua_load_line_built_by_an_expression_is_refused_in_the_schema_phase_and_nev
     );
     let config = CompiledConfig::compile(spec).expect("compiles");
     let rendered = config
-        .render(config.new_stores().expect("stores").snapshot(), None)
+        .render(
+            config.new_stores().expect("stores").snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     assert!(
         rendered
@@ -568,7 +636,13 @@ fn an_object_value_holding_a_newline_cannot_inject_a_code_running_line() {
             "spec": {"lb": "roundrobin\n  lua-load /tmp/x.lua\n  setenv LD_PRELOAD /tmp/x.so"}
         }))
         .expect("applies");
-    let rendered = config.render(stores.snapshot(), None).expect("renders");
+    let rendered = config
+        .render(
+            stores.snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
+        .expect("renders");
     let injected = rendered
         .haproxy_cfg
         .lines()
@@ -612,7 +686,11 @@ fn a_success_cached_under_a_trusting_config_does_not_vouch_for_the_same_bytes_un
     );
     let render = |config: &CompiledConfig| {
         config
-            .render(config.new_stores().expect("stores").snapshot(), None)
+            .render(
+                config.new_stores().expect("stores").snapshot(),
+                None,
+                crate::pure::haproxy::HaproxyVersion::DEFAULT,
+            )
             .expect("renders")
     };
     let trusted = render(&trusting);
@@ -665,7 +743,11 @@ fn the_schema_phase_judges_for_the_checkers_haproxy_version() {
     let template = format!("crt-store web\n  load crt site.pem\n{VALID_CFG}");
     let config = compiled(&template);
     let rendered = config
-        .render(with_service(&config, "web", 8080).snapshot(), None)
+        .render(
+            with_service(&config, "web", 8080).snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
         .expect("renders");
     // A checker that names no version judges for 2.6, which has no crt-store section.
     match validator().validate(rendered.clone()) {

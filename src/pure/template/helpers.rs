@@ -3,7 +3,7 @@
 //! `replace`, `trim`, `contains`, `starts_with`, `ends_with`, `split`, `concat`,
 //! `regex_match`, `regex_replace`, `glob_match`, `sanitize`, `indent`), encodings
 //! (`b64decode`, `b64encode`, `to_json`, `to_int`), arithmetic (`add`, `sub`, `mul`, `div`,
-//! `mod`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
+//! `mod`), versions (`version_at_least haproxy.version "3.0"`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
 //! handlebars' own `eq`, `ne`, `lt`, `lte`, `gt`, `gte`, `and`, `or`, `not` and `len` are
 //! used as they are.
 //!
@@ -311,6 +311,7 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
     }),
     ("to_json", to_json),
     ("to_int", |a| Ok(Value::from(a.int(0)?))),
+    ("version_at_least", version_at_least),
     ("add", |a| arithmetic(a, i64::checked_add, |x, y| x + y)),
     ("sub", |a| arithmetic(a, i64::checked_sub, |x, y| x - y)),
     ("mul", |a| arithmetic(a, i64::checked_mul, |x, y| x * y)),
@@ -320,6 +321,33 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
         Err(HelperFailure::Fail(a.text(0)?.into_owned()))
     }),
 ];
+
+/// `version_at_least VERSION MINIMUM`: whether a dotted version (`3.2`, `2.6.12`) is
+/// `MINIMUM` or later, comparing each number in turn (a missing one counts as 0).
+fn version_at_least(a: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let numbers = |index: usize| -> Result<Vec<u64>, HelperFailure> {
+        let text = a.text(index)?;
+        let parsed: Option<Vec<u64>> = text
+            .trim()
+            .split('.')
+            .map(|part| part.parse::<u64>().ok())
+            .collect();
+        parsed.filter(|n| !n.is_empty()).ok_or_else(|| {
+            misuse(format!(
+                "version_at_least: argument {} is '{text}', not a dotted version like 3.0",
+                index + 1
+            ))
+        })
+    };
+    let (version, minimum) = (numbers(0)?, numbers(1)?);
+    let width = version.len().max(minimum.len());
+    let at = |n: &[u64], i: usize| n.get(i).copied().unwrap_or(0);
+    let ordering = (0..width)
+        .map(|i| at(&version, i).cmp(&at(&minimum, i)))
+        .find(|o| o.is_ne())
+        .unwrap_or(Ordering::Equal);
+    Ok(Value::Bool(ordering.is_ge()))
+}
 
 /// Every helper name this module registers.
 pub(crate) fn names() -> impl Iterator<Item = &'static str> {

@@ -1185,3 +1185,27 @@ fn a_trial_render_leaves_the_memos_and_server_slots_the_next_real_render_starts_
     );
     assert_eq!(next, first);
 }
+
+#[test]
+fn version_at_least_compares_dotted_versions_number_by_number() {
+    for (version, minimum, expected) in [
+        ("3.2", "3.0", "yes"),
+        ("3.0", "3.0", "yes"),
+        ("2.6", "3.0", "no"),
+        ("3.10", "3.9", "yes"),
+        ("2.6.12", "2.6", "yes"),
+        ("3", "3.0", "yes"),
+        ("3.0", "3.0.1", "no"),
+    ] {
+        let template = format!(
+            "{{{{#if (version_at_least \"{version}\" \"{minimum}\")}}}}yes{{{{else}}}}no{{{{/if}}}}"
+        );
+        assert_eq!(render_ok(&template), expected, "{version} >= {minimum}");
+    }
+    let err = render_text("{{version_at_least \"3.x\" \"3.0\"}}").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("version_at_least: argument 1 is '3.x', not a dotted version like 3.0"),
+        "{err}"
+    );
+}

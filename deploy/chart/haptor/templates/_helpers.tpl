@@ -119,14 +119,29 @@ haproxy.version, checked: X.Y as a string (an unquoted 2.10 reads as the number 
 {{- end -}}
 
 {{/*
+image.haproxyVersion, checked: X.Y as a string.
+*/}}
+{{- define "haptor.imageHaproxyVersion" -}}
+{{- $v := .Values.image.haproxyVersion -}}
+{{- if not (kindIs "string" $v) -}}
+{{- fail (printf "image.haproxyVersion must be a quoted X.Y such as \"3.2\", not %v" $v) }}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+\\.[0-9]+$" $v) -}}
+{{- fail (printf "image.haproxyVersion must be X.Y such as \"3.2\", not %q" $v) }}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/*
 Fails unless the controller can check configurations for the HAProxy pods' version: the
-image's own haproxy (2.6) when controller.haproxyCheckers is empty, else the checker listed
-for that version (haptor run would report every render a version mismatch, never checking
-it with another version).
+image's own haproxy (of the line image.haproxyVersion) when controller.haproxyCheckers is
+empty, else the checker listed for that version (haptor run would report every render a
+version mismatch, never checking it with another version).
 */}}
 {{- define "haptor.checkHaproxyCheckers" -}}
 {{- $checkers := .Values.controller.haproxyCheckers | default dict -}}
-{{- $target := "2.6" -}}
+{{- $own := include "haptor.imageHaproxyVersion" . -}}
+{{- $target := $own -}}
 {{- if .Values.haproxy.version }}{{ $target = include "haptor.haproxyVersion" . }}{{ end -}}
 {{- range $version, $path := $checkers -}}
 {{- if not (regexMatch "^[0-9]+\\.[0-9]+$" $version) -}}
@@ -139,8 +154,8 @@ it with another version).
 {{- if and $checkers (not (hasKey $checkers $target)) -}}
 {{- fail (printf "controller.haproxyCheckers has no checker for %s, the HAProxy version (haproxy.version): add \"%s\": PATH" $target $target) }}
 {{- end -}}
-{{- if and (not $checkers) (ne $target "2.6") -}}
-{{- fail (printf "haproxy.version %s: the controller image's haproxy checks 2.6 configurations only; set controller.haproxyCheckers.\"%s\" to a haproxy %s in the controller image" $target $target $target) }}
+{{- if and (not $checkers) (ne $target $own) -}}
+{{- fail (printf "haproxy.version %s: the controller image's haproxy checks %s configurations only (image.haproxyVersion); use a controller image built for %s (docker build --build-arg DEBIAN_SUITE=..., then set image.haproxyVersion) or set controller.haproxyCheckers.\"%s\" to a haproxy %s in the controller image" $target $own $target $target $target) }}
 {{- end -}}
 {{- end -}}
 
