@@ -595,3 +595,126 @@ fn every_keyword_the_tables_accept_for_the_line_under_test_its_haproxy_knows_and
         "the tables refuse documented keywords that HAProxy {line}'s checker knows: {wrongly_left_out:?}"
     );
 }
+
+/// The arguments of one fetch or converter in a `-dKsmp`/`-dKcnv` dump line
+/// (`name(string[,integer]): ...`): the number before the first `[` is mandatory.
+fn dumped_signature(arguments: Option<&str>) -> (usize, Vec<String>) {
+    let Some(arguments) = arguments else {
+        return (0, Vec::new());
+    };
+    let mandatory = arguments
+        .split('[')
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|a| !a.trim().is_empty())
+        .count();
+    let types = arguments
+        .replace(['[', ']'], ",")
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    (mandatory, types)
+}
+
+/// One of the line under test's keyword dumps (`haproxy -dK<kind> -q -c -f /dev/null`).
+fn keyword_dump(binary: &Path, kind: &str) -> String {
+    let output = Command::new(binary)
+        .args([&format!("-dK{kind}"), "-q", "-c", "-f", "/dev/null"])
+        .output()
+        .unwrap_or_else(|error| panic!("{} -dK{kind}: {error}", binary.display()));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The sample tables hold, for the line under test, exactly the fetches, converters and ACL
+/// keywords its haproxy registers (its `-dKsmp`, `-dKcnv` and `-dKacl` dumps), each with
+/// the argument types HAProxy lists and the same number of them mandatory.
+#[test]
+fn the_sample_tables_of_the_line_under_test_are_the_ones_its_haproxy_registers() {
+    use haptor::pure::haproxy::keywords::samples::{
+        Known, acl_keywords, known_converter, known_fetch, table_names,
+    };
+    let Some((binary, line, _)) = subject() else {
+        return;
+    };
+    let fetch_line = regex::Regex::new(r"^\[[^\]]*\] ([^\s(:]+)(?:\((.*)\))?: ").expect("regex");
+    let converter_line = regex::Regex::new(r"^([^\s(:#]+)(?:\((.*)\))?: ").expect("regex");
+    let mut differences: Vec<String> = Vec::new();
+    let (fetch_names, converter_names) = table_names();
+    for (kind, pattern, names, known) in [
+        (
+            "smp",
+            &fetch_line,
+            fetch_names,
+            known_fetch as fn(&str, HaproxyVersion) -> Option<Known>,
+        ),
+        ("cnv", &converter_line, converter_names, known_converter),
+    ] {
+        let dump = keyword_dump(&binary, kind);
+        let registered: BTreeMap<String, (usize, Vec<String>)> = dump
+            .lines()
+            .filter_map(|l| pattern.captures(l))
+            .map(|c| {
+                let arguments = c.get(2).map(|m| m.as_str());
+                (c[1].to_string(), dumped_signature(arguments))
+            })
+            .collect();
+        assert!(
+            registered.len() > 100,
+            "{} -dK{kind} lists {} names:\n{dump}",
+            binary.display(),
+            registered.len()
+        );
+        for (name, (mandatory, types)) in &registered {
+            match known(name, line) {
+                Some(Known::Signature(signature)) => {
+                    let ours: Vec<&str> =
+                        signature.types.iter().map(|t| t.haproxy_name()).collect();
+                    if signature.mandatory != *mandatory || ours != *types {
+                        differences.push(format!(
+                            "{kind} {name}: HAProxy {line} takes {types:?} ({mandatory} mandatory), the tables {ours:?} ({} mandatory)",
+                            signature.mandatory
+                        ));
+                    }
+                }
+                Some(Known::Unchecked) => {}
+                None => differences.push(format!(
+                    "{kind} {name}: HAProxy {line} registers it, the tables do not know it"
+                )),
+            }
+        }
+        for name in names {
+            if known(name, line).is_some() && !registered.contains_key(name) {
+                differences.push(format!(
+                    "{kind} {name}: the tables accept it for {line}, HAProxy {line} does not register it"
+                ));
+            }
+        }
+    }
+    let dump = keyword_dump(&binary, "acl");
+    let registered: BTreeMap<&str, &str> = dump
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(" = ")?;
+            Some((name, rest.split_whitespace().next()?))
+        })
+        .collect();
+    let ours: BTreeMap<&str, &str> = acl_keywords().iter().copied().collect();
+    if registered != ours {
+        differences.push(format!(
+            "acl keywords differ: HAProxy {line} {registered:?}, the tables {ours:?}"
+        ));
+    }
+    assert!(
+        differences.is_empty(),
+        "the sample tables differ from what {} registers:\n  {}",
+        binary.display(),
+        differences.join("\n  ")
+    );
+}

@@ -1,13 +1,16 @@
-//! HAProxy 2.6's sample fetches and converters, and the syntax of the sample expressions
-//! that use them (`req.hdr(host),lower,map(hosts.map)`), for the schema check. Expressions
-//! appear in `acl` lines, in anonymous ACLs of conditions (`if { src 10.0.0.0/8 }`), as the
-//! argument of actions such as `set-var`, `track-sc0` and `stick on`, and between `%[` and
-//! `]` in log-format strings.
+//! The sample fetches and converters of each documented HAProxy line (2.6, 3.0, 3.2), and
+//! the syntax of the sample expressions that use them (`req.hdr(host),lower,map(hosts.map)`),
+//! for the schema check. Expressions appear in `acl` lines, in anonymous ACLs of conditions
+//! (`if { src 10.0.0.0/8 }`), as the argument of actions such as `set-var`, `track-sc0` and
+//! `stick on`, and between `%[` and `]` in log-format strings.
 //!
-//! The tables are those of the Debian 2.6.12 build (its `-dKsmp`, `-dKcnv` and `-dKacl`
-//! keyword dumps): every fetch and converter with the types of its arguments, the number of
-//! them that are mandatory, and the ACL keywords (`hdr_beg`, `path_end`, ...) that stand for
-//! a fetch with a matching method. Names registered at run time by Lua (`lua.*`) and by
+//! The tables are those of Debian's builds (their `-dKsmp`, `-dKcnv` and `-dKacl` keyword
+//! dumps): 2.6.12's whole, and what 3.0.11 and 3.2.26 added, changed and dropped after the
+//! line before (`LATER_FETCHES`, `LATER_CONVERTERS`; the ACL keywords did not change). Each
+//! fetch and converter has the types of its arguments and the number of them that are
+//! mandatory; the ACL keywords (`hdr_beg`, `path_end`, ...) stand for a fetch with a
+//! matching method. For a line between two documented ones (3.1), a name a later documented
+//! line added or changed is accepted with its arguments unchecked. Names registered at run time by Lua (`lua.*`) and by
 //! device-detection modules that build leaves out are accepted unchecked. The parser follows
 //! HAProxy 2.6: a fetch name is made of letters, digits, `.`, `_`, `-` and `+`; arguments sit
 //! in parentheses, separated by commas, and may be quoted or backslash-escaped; converters
@@ -33,6 +36,7 @@ pub enum SampleArgType {
     ProtobufField,
 }
 
+use crate::pure::haproxy::versions::{HaproxyVersion, certainly_before};
 use SampleArgType::{
     Backend, Frontend, Integer, Ipv4Address, Ipv4Mask, Ipv6Address, Ipv6Mask, ProtobufField, Regex,
     Server, Table, Text, UserList,
@@ -710,6 +714,352 @@ const SAMPLE_CONVERTERS: &[(&str, SampleSignature)] = &[
     ("xxh64", args(0, &[Integer])),
 ];
 
+/// What the sample fetches of 3.0 and 3.2 changed since the line before: added or with new
+/// arguments (`Some`), or gone (`None`). Sorted by name, then line.
+const LATER_FETCHES: &[(&str, HaproxyVersion, Option<SampleSignature>)] = &[
+    ("accept_date", HaproxyVersion::V3_0, Some(args(0, &[Text]))),
+    (
+        "acl",
+        HaproxyVersion::V3_0,
+        Some(args(
+            1,
+            &[
+                Text, Text, Text, Text, Text, Text, Text, Text, Text, Text, Text, Text,
+            ],
+        )),
+    ),
+    ("act_conn", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc.timer.connect", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc_be_queue", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc_err_name", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc_glitches", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc_nb_streams", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bc_reused", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("bc_rtt", HaproxyVersion::V3_0, Some(args(0, &[Text]))),
+    ("bc_rttvar", HaproxyVersion::V3_0, Some(args(0, &[Text]))),
+    (
+        "bc_setting_streams_limit",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    ("bc_setting_streams_limit", HaproxyVersion::V3_2, None),
+    (
+        "bc_settings_streams_limit",
+        HaproxyVersion::V3_2,
+        Some(NO_ARGS),
+    ),
+    ("bc_srv_queue", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bs.aborted", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "bs.debug_str",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Integer])),
+    ),
+    ("bs.id", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bs.rst_code", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bytes_in", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("bytes_out", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("cur_client_timeout", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc.timer.handshake", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc.timer.total", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc_err_name", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc_glitches", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc_nb_streams", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fc_pp_tlv", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    (
+        "fc_settings_streams_limit",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    ("fs.aborted", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "fs.debug_str",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Integer])),
+    ),
+    ("fs.id", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("fs.rst_code", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("last_entity", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("pid", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("query", HaproxyVersion::V3_2, Some(args(0, &[Text]))),
+    ("quic_enabled", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "req.body_param",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text, Text])),
+    ),
+    (
+        "req.cook_names",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text])),
+    ),
+    ("req.ssl_cipherlist", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "req.ssl_keyshare_groups",
+        HaproxyVersion::V3_2,
+        Some(NO_ARGS),
+    ),
+    ("req.ssl_sigalgs", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "req.ssl_supported_groups",
+        HaproxyVersion::V3_2,
+        Some(NO_ARGS),
+    ),
+    ("req.timer.hdr", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("req.timer.idle", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("req.timer.queue", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("req.timer.tq", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("request_date", HaproxyVersion::V3_0, Some(args(0, &[Text]))),
+    (
+        "res.cook_names",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text])),
+    ),
+    ("res.timer.data", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("res.timer.hdr", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "sc0_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    (
+        "sc0_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    ("sc0_key", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "sc1_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    (
+        "sc1_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    ("sc1_key", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "sc2_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    (
+        "sc2_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Table])),
+    ),
+    ("sc2_key", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "sc_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Integer, Table])),
+    ),
+    (
+        "sc_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Integer, Table])),
+    ),
+    ("sc_key", HaproxyVersion::V3_2, Some(args(1, &[Integer]))),
+    ("server_status", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("spoe.engine-id", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "src_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "src_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "ssl_bc_client_early_traffic_secret",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    (
+        "ssl_bc_client_handshake_traffic_secret",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    (
+        "ssl_bc_client_traffic_secret_0",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    ("ssl_bc_curve", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "ssl_bc_early_exporter_secret",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    (
+        "ssl_bc_exporter_secret",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    (
+        "ssl_bc_server_handshake_traffic_secret",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    (
+        "ssl_bc_server_traffic_secret_0",
+        HaproxyVersion::V3_0,
+        Some(NO_ARGS),
+    ),
+    ("ssl_bc_sni", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "ssl_c_r_dn",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text, Integer, Text])),
+    ),
+    ("ssl_c_san", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("ssl_fc_curve", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("ssl_fc_early_rcvd", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "ssl_fc_sigalgs_bin",
+        HaproxyVersion::V3_2,
+        Some(args(0, &[Integer])),
+    ),
+    (
+        "ssl_fc_supported_versions_bin",
+        HaproxyVersion::V3_2,
+        Some(args(0, &[Integer])),
+    ),
+    ("term_events", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("txn.conn_retries", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.id32", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.redispatched", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.sess_term_state", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.status", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.timer.total", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("txn.timer.user", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("uptime", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    (
+        "url_param",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text, Text, Text])),
+    ),
+    (
+        "urlp",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text, Text, Text])),
+    ),
+    (
+        "urlp_val",
+        HaproxyVersion::V3_0,
+        Some(args(0, &[Text, Text, Text])),
+    ),
+    ("waiting_entity", HaproxyVersion::V3_2, Some(NO_ARGS)),
+];
+
+/// The same for converters.
+const LATER_CONVERTERS: &[(&str, HaproxyVersion, Option<SampleSignature>)] = &[
+    (
+        "aes_gcm_enc",
+        HaproxyVersion::V3_0,
+        Some(args(4, &[Integer, Text, Text, Text])),
+    ),
+    ("base2", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("bytes", HaproxyVersion::V3_0, Some(args(1, &[Text, Text]))),
+    ("date", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("has_ctl", HaproxyVersion::V3_2, Some(args(0, &[Text]))),
+    (
+        "le2dec",
+        HaproxyVersion::V3_2,
+        Some(args(1, &[Text, Integer, Integer])),
+    ),
+    ("map_beg_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_dir_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_dom_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_end_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_int_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_ip_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_reg_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_str_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    ("map_sub_key", HaproxyVersion::V3_0, Some(args(1, &[Text]))),
+    (
+        "ms_ltime",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text, Integer])),
+    ),
+    (
+        "ms_utime",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text, Integer])),
+    ),
+    ("param", HaproxyVersion::V3_0, Some(args(1, &[Text, Text]))),
+    (
+        "rfc7239_field",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text])),
+    ),
+    ("rfc7239_is_valid", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("rfc7239_n2nn", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("rfc7239_n2np", HaproxyVersion::V3_0, Some(NO_ARGS)),
+    ("rfc7239_nn", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("rfc7239_np", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    ("srv_is_up", HaproxyVersion::V3_2, Some(NO_ARGS)),
+    (
+        "table_clr_gpc",
+        HaproxyVersion::V3_2,
+        Some(args(2, &[Integer, Table])),
+    ),
+    (
+        "table_clr_gpc0",
+        HaproxyVersion::V3_2,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "table_clr_gpc1",
+        HaproxyVersion::V3_2,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "table_glitch_cnt",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "table_glitch_rate",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "table_inc_gpc",
+        HaproxyVersion::V3_2,
+        Some(args(2, &[Integer, Table])),
+    ),
+    (
+        "table_inc_gpc0",
+        HaproxyVersion::V3_2,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "table_inc_gpc1",
+        HaproxyVersion::V3_2,
+        Some(args(1, &[Table])),
+    ),
+    (
+        "us_ltime",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text, Integer])),
+    ),
+    (
+        "us_utime",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text, Integer])),
+    ),
+    (
+        "when",
+        HaproxyVersion::V3_0,
+        Some(args(1, &[Text, Text, Text])),
+    ),
+    ("x509_v_err_str", HaproxyVersion::V3_0, Some(NO_ARGS)),
+];
+
 /// ACL keywords of HAProxy 2.6.12 (manual 7.3 "ACL name" columns) that are not fetch names of
 /// their own or that stand for another fetch, with the fetch whose arguments they take.
 const ACL_KEYWORDS: &[(&str, &str)] = &[
@@ -821,25 +1171,53 @@ fn registered_elsewhere(name: &str) -> bool {
 }
 
 /// Lookup result for a fetch or converter name.
-enum Known {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
     /// In the tables, with these arguments.
     Signature(SampleSignature),
     /// Registered elsewhere; arguments unchecked.
     Unchecked,
 }
 
-fn known_fetch(name: &str) -> Option<Known> {
+/// How the tables of `target` know a sample fetch: `None` when that line has none of that
+/// name.
+pub fn known_fetch(name: &str, target: HaproxyVersion) -> Option<Known> {
     if registered_elsewhere(name) {
         return Some(Known::Unchecked);
     }
-    lookup(SAMPLE_FETCHES, name).map(Known::Signature)
+    known_at(SAMPLE_FETCHES, LATER_FETCHES, name, target)
 }
 
-fn known_converter(name: &str) -> Option<Known> {
+/// How the tables of `target` know a converter: `None` when that line has none of that name.
+pub fn known_converter(name: &str, target: HaproxyVersion) -> Option<Known> {
     if registered_elsewhere(name) {
         return Some(Known::Unchecked);
     }
-    lookup(SAMPLE_CONVERTERS, name).map(Known::Signature)
+    known_at(SAMPLE_CONVERTERS, LATER_CONVERTERS, name, target)
+}
+
+/// A name in 2.6's table with the changes of every documented line up to `target` applied.
+/// A change of a later documented line that `target` may already have (it lies between the
+/// two lines) leaves the name's arguments unchecked.
+fn known_at(
+    base: &[(&str, SampleSignature)],
+    later: &[(&str, HaproxyVersion, Option<SampleSignature>)],
+    name: &str,
+    target: HaproxyVersion,
+) -> Option<Known> {
+    let mut current = lookup(base, name);
+    let first = later.partition_point(|(candidate, _, _)| *candidate < name);
+    let changes = later[first..]
+        .iter()
+        .take_while(|(candidate, _, _)| *candidate == name);
+    for (_, line, change) in changes {
+        if *line <= target {
+            current = *change;
+        } else if !certainly_before(target, *line) {
+            return Some(Known::Unchecked);
+        }
+    }
+    current.map(Known::Signature)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1055,7 +1433,35 @@ fn validate_arguments(
 }
 
 /// The fetch an ACL keyword stands for, when `name` is one.
-fn acl_keyword_fetch(name: &str) -> Option<&'static str> {
+/// Every fetch and converter name some documented line has (the ones registered elsewhere,
+/// such as `lua.*`, aside): fetches, then converters.
+pub fn table_names() -> (Vec<&'static str>, Vec<&'static str>) {
+    let names =
+        |base: &[(&'static str, SampleSignature)],
+         later: &[(&'static str, HaproxyVersion, Option<SampleSignature>)]| {
+            let mut names: Vec<&'static str> = base
+                .iter()
+                .map(|(name, _)| *name)
+                .chain(later.iter().map(|(name, _, _)| *name))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            names
+        };
+    (
+        names(SAMPLE_FETCHES, LATER_FETCHES),
+        names(SAMPLE_CONVERTERS, LATER_CONVERTERS),
+    )
+}
+
+/// The ACL keywords and the fetch each stands for, the same on every documented line.
+pub fn acl_keywords() -> &'static [(&'static str, &'static str)] {
+    ACL_KEYWORDS
+}
+
+/// The fetch an ACL keyword stands for (`hdr_beg` → `hdr`), the same on every documented
+/// line.
+pub fn acl_keyword_fetch(name: &str) -> Option<&'static str> {
     lookup(ACL_KEYWORDS, name)
 }
 
@@ -1066,6 +1472,7 @@ fn acl_keyword_fetch(name: &str) -> Option<&'static str> {
 pub fn parse_sample_expression(
     text: &str,
     place: ExpressionPlace,
+    target: HaproxyVersion,
 ) -> Result<SampleExpression, String> {
     let mut resolved = Vec::new();
     let name_end = name_length(text);
@@ -1077,8 +1484,8 @@ pub fn parse_sample_expression(
         .then(|| acl_keyword_fetch(name))
         .flatten();
     let (label, known) = match acl_fetch {
-        Some(fetch) => (format!("ACL keyword '{name}'"), known_fetch(fetch)),
-        None => (format!("fetch method '{name}'"), known_fetch(name)),
+        Some(fetch) => (format!("ACL keyword '{name}'"), known_fetch(fetch, target)),
+        None => (format!("fetch method '{name}'"), known_fetch(name, target)),
     };
     let mut at = name_end;
     match known {
@@ -1112,7 +1519,7 @@ pub fn parse_sample_expression(
         }
         let converter_name = &rest[..name_length(rest)];
         at += converter_name.len();
-        match known_converter(converter_name) {
+        match known_converter(converter_name, target) {
             None => return Err(format!("unknown converter '{converter_name}'")),
             Some(Known::Unchecked) => at += unchecked_arguments_length(&text[at..]),
             Some(Known::Signature(signature)) => {
@@ -1155,7 +1562,10 @@ fn collect_resolved(
 
 /// Parses every `%[...]` expression of the log-format string `text` (also `%{flags}[...]`;
 /// `%%` is a literal percent sign) and returns them, or the first error HAProxy 2.6 reports.
-pub fn parse_log_format_expressions(text: &str) -> Result<Vec<SampleExpression>, String> {
+pub fn parse_log_format_expressions(
+    text: &str,
+    target: HaproxyVersion,
+) -> Result<Vec<SampleExpression>, String> {
     let bytes = text.as_bytes();
     let mut expressions = Vec::new();
     let mut at = 0;
@@ -1180,13 +1590,15 @@ pub fn parse_log_format_expressions(text: &str) -> Result<Vec<SampleExpression>,
             continue;
         }
         let start = at + 1;
-        let expression = parse_sample_expression(&text[start..], ExpressionPlace::LogFormat)
-            .map_err(|message| {
-                format!(
-                    "failed to parse sample expression <{}> : {message}",
-                    &text[start..]
-                )
-            })?;
+        let expression =
+            parse_sample_expression(&text[start..], ExpressionPlace::LogFormat, target).map_err(
+                |message| {
+                    format!(
+                        "failed to parse sample expression <{}> : {message}",
+                        &text[start..]
+                    )
+                },
+            )?;
         let end = start + expression.end;
         let parsed = &text[start..end];
         match text[end..].chars().next() {
@@ -1234,7 +1646,7 @@ mod tests {
         );
         for (name, fetch) in ACL_KEYWORDS {
             assert!(
-                known_fetch(fetch).is_some(),
+                known_fetch(fetch, HaproxyVersion::V2_6).is_some(),
                 "ACL keyword {name} stands for unknown {fetch}"
             );
         }
@@ -1244,7 +1656,7 @@ mod tests {
     }
 
     fn word(text: &str) -> Result<SampleExpression, String> {
-        parse_sample_expression(text, ExpressionPlace::Word)
+        parse_sample_expression(text, ExpressionPlace::Word, HaproxyVersion::V2_6)
     }
 
     #[test]
@@ -1331,7 +1743,7 @@ mod tests {
 
     #[test]
     fn acl_keywords_are_expressions_only_in_acls() {
-        let acl = |text| parse_sample_expression(text, ExpressionPlace::Acl);
+        let acl = |text| parse_sample_expression(text, ExpressionPlace::Acl, HaproxyVersion::V2_6);
         assert!(acl("hdr_beg(host),lower").is_ok());
         assert!(acl("hdr_beg,lower").is_ok());
         assert!(word("hdr_beg(host)").is_err());
@@ -1343,22 +1755,61 @@ mod tests {
 
     #[test]
     fn log_format_expressions_end_at_a_closing_bracket() {
-        let parsed = parse_log_format_expressions("%[src] %{+Q}[req.hdr(host)] 100%% %t");
+        let parsed = parse_log_format_expressions(
+            "%[src] %{+Q}[req.hdr(host)] 100%% %t",
+            HaproxyVersion::V2_6,
+        );
         assert_eq!(parsed.map(|expressions| expressions.len()), Ok(2));
         assert_eq!(
-            parse_log_format_expressions("%%[not-an-expression"),
+            parse_log_format_expressions("%%[not-an-expression", HaproxyVersion::V2_6),
             Ok(vec![])
         );
         assert_eq!(
-            parse_log_format_expressions("x %[hdr(arg))]"),
+            parse_log_format_expressions("x %[hdr(arg))]", HaproxyVersion::V2_6),
             Err("expected ']' after 'hdr(arg)', but found ')'".into())
         );
-        let error = parse_log_format_expressions("%[str(a),]").expect_err("an empty converter");
+        let error = parse_log_format_expressions("%[str(a),]", HaproxyVersion::V2_6)
+            .expect_err("an empty converter");
         assert!(error.contains("unknown converter ''"), "{error}");
-        let error = parse_log_format_expressions("%[fc_glitches]").expect_err("a later fetch");
+        let error = parse_log_format_expressions("%[fc_glitches]", HaproxyVersion::V2_6)
+            .expect_err("a later fetch");
         assert!(
             error.contains("unknown fetch method 'fc_glitches'"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn each_line_knows_the_fetches_and_converters_its_own_build_registers() {
+        use HaproxyVersion as V;
+        let judge =
+            |text: &str, target: V| parse_sample_expression(text, ExpressionPlace::Word, target);
+        // Added in 3.0: unknown to 2.6, known to 3.0 and 3.2, unchecked for 2.8 (between).
+        assert!(judge("fc_glitches", V::V2_6).is_err());
+        assert!(judge("fc_glitches", V::V3_0).is_ok());
+        assert!(judge("fc_glitches", V::V3_2).is_ok());
+        assert!(judge("fc_glitches(1,2,3)", V::new(2, 8)).is_ok());
+        // Dropped in 3.2.
+        assert!(judge("bc_setting_streams_limit", V::V3_0).is_ok());
+        let gone = judge("bc_setting_streams_limit", V::V3_2).expect_err("dropped in 3.2");
+        assert!(
+            gone.contains("unknown fetch method 'bc_setting_streams_limit'"),
+            "{gone}"
+        );
+        // An argument 3.2 added to query.
+        assert!(judge("query(x)", V::V3_0).is_err());
+        assert!(judge("query(x)", V::V3_2).is_ok());
+        // Converters too; a misspelled one stays unknown on every line.
+        assert!(judge("req.hdr(forwarded),rfc7239_is_valid", V::V2_6).is_err());
+        assert!(judge("req.hdr(forwarded),rfc7239_is_valid", V::V3_0).is_ok());
+        assert!(judge("str(b/s),srv_is_up", V::V3_0).is_err());
+        assert!(judge("str(b/s),srv_is_up", V::V3_2).is_ok());
+        for target in [V::V2_6, V::V3_0, V::V3_2, V::new(3, 1)] {
+            let error = judge("src,lowr", target).expect_err("a misspelled converter");
+            assert!(
+                error.contains("unknown converter 'lowr'"),
+                "{target}: {error}"
+            );
+        }
     }
 }

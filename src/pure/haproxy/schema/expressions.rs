@@ -1,12 +1,12 @@
 //! The schema check's rules for sample expressions and rule arguments: the fetches and
 //! converters of `acl` lines, of anonymous ACLs in conditions (`if { req.hdr(x) -m found }`),
 //! of actions that take an expression (`set-var`, `track-sc0`, `capture`, `stick on`, ...)
-//! and of `%[...]` in log-format arguments, judged against HAProxy 2.6's tables in
+//! and of `%[...]` in log-format arguments, judged against the target line's tables in
 //! [`samples`](super::super::keywords::samples); the characters and matching methods of
 //! ACLs; and the words that may follow the arguments of common actions (only a condition).
 //!
-//! The sample tables are those of 2.6, so these rules judge only a 2.6 target; later
-//! versions added fetches and converters that the tables do not know.
+//! The action word counts are 2.6's (later lines gave some actions optional words), so
+//! that rule judges a 2.6 target only.
 
 use super::super::ast::{Directive, Section};
 use super::super::keywords::samples::{
@@ -106,8 +106,8 @@ const HTTP_ACTION_WORDS: &[(&str, usize)] = &[
 const TCP_ACTIONS_WITHOUT_WORDS: &[&str] = &["accept", "close", "reject"];
 
 impl Checker {
-    /// Whether the rules of this file judge the target: their tables are 2.6's.
-    fn judges_samples(&self) -> bool {
+    /// Whether the action word counts judge the target: they are 2.6's.
+    fn judges_action_words(&self) -> bool {
         self.target <= HaproxyVersion::V2_6
     }
 
@@ -121,9 +121,6 @@ impl Checker {
         offset: usize,
         words: &[String],
     ) {
-        if !self.judges_samples() {
-            return;
-        }
         let keyword = words[0].as_str();
         let literal = |index: usize| -> Option<&str> {
             let word = words.get(index)?;
@@ -222,7 +219,7 @@ impl Checker {
                     continue;
                 }
                 let context = format!("{rule} (log-format string '{text}')");
-                match parse_log_format_expressions(text) {
+                match parse_log_format_expressions(text, self.target) {
                     Err(message) => {
                         self.report(line, format!("{context}: {message}"));
                         break;
@@ -251,7 +248,7 @@ impl Checker {
                 }
             }
         }
-        if is_rule && !directive.has_env_refs() {
+        if is_rule && !directive.has_env_refs() && self.judges_action_words() {
             self.check_action_words(line, keyword, action, action_at, words, arguments_end);
         }
     }
@@ -309,7 +306,7 @@ impl Checker {
         }
     }
 
-    /// Parses one expression and reports what HAProxy 2.6 would refuse in it.
+    /// Parses one expression and reports what the target's HAProxy would refuse in it.
     fn check_expression(
         &mut self,
         section: &Section,
@@ -318,7 +315,7 @@ impl Checker {
         expression: &str,
         place: ExpressionPlace,
     ) {
-        match parse_sample_expression(expression, place) {
+        match parse_sample_expression(expression, place, self.target) {
             Err(message) => self.report(
                 line,
                 format!("{context}: {message} in sample expression '{expression}'"),
@@ -383,7 +380,7 @@ impl Checker {
                         self.report(
                             line,
                             format!(
-                                "{context}: unknown matching method '{method}' after '-m' (HAProxy 2.6 knows {})",
+                                "{context}: unknown matching method '{method}' after '-m' (HAProxy knows {})",
                                 ACL_MATCH_METHODS.join(", ")
                             ),
                         );
