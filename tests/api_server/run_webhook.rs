@@ -1027,6 +1027,18 @@ async fn the_manifest_applied_as_the_readme_gives_it_issues_its_webhook_certific
             ))
         })
         .chain([("POD_NAMESPACE".to_string(), "haptor".to_string())])
+        // The image's own checker (its ENV HAPROXY_BIN) is a haproxy of the line the manifest
+        // deploys (--haproxy-version): this machine's one of that line stands for it.
+        .chain([(
+            "HAPROXY_BIN".to_string(),
+            support::haproxy_of_line(
+                flag_value(&args, "--haproxy-version")
+                    .parse::<haptor::pure::haproxy::HaproxyVersion>()
+                    .expect("X.Y"),
+            )
+            .display()
+            .to_string(),
+        )])
         .collect();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let dir = tempfile::tempdir().expect("a temp dir");

@@ -56,6 +56,42 @@ pub fn haproxy_line() -> haptor::pure::haproxy::HaproxyVersion {
         .unwrap_or_else(|| panic!("{} -v prints no version", binary.display()))
 }
 
+/// A haproxy of `line` on this machine: the one the tests run when it is of that line, else
+/// `HAPTOR_HAPROXY_BIN_<X>_<Y>` (scripts/test exports what scripts/test-haproxy prints),
+/// else the one scripts/test-haproxy makes from the Debian suite of that line (cached per
+/// machine). For a process that stands for the controller image, whose haproxy is the
+/// chart's HAProxy line.
+pub fn haproxy_of_line(line: haptor::pure::haproxy::HaproxyVersion) -> std::path::PathBuf {
+    if haproxy_line() == line {
+        return haproxy_binary();
+    }
+    let variable = format!("HAPTOR_HAPROXY_BIN_{}_{}", line.major, line.minor);
+    if let Some(path) = std::env::var_os(&variable) {
+        return path.into();
+    }
+    let suite = match (line.major, line.minor) {
+        (3, 0) => "trixie",
+        (3, 2) => "forky",
+        _ => panic!("no Debian suite carries HAProxy {line} for scripts/test-haproxy to make"),
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-haproxy");
+    let output = Command::new(&script)
+        .arg(suite)
+        .output()
+        .unwrap_or_else(|error| panic!("{}: {error}", script.display()));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    printed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{variable}=")))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "scripts/test-haproxy {suite} made no haproxy {line}: {printed}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
 /// Standard output and standard error of a finished run, in that order.
 pub fn text(output: &Output) -> String {
     format!(
