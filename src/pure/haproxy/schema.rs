@@ -30,8 +30,8 @@ use super::keywords::{
 };
 use super::sections::SectionKind;
 use super::versions::{
-    DOCUMENTED_LINES, HaproxyVersion, LATER_LOG_ARGUMENTS, LATER_TCP_SESSION_ACTIONS,
-    certainly_before, later_address_prefix, needs, section_since, since,
+    BACKEND_QUIC_REFUSED, DOCUMENTED_LINES, HaproxyVersion, LATER_LOG_ARGUMENTS,
+    LATER_TCP_SESSION_ACTIONS, certainly_before, later_address_prefix, needs, section_since, since,
 };
 
 mod arguments;
@@ -537,6 +537,23 @@ impl Checker {
             }
             return;
         }
+        if keyword != "default-server"
+            && section != SectionKind::Peers
+            && !directive.word_has_env_ref(offset + fixed_words - 1)
+            && let Some(address) = words.get(fixed_words - 1)
+            && ["quic4@", "quic6@", "quic+"]
+                .iter()
+                .any(|prefix| address.starts_with(prefix))
+            && (BACKEND_QUIC_REFUSED.0..BACKEND_QUIC_REFUSED.1).contains(&self.target)
+        {
+            self.report(
+                directive.line,
+                format!(
+                    "{server}: address '{address}': QUIC protocol is unsupported on the backend side on HAProxy {} (servers speak QUIC from {})",
+                    self.target, BACKEND_QUIC_REFUSED.1
+                ),
+            );
+        }
         let mut index = fixed_words;
         while let Some(param) = words.get(index) {
             let at = offset + index;
@@ -962,6 +979,23 @@ backend be
             [2, 3],
             "{old:?}"
         );
+    }
+
+    #[test]
+    fn a_quic_server_address_is_refused_by_haproxy_3_2_and_a_quic_bind_is_not() {
+        let quic = "frontend fe\n    bind quic4@:443 ssl crt site.pem alpn h3\n    default_backend be\nbackend be\n    server s1 quic4@10.0.0.1:443 ssl verify none\n    server s2 quickstart.example:80\n";
+        let found = problems_for(quic, HaproxyVersion::V3_2);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].line, 5);
+        assert!(
+            found[0].message.contains(
+                "QUIC protocol is unsupported on the backend side on HAProxy 3.2 (servers speak QUIC from 3.3)"
+            ),
+            "{found:?}"
+        );
+        // 3.0's check takes it (its corpus verdicts say so), and 3.3 speaks QUIC to servers.
+        assert_eq!(problems_for(quic, HaproxyVersion::V3_0), []);
+        assert_eq!(problems_for(quic, HaproxyVersion::new(3, 3)), []);
     }
 
     #[test]

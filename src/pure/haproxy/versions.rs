@@ -140,6 +140,11 @@ pub const LATER_ADDRESS_PREFIXES: &[(&str, HaproxyVersion)] = &[
     ("quic+", HaproxyVersion::V3_1),
 ];
 
+/// The lines that refuse a QUIC server address (`server x quic4@...`) as unsupported on the
+/// backend side: from 3.2 (3.0's check accepts it), until 3.3 speaks QUIC to servers.
+pub const BACKEND_QUIC_REFUSED: (HaproxyVersion, HaproxyVersion) =
+    (HaproxyVersion::V3_2, HaproxyVersion::new(3, 3));
+
 /// `tcp-request session` actions 2.6 refuses: `attach-srv` came with reverse HTTP (2.9).
 pub const LATER_TCP_SESSION_ACTIONS: &[(&str, HaproxyVersion)] =
     &[("attach-srv", HaproxyVersion::V2_9)];

@@ -1412,6 +1412,20 @@ fn validate_arguments(
     };
     let problem = if names_variable {
         variable_name_problem(first)
+    } else if converter && keyword == "bytes" && values[0].0 == Text {
+        // From 3.0 `bytes` takes numbers or variable names, and no negative number.
+        values
+            .iter()
+            .map(|(_, value)| value)
+            .find(|value| {
+                !value.bytes().all(|b| b.is_ascii_digit()) && variable_name_problem(value).is_some()
+            })
+            .map(|value| format!("'{value}' is neither a non-negative number nor a variable name"))
+    } else if converter && keyword == "param" {
+        values
+            .get(1)
+            .filter(|(_, delimiter)| delimiter.chars().count() != 1)
+            .map(|_| "Delimiter must be exactly 1 character".to_owned())
     } else if converter && INTEGER_OR_VARIABLE_CONVERTERS.contains(&keyword) {
         // An empty argument counts as 0.
         (!first.is_empty() && !Integer.accepts(first) && variable_name_problem(first).is_some())
@@ -1432,7 +1446,6 @@ fn validate_arguments(
     }
 }
 
-/// The fetch an ACL keyword stands for, when `name` is one.
 /// Every fetch and converter name some documented line has (the ones registered elsewhere,
 /// such as `lua.*`, aside): fetches, then converters.
 pub fn table_names() -> (Vec<&'static str>, Vec<&'static str>) {
@@ -1811,5 +1824,26 @@ mod tests {
                 "{target}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn bytes_takes_numbers_or_variables_from_3_0_and_param_a_one_character_delimiter() {
+        use HaproxyVersion as V;
+        let judge =
+            |text: &str, target: V| parse_sample_expression(text, ExpressionPlace::Word, target);
+        assert!(judge("var(txn.input),bytes(2,txn.len)", V::V3_0).is_ok());
+        let negative = judge("var(txn.input),bytes(-1)", V::V3_0).expect_err("negative");
+        assert!(
+            negative.contains("invalid args in converter 'bytes'"),
+            "{negative}"
+        );
+        // 2.6 reads both as integers and takes a negative one.
+        assert!(judge("var(txn.input),bytes(-1)", V::V2_6).is_ok());
+        assert!(judge("query,param(test,;)", V::V3_0).is_ok());
+        let long = judge("query,param(test,0x26)", V::V3_2).expect_err("a long delimiter");
+        assert!(
+            long.contains("Delimiter must be exactly 1 character"),
+            "{long}"
+        );
     }
 }
