@@ -14,8 +14,12 @@ use std::process::Command;
 
 use haptor::pure::haproxy::{HaproxyVersion, check_schema_for, parse_config};
 
-/// The share of rejected files the lint must flag at HAProxy's line.
-const FLAGGED_FLOOR: f64 = 0.90;
+/// The share of rejected files the lint must flag at HAProxy's line: issue 27 asked for 90 %;
+/// measured 64 of 69 (2.6) and 65 of 70 (3.0, 3.2) when the rule families were built, then
+/// 68 of 69 and 69 of 70 once tcp rule sets, the words of deny/tarpit/return, init-addr
+/// methods and server-template references were judged (rules written after these files,
+/// so the set no longer measures the lint blind). It may only rise.
+const FLAGGED_FLOOR: f64 = 0.98;
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/one_mistake")

@@ -606,6 +606,19 @@ impl Checker {
             (!value.parse::<u32>().is_ok_and(|weight| weight <= 256)).then(|| {
                 format!("'weight' on {server} must be a number from 0 to 256, got '{value}'")
             })
+        } else if param == "init-addr" {
+            // A list of methods tried in turn: last, libc, none, or an IP address.
+            value
+                .split(',')
+                .find(|method| {
+                    !matches!(*method, "last" | "libc" | "none")
+                        && method.parse::<std::net::IpAddr>().is_err()
+                })
+                .map(|method| {
+                    format!(
+                        "'init-addr' on {server}: '{method}' is not a method (last, libc, none or an IP address)"
+                    )
+                })
         } else {
             None
         };
@@ -996,6 +1009,42 @@ backend be
         // 3.0's check takes it (its corpus verdicts say so), and 3.3 speaks QUIC to servers.
         assert_eq!(problems_for(quic, HaproxyVersion::V3_0), []);
         assert_eq!(problems_for(quic, HaproxyVersion::new(3, 3)), []);
+    }
+
+    #[test]
+    fn rule_sets_response_words_init_addr_methods_and_template_resolvers_are_judged_on_every_line()
+    {
+        let config = "resolvers dns\n    nameserver ns 127.0.0.1:53\nfrontend fe\n    bind :80\n    tcp-request contents accept\n    http-request deny unles { src 10.0.0.0/8 }\n    http-request deny deny_status 429 content-type text/plain string busy hdr Retry-After 5 if { src 10.0.0.0/8 }\n    http-request return status 200 default-errorfiles\n    default_backend be\nbackend be\n    server-template s 2 web.example:80 resolvers dns1 init-addr last,libc,10.0.0.1\n    server t web.example:80 resolvers dns init-addr last,nothing\n";
+        for target in [
+            HaproxyVersion::V2_6,
+            HaproxyVersion::V3_0,
+            HaproxyVersion::V3_2,
+        ] {
+            let mut found: Vec<(usize, String)> = problems_for(config, target)
+                .into_iter()
+                .map(|p| (p.line, p.message))
+                .collect();
+            found.sort();
+            let lines: Vec<usize> = found.iter().map(|(line, _)| *line).collect();
+            assert_eq!(lines, [5, 6, 11, 12], "{target}: {found:?}");
+            assert!(found[0].1.contains("'tcp-request' expects one of 'connection', 'content', 'inspect-delay', 'session' but got 'contents'"), "{found:?}");
+            assert!(
+                found[1].1.contains(
+                    "expects either 'if' or 'unless' followed by a condition but found 'unles'"
+                ),
+                "{found:?}"
+            );
+            assert!(
+                found[2]
+                    .1
+                    .contains("'resolvers dns1' names no resolvers section"),
+                "{found:?}"
+            );
+            assert!(
+                found[3].1.contains("'nothing' is not a method"),
+                "{found:?}"
+            );
+        }
     }
 
     #[test]

@@ -410,6 +410,22 @@ const HTTP_ACTION_ARGUMENTS: &[(&str, usize)] = &[
     ("set-uri", 1),
 ];
 
+/// The words an HTTP `deny`, `tarpit` or `return` takes to shape its response, with the
+/// number of values each takes (`return` has no `deny_status`); the same on 2.6, 3.0 and 3.2.
+const RESPONSE_ACTION_WORDS: &[(&str, usize)] = &[
+    ("content-type", 1),
+    ("default-errorfiles", 0),
+    ("deny_status", 1),
+    ("errorfile", 1),
+    ("errorfiles", 1),
+    ("file", 1),
+    ("hdr", 2),
+    ("lf-file", 1),
+    ("lf-string", 1),
+    ("status", 1),
+    ("string", 1),
+];
+
 /// Whether `word` is a whole number.
 fn is_number(word: &str) -> bool {
     !word.is_empty() && word.bytes().all(|byte| byte.is_ascii_digit())
@@ -506,6 +522,27 @@ impl Checker {
         }
         if proxy {
             self.check_proxy_arguments(section, line, words);
+        }
+        if proxy && matches!(keyword, "tcp-request" | "tcp-response") {
+            let rule_sets: &[&str] = if keyword == "tcp-request" {
+                &["connection", "content", "inspect-delay", "session"]
+            } else {
+                &["content", "inspect-delay"]
+            };
+            let named = words.get(1).map_or("", String::as_str);
+            if !rule_sets.contains(&named) {
+                self.report(
+                    line,
+                    format!(
+                        "'{keyword}' expects one of {} but got '{named}'",
+                        rule_sets
+                            .iter()
+                            .map(|set| format!("'{set}'"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
         }
         match keyword {
             "log" => self.check_log_levels(line, words),
@@ -813,6 +850,9 @@ impl Checker {
             let rest: Vec<String> = words[1..].to_vec();
             self.check_redirect(line, &format!("{family} redirect"), &rest);
         }
+        if family.starts_with("http-") && matches!(name, "deny" | "tarpit" | "return") {
+            self.check_response_words(line, family, name, &arguments);
+        }
         if matches!(name, "deny" | "tarpit")
             && let Some(index) = words.iter().position(|w| w == "deny_status")
         {
@@ -820,6 +860,30 @@ impl Checker {
                 Some(code) => self.check_error_status(line, "deny_status", code),
                 None => self.report(line, "'deny_status' needs a status code".to_owned()),
             }
+        }
+    }
+
+    /// The words of an HTTP `deny`, `tarpit` or `return` before its condition: keywords of
+    /// the response it sends, each with its values (`status 403`, `hdr X-A v`); anything
+    /// else is where HAProxy expects `if` or `unless` (`deny unles { ... }`).
+    fn check_response_words(&mut self, line: usize, family: &str, action: &str, words: &[&String]) {
+        let mut index = 0;
+        while let Some(word) = words.get(index) {
+            let values = RESPONSE_ACTION_WORDS
+                .iter()
+                .find(|(keyword, _)| *keyword == word.as_str())
+                .filter(|(keyword, _)| action != "return" || *keyword != "deny_status")
+                .map(|(_, values)| *values);
+            let Some(values) = values else {
+                self.report(
+                    line,
+                    format!(
+                        "'{family} {action}' expects either 'if' or 'unless' followed by a condition but found '{word}'"
+                    ),
+                );
+                return;
+            };
+            index += 1 + values;
         }
     }
 

@@ -242,7 +242,7 @@ impl Checker {
                     );
                 }
             }
-            "server" | "default-server" => {
+            "server" | "default-server" | "server-template" => {
                 self.check_server_references(own, defined, line, words);
             }
             _ => {}
@@ -293,7 +293,10 @@ impl Checker {
         words: &[String],
     ) {
         let missing = |list: &[&str], name: &str| !dynamic(name) && !list.contains(&name);
-        for (index, word) in words.iter().enumerate().skip(2) {
+        // The parameters follow the name and address (a server-template's prefix, count and
+        // address).
+        let first = if words[0] == "server-template" { 4 } else { 2 };
+        for (index, word) in words.iter().enumerate().skip(first) {
             let Some(value) = words.get(index + 1) else {
                 break;
             };
