@@ -250,7 +250,8 @@ fn replace_once(text: &str, anchor: &str, replacement: &str) -> String {
     text.replacen(anchor, replacement, 1)
 }
 
-/// Inserts `template` at the start of the `haproxy.cfg` template's second line.
+/// Inserts `template` at the start of the library's `{{#if runtime_socket}}` line, line 9 of
+/// its `haproxy.cfg` template.
 fn in_haproxy_cfg(template: &'static str) -> impl Fn(&str) -> String {
     move |config| {
         replace_once(
@@ -380,7 +381,7 @@ fn template_rows() -> Vec<Row> {
             enters,
             in_haproxy_cfg("{{nosuchhelper 1}}"),
             &[
-                "template 'haproxy.cfg' line 4",
+                "template 'haproxy.cfg' line 9",
                 "unknown helper 'nosuchhelper'",
             ],
         ),
@@ -390,7 +391,7 @@ fn template_rows() -> Vec<Row> {
             enters,
             in_haproxy_cfg("{{> nosuchpartial}}"),
             &[
-                "template 'haproxy.cfg' line 4",
+                "template 'haproxy.cfg' line 9",
                 "no template snippet named 'nosuchpartial'",
             ],
         ),
