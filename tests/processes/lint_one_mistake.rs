@@ -85,19 +85,10 @@ fn lint_lines(text: &str, line: HaproxyVersion) -> (Vec<usize>, Vec<String>) {
     }
 }
 
-fn line_under_test(binary: &Path) -> HaproxyVersion {
-    let output = Command::new(binary)
-        .arg("-v")
-        .output()
-        .unwrap_or_else(|error| panic!("{} -v: {error}", binary.display()));
-    HaproxyVersion::from_haproxy_v(&String::from_utf8_lossy(&output.stdout))
-        .unwrap_or_else(|| panic!("{} -v prints no version", binary.display()))
-}
-
 #[test]
 fn the_lint_flags_nine_in_ten_one_mistake_configs_haproxy_rejects_at_its_line_and_no_valid_one() {
     let binary = support::haproxy_binary();
-    let line = line_under_test(&binary);
+    let line = support::haproxy_line();
     let mut considered = 0usize;
     let mut flagged = 0usize;
     let mut accepted_by_haproxy = Vec::new();

@@ -10,8 +10,9 @@
 //! fetch and converter has the types of its arguments and the number of them that are
 //! mandatory; the ACL keywords (`hdr_beg`, `path_end`, ...) stand for a fetch with a
 //! matching method. For a line between two documented ones (3.1), a name a later documented
-//! line added or changed is accepted with its arguments unchecked. Names registered at run time by Lua (`lua.*`) and by
-//! device-detection modules that build leaves out are accepted unchecked. The parser follows
+//! line added or changed is accepted with its arguments unchecked. Names registered at run
+//! time by Lua (`lua.*`) and by device-detection modules that build leaves out are accepted
+//! unchecked. The parser follows
 //! HAProxy 2.6: a fetch name is made of letters, digits, `.`, `_`, `-` and `+`; arguments sit
 //! in parentheses, separated by commas, and may be quoted or backslash-escaped; converters
 //! follow, each after a comma. Arguments of types that HAProxy resolves only after parsing
@@ -1447,7 +1448,8 @@ fn validate_arguments(
 }
 
 /// Every fetch and converter name some documented line has (the ones registered elsewhere,
-/// such as `lua.*`, aside): fetches, then converters.
+/// such as `lua.*`, aside): fetches, then converters. For the test that holds the tables
+/// against each line's real haproxy (`keyword_tables`); the schema check looks names up.
 pub fn table_names() -> (Vec<&'static str>, Vec<&'static str>) {
     let names =
         |base: &[(&'static str, SampleSignature)],
@@ -1467,7 +1469,8 @@ pub fn table_names() -> (Vec<&'static str>, Vec<&'static str>) {
     )
 }
 
-/// The ACL keywords and the fetch each stands for, the same on every documented line.
+/// The ACL keywords and the fetch each stands for, the same on every documented line. For
+/// the test that holds them against each line's real haproxy (`keyword_tables`).
 pub fn acl_keywords() -> &'static [(&'static str, &'static str)] {
     ACL_KEYWORDS
 }
