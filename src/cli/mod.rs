@@ -2,6 +2,7 @@
 //! thin: they read files, call into `crate::pure` (offline commands) or start the actor
 //! tree (`run`, `local`), print results and choose the exit code.
 
+mod migrate;
 mod offline;
 
 use std::path::PathBuf;
@@ -62,6 +63,13 @@ pub enum Command {
     /// Print the operations a deployment from one haproxy.cfg to another would perform
     /// (runtime-API changes and file writes) and whether it reloads.
     Plan(PlanArgs),
+    /// Report what a config (by default the embedded Ingress library) does with existing
+    /// Ingresses: served as they are, served with annotations or parts left out (which, why,
+    /// and what to use instead), or not served. Exit 0 only when every one is served as it is.
+    Migrate(MigrateArgs),
+    /// Print the reference (Markdown) of the annotations a config reads, by default the
+    /// embedded Ingress library's: docs/annotations.md.
+    Annotations(AnnotationsArgs),
     /// Print the CustomResourceDefinitions (YAML) of HAProxyTemplateConfig and HAProxyCfg.
     Crd,
     /// Print version and build information.
@@ -299,6 +307,50 @@ impl VersionArgs {
     }
 }
 
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Manifest files or folders holding the Ingresses (and any Services or Secrets to use
+    /// with them), e.g. the output of `kubectl get ingress -A -o yaml`; `-` reads standard
+    /// input.
+    pub inputs: Vec<PathBuf>,
+    /// Read every object the config watches from the cluster instead (with the config's own
+    /// selectors), through the kubeconfig.
+    #[arg(long, conflicts_with = "inputs")]
+    pub cluster: bool,
+    /// The kubeconfig for --cluster (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The HAProxyTemplateConfig to judge with (default: the embedded Ingress library).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Keep each Ingress's own class instead of taking every one as the config's.
+    #[arg(long)]
+    pub keep_class: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    pub output: MigrateOutput,
+    /// The haproxy binary whose version the render is for.
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
+}
+
+/// Output format of `haptor migrate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MigrateOutput {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AnnotationsArgs {
+    /// The HAProxyTemplateConfig whose annotations to describe (default: the embedded
+    /// Ingress library).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+}
+
 /// Format of `lint --dump`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DumpFormat {
@@ -311,6 +363,8 @@ pub enum DumpFormat {
 pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
     match cli.command {
         Command::Crd => offline::print_crds(),
+        Command::Migrate(args) => migrate::migrate(&args),
+        Command::Annotations(args) => migrate::annotations(args.file.as_deref()),
         Command::Version => {
             print_version();
             ExitCode::SUCCESS

@@ -4,6 +4,8 @@
 //! `haproxy -c`, a second render, the parsed structure — ask an [`AssertionEnvironment`], so
 //! this module stays pure and its callers decide how those are done.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use crate::pure::config::{Assertion, AssertionKind};
@@ -64,7 +66,7 @@ fn evaluate_inner(
             }
         }
         AssertionKind::Contains | AssertionKind::NotContains => {
-            let text = target_text(rendered, &assertion.target)?;
+            let text = &*target_text(rendered, &assertion.target)?;
             let regex = compile(assertion.pattern.as_deref())?;
             let found = regex.find(text);
             match (assertion.kind, found) {
@@ -85,7 +87,7 @@ fn evaluate_inner(
             }
         }
         AssertionKind::Equals => {
-            let text = target_text(rendered, &assertion.target)?;
+            let text = &*target_text(rendered, &assertion.target)?;
             let expected = assertion.expected.as_deref().unwrap_or_default();
             if text == expected {
                 Ok(())
@@ -98,7 +100,7 @@ fn evaluate_inner(
             }
         }
         AssertionKind::MatchCount => {
-            let text = target_text(rendered, &assertion.target)?;
+            let text = &*target_text(rendered, &assertion.target)?;
             let regex = compile(assertion.pattern.as_deref())?;
             let expected: usize = assertion
                 .expected
@@ -117,7 +119,7 @@ fn evaluate_inner(
             }
         }
         AssertionKind::MatchOrder => {
-            let text = target_text(rendered, &assertion.target)?;
+            let text = &*target_text(rendered, &assertion.target)?;
             let mut from = 0;
             for pattern in &assertion.patterns {
                 let regex = compile(Some(pattern))?;
@@ -166,17 +168,20 @@ fn evaluate_inner(
 
 /// The text an assertion target names: `haproxy.cfg`, `map:NAME`, `file:NAME`, `cert:NAME`
 /// or `crt-list:NAME`.
-pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<&'r str, String> {
+pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<Cow<'r, str>, String> {
     if target == "haproxy.cfg" {
-        return Ok(&rendered.haproxy_cfg);
+        return Ok(Cow::Borrowed(&rendered.haproxy_cfg));
+    }
+    if target == OUTCOMES_TARGET {
+        return Ok(Cow::Owned(outcomes_text(rendered)));
     }
     let (kind, name) = target
         .split_once(':')
         .and_then(|(k, n)| AuxKind::parse(k).map(|kind| (kind, n)))
-        .ok_or_else(|| format!("unknown target '{target}' (use haproxy.cfg, map:NAME, file:NAME, cert:NAME or crt-list:NAME)"))?;
+        .ok_or_else(|| format!("unknown target '{target}' (use haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME or outcomes)"))?;
     rendered
         .aux(kind, name)
-        .map(|f| f.content.as_str())
+        .map(|f| Cow::Borrowed(f.content.as_str()))
         .ok_or_else(|| {
             let known: Vec<String> = rendered
                 .aux_files
@@ -193,6 +198,25 @@ pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<&'r
                 }
             )
         })
+}
+
+/// The target whose text is what the render recorded about objects (`served`, `ignored`
+/// and the annotation helpers).
+pub const OUTCOMES_TARGET: &str = "outcomes";
+
+/// One line per object and outcome: `<Kind> <namespace>/<name>: served`, and one
+/// `<Kind> <namespace>/<name>: left out: <reason>` line per reason.
+fn outcomes_text(rendered: &RenderedConfig) -> String {
+    let mut text = String::new();
+    for (key, outcome) in &rendered.outcomes {
+        if outcome.is_served() {
+            text.push_str(&format!("{key}: served\n"));
+        }
+        for reason in outcome.reasons() {
+            text.push_str(&format!("{key}: left out: {reason}\n"));
+        }
+    }
+    text
 }
 
 fn compile(pattern: Option<&str>) -> Result<regex::Regex, String> {
@@ -365,6 +389,25 @@ mod tests {
             outcome.message.contains("only before the previous pattern"),
             "{}",
             outcome.message
+        );
+    }
+
+    #[test]
+    fn the_outcomes_target_lists_each_object_served_and_each_reason_left_out() {
+        use crate::pure::rendered::{ObjectKey, Outcome};
+        let mut rendered = RenderedConfig::default();
+        rendered.outcomes.insert(
+            ObjectKey {
+                api_version: "networking.k8s.io/v1".into(),
+                kind: "Ingress".into(),
+                namespace: "web".into(),
+                name: "shop".into(),
+            },
+            Outcome::PartlyServed(vec!["annotation a/b: bad".into()]),
+        );
+        assert_eq!(
+            target_text(&rendered, OUTCOMES_TARGET).expect("a target"),
+            "Ingress web/shop: served\nIngress web/shop: left out: annotation a/b: bad\n"
         );
     }
 

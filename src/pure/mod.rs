@@ -4,6 +4,7 @@
 //! modules and move their results around. Tests drive these modules directly.
 
 pub mod admission;
+pub mod annotations;
 pub mod api_failure;
 pub mod assertions;
 pub mod certificates;
@@ -19,6 +20,7 @@ pub mod haproxy;
 pub mod ingress_status;
 pub mod kube_events;
 pub mod manifests;
+pub mod migration;
 pub mod pipeline;
 pub mod readiness;
 pub mod redact;

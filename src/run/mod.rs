@@ -201,7 +201,7 @@ pub enum RunError {
 const READY_POLL: Duration = Duration::from_millis(200);
 
 /// The client configuration: the given kubeconfig, else kube's inference.
-async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<Config, RunError> {
+pub(crate) async fn kube_config(kubeconfig: Option<&PathBuf>) -> Result<Config, RunError> {
     match kubeconfig {
         Some(path) => {
             let file = Kubeconfig::read_from(path)

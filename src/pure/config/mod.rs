@@ -88,6 +88,11 @@ pub struct HAProxyTemplateConfigSpec {
     /// Reusable template fragments, usable as partials (`{{> name}}`) and ordered by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub template_snippets: BTreeMap<String, TemplateSnippet>,
+    /// The annotations the templates read, each defined once: what it accepts, what it
+    /// does and, for the ones that act, the template lines it adds (`haptor annotations`
+    /// writes their reference).
+    #[serde(default, skip_serializing_if = "AnnotationSettings::is_empty")]
+    pub annotations: AnnotationSettings,
     /// Map files, by file name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub maps: BTreeMap<String, GeneratedFile>,
@@ -308,6 +313,85 @@ pub struct TemplateSnippet {
     pub template: String,
 }
 
+/// The annotations a config owns and defines (see [`crate::pure::annotations`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotationSettings {
+    /// The prefixes the config owns, such as `haproxy.org/`: an annotation under one of them
+    /// that no definition names is reported as unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<String>,
+    /// Every annotation, by its full name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub definitions: BTreeMap<String, AnnotationDefinition>,
+}
+
+impl AnnotationSettings {
+    pub fn is_empty(&self) -> bool {
+        self.prefixes.is_empty() && self.definitions.is_empty()
+    }
+}
+
+/// One annotation: its value's kind, its documentation and what it adds to the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotationDefinition {
+    /// The kind of value: `bool`, `duration`, `seconds`, `integer [MIN..MAX]`, `size`,
+    /// `redirect-code`, `status-code`, `one-of A|B`, `addresses`, `headers`, `header-name`,
+    /// `text`, `host`, `path`, `url`, `secret-name`, `origins`, `tokens`, `balance`,
+    /// `path-rewrite`, `upstream-hash`, `config-lines` or `pattern REGEX`.
+    #[serde(default = "default_accepts")]
+    pub accepts: String,
+    /// What applies when the annotation is absent (documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// What the annotation does, in HAProxy's terms (documentation).
+    #[serde(default)]
+    pub description: String,
+    /// Where it may be written (documentation; `Ingress` when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// The counterpart under the other prefix (documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equivalent: Option<String>,
+    /// Where HAProxy's behaviour differs from ingress-nginx's in a way a user can observe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub differs: Option<String>,
+    /// Other names read as this annotation (the first present decides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    /// The snippets the template joins: `{{render_glob "annotations/<section>/*"}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The template's place among its section's (ascending, then by name).
+    #[serde(default = "default_order")]
+    pub order: u16,
+    /// Lines rendered when the object carries a valid value, which they read as `value`
+    /// (the object is `ing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// Lines rendered instead when the value is present but invalid (a security setting
+    /// that fails closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_invalid: Option<String>,
+    /// What an invalid value leads to, in the words of the reason ("it is left out" when
+    /// unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_effect: Option<String>,
+    /// Set for an annotation that is recognised and never honoured: why, and what to use
+    /// instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+fn default_accepts() -> String {
+    "text".to_string()
+}
+
+fn default_order() -> u16 {
+    50
+}
+
 /// A generated auxiliary file: its template and optional post-processing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -386,7 +470,9 @@ pub enum AssertionKind {
 pub struct Assertion {
     #[serde(rename = "type")]
     pub kind: AssertionKind,
-    /// `haproxy.cfg` (default), `map:NAME`, `file:NAME`, `cert:NAME` or `crt-list:NAME`.
+    /// `haproxy.cfg` (default), `map:NAME`, `file:NAME`, `cert:NAME`, `crt-list:NAME`, or
+    /// `outcomes`: one line per object the templates recorded (`<Kind> <ns>/<name>: served`,
+    /// `<Kind> <ns>/<name>: left out: <reason>`).
     #[serde(default = "default_assertion_target")]
     pub target: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -182,6 +182,11 @@ pub fn validated_timings(
             );
         }
     }
+    if let Err(found) = crate::pure::annotations::AnnotationTable::new(&spec.annotations) {
+        for problem in found {
+            problems.push(&problem.field, &problem.message);
+        }
+    }
     if spec.haproxy_config.template.trim().is_empty() {
         problems.push(
             "spec.haproxyConfig.template",
@@ -357,7 +362,7 @@ impl Problems {
     }
 
     fn assertion_target(&mut self, path: &str, target: &str) {
-        if target == "haproxy.cfg" {
+        if target == "haproxy.cfg" || target == crate::pure::assertions::OUTCOMES_TARGET {
             return;
         }
         let known = match target.split_once(':') {
@@ -365,7 +370,7 @@ impl Problems {
             // name need not match a template; the assertion reports a file the render lacks.
             Some(("map" | "file" | "cert" | "crt-list", name)) => !name.is_empty(),
             _ => {
-                self.push(&format!("{path}.target"), &format!("'{target}' is not haproxy.cfg, map:NAME, file:NAME, cert:NAME or crt-list:NAME"));
+                self.push(&format!("{path}.target"), &format!("'{target}' is not haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME or outcomes"));
                 return;
             }
         };

@@ -444,7 +444,14 @@ fn trusted_lines(spec: &HAProxyTemplateConfigSpec) -> TrustedLines {
         literal_lines(&spec.haproxy_config.template).chain(
             spec.template_snippets
                 .values()
-                .flat_map(|snippet| literal_lines(&snippet.template)),
+                .flat_map(|snippet| literal_lines(&snippet.template))
+                .chain(
+                    spec.annotations
+                        .definitions
+                        .values()
+                        .flat_map(|d| d.template.iter().chain(&d.when_invalid))
+                        .flat_map(|template| literal_lines(template)),
+                ),
         ),
     )
 }
@@ -481,6 +488,7 @@ pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
             .iter()
             .map(|(k, v)| (k.clone(), v.template.clone()))
             .collect(),
+        annotations: spec.annotations.clone(),
     }
 }
 

@@ -51,6 +51,8 @@ use std::time::Duration;
 use handlebars::{Context, Handlebars, RenderContext as HbRenderContext, Renderable};
 use serde_json::{Map, Value};
 
+use crate::pure::annotations::{self, AnnotationTable};
+use crate::pure::config::AnnotationSettings;
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver, RenderedConfig};
 use crate::pure::store::StoresSnapshot;
 pub use literal::literal_lines;
@@ -74,6 +76,9 @@ pub struct TemplateSetInput {
     pub ssl_certificates: BTreeMap<String, String>,
     /// Partials, usable as `{{> name}}`, `{{render "name"}}` or `{{render_glob "prefix-*"}}`.
     pub snippets: BTreeMap<String, String>,
+    /// The annotations the `annotation` and `annotated` helpers judge; the templates of
+    /// those that act join the snippets as `annotations/<section>/<order>/<name>`.
+    pub annotations: AnnotationSettings,
 }
 
 /// Resource limits for one render.
@@ -238,6 +243,7 @@ pub struct TemplateSet {
     /// `(kind, name, registry name)` of every auxiliary template, in render order.
     aux: Vec<(AuxKind, String, String)>,
     snippets: Arc<[String]>,
+    annotations: AnnotationTable,
     limits: RenderLimits,
     /// The last render's context; renders of one set take turns on it.
     context_cache: std::sync::Mutex<render::ContextCache>,
@@ -274,9 +280,33 @@ impl TemplateSet {
             vec![(HAPROXY_CFG.to_string(), input.haproxy_config)];
         for name in input.snippets.keys() {
             check_snippet_name(name)?;
+            if name.starts_with(annotations::SNIPPET_PREFIX) {
+                return Err(TemplateError::Compile {
+                    template: name.clone(),
+                    line: None,
+                    column: None,
+                    message: format!(
+                        "snippet names starting with '{}' are reserved for annotation templates",
+                        annotations::SNIPPET_PREFIX
+                    ),
+                });
+            }
         }
-        let snippets: Arc<[String]> = input.snippets.keys().cloned().collect();
-        sources.extend(input.snippets);
+        let table = AnnotationTable::new(&input.annotations).map_err(|problems| {
+            let first = problems.into_iter().next();
+            TemplateError::Compile {
+                template: first
+                    .as_ref()
+                    .map_or_else(|| "spec.annotations".into(), |p| p.field.clone()),
+                line: None,
+                column: None,
+                message: first.map(|p| p.message).unwrap_or_default(),
+            }
+        })?;
+        let mut all_snippets = input.snippets;
+        all_snippets.extend(annotations::generated_snippets(&input.annotations));
+        let snippets: Arc<[String]> = all_snippets.keys().cloned().collect();
+        sources.extend(all_snippets);
         let mut aux = Vec::new();
         for (kind, prefix, templates) in [
             (AuxKind::Map, MAP_PREFIX, input.maps),
@@ -317,6 +347,7 @@ impl TemplateSet {
             registry,
             aux,
             snippets,
+            annotations: table,
             limits: RenderLimits::default(),
             context_cache: std::sync::Mutex::default(),
             slot_memory: std::sync::Mutex::default(),
@@ -400,6 +431,7 @@ impl TemplateSet {
         let state = RenderState::new(
             input,
             &self.snippets,
+            &self.annotations,
             self.limits.max_render_time,
             &previous_slots,
         );

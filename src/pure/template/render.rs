@@ -47,6 +47,7 @@ use super::helpers::{Args, HelperFailure, glob_match, misuse};
 use super::memo::{TemplateMemo, TemplateTrace, next_context_generation};
 use super::slots::SlotMemory;
 use super::{RenderContext, TemplateError};
+use crate::pure::annotations::{AnnotationTable, Judged};
 use crate::pure::rendered::{
     AuxFile, AuxKind, ObjectKey, Outcome, Outcomes, PathResolver, record_outcome,
 };
@@ -70,6 +71,8 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "server_slots",
     "served",
     "ignored",
+    "annotation",
+    "annotated",
 ];
 
 /// The handlebars context of the last render (everything but store data), reused while the
@@ -167,6 +170,7 @@ pub(crate) struct RenderState<'a> {
     stores: &'a StoresSnapshot,
     paths: &'a PathResolver,
     snippets: &'a [String],
+    annotations: &'a AnnotationTable,
     deadline: Instant,
     pub(crate) time_limit: Duration,
     timed_out: AtomicBool,
@@ -186,6 +190,7 @@ impl<'a> RenderState<'a> {
     pub(crate) fn new(
         input: &'a RenderContext,
         snippets: &'a [String],
+        annotations: &'a AnnotationTable,
         time_limit: Duration,
         previous_slots: &'a SlotMemory,
     ) -> RenderState<'a> {
@@ -193,6 +198,7 @@ impl<'a> RenderState<'a> {
             stores: &input.stores,
             paths: &input.path_resolver,
             snippets,
+            annotations,
             deadline: Instant::now() + time_limit,
             time_limit,
             timed_out: AtomicBool::new(false),
@@ -392,6 +398,8 @@ impl<'a> RenderState<'a> {
                 ignored: true,
             }),
         );
+        rc.register_local_helper("annotation", Box::new(AnnotationValue { state: self }));
+        rc.register_local_helper("annotated", Box::new(Annotated { state: self }));
         rc.register_local_helper(
             "render",
             Box::new(RenderSnippets {
@@ -787,6 +795,101 @@ fn object_key(helper: &str, object: &Value) -> Result<ObjectKey, HelperFailure> 
         namespace: text(&["metadata", "namespace"]).unwrap_or_default(),
         name: needed(&["metadata", "name"])?,
     })
+}
+
+/// `annotation obj "name"`: the checked value of a defined annotation on a Kubernetes
+/// object, or null when the object does not carry it or carries an invalid value (recorded
+/// as left out of the object, with the reason). `as_list=true` gives a list of the value or
+/// none, which `#each` renders even for `false`; `invalid=true` gives whether the value is
+/// present but invalid.
+struct AnnotationValue<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for AnnotationValue<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let args = Args {
+            name: "annotation",
+            helper,
+        };
+        let object = args.value(0)?;
+        let name = args.text(1)?;
+        let definition = self.state.annotations.definition(&name).ok_or_else(|| {
+            misuse(format!(
+                "annotation: '{name}' is not defined in spec.annotations.definitions"
+            ))
+        })?;
+        let flag = |key: &str| {
+            helper
+                .hash_get(key)
+                .is_some_and(|v| v.value().as_bool() == Some(true))
+        };
+        let annotations = object
+            .pointer("/metadata/annotations")
+            .unwrap_or(&Value::Null);
+        let judged = self.state.annotations.judge(definition, annotations);
+        if let Judged::Invalid(reason) = &judged {
+            let key = object_key("annotation", object)?;
+            self.state.record(key, Outcome::ignored(reason.clone()));
+        }
+        let result = if flag("invalid") {
+            Value::Bool(matches!(judged, Judged::Invalid(_)))
+        } else {
+            match (judged, flag("as_list")) {
+                (Judged::Valid(value), true) => Value::Array(vec![value]),
+                (Judged::Valid(value), false) => value,
+                (_, true) => Value::Array(Vec::new()),
+                (_, false) => Value::Null,
+            }
+        };
+        Ok(ScopedJson::Derived(result))
+    }
+}
+
+/// `annotated obj "section"`: whether a Kubernetes object carries a valid value for an
+/// annotation whose template joins `section`. It also records, as left out of the object,
+/// every annotation under an owned prefix that is invalid, refused or defined nowhere, so
+/// one call per object reports all of them.
+struct Annotated<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for Annotated<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let args = Args {
+            name: "annotated",
+            helper,
+        };
+        let object = args.value(0)?;
+        let section = args.text(1)?;
+        let Some(annotations) = object.pointer("/metadata/annotations") else {
+            return Ok(ScopedJson::Derived(Value::Bool(false)));
+        };
+        let reasons = self.state.annotations.left_out(annotations);
+        if !reasons.is_empty() {
+            let key = object_key("annotated", object)?;
+            for reason in reasons {
+                self.state.record(key.clone(), Outcome::ignored(reason));
+            }
+        }
+        Ok(ScopedJson::Derived(Value::Bool(
+            self.state.annotations.any_in_section(&section, annotations),
+        )))
+    }
 }
 
 /// `render "snippet"` and `render_glob "pattern"`: render snippets chosen at render time,

@@ -1,0 +1,309 @@
+//! Annotations a config declares (`spec.annotations`): what each one accepts, how a value
+//! is judged, and the reference a user reads about them.
+//!
+//! A config names the annotation prefixes it owns (`haproxy.org/`,
+//! `nginx.ingress.kubernetes.io/`) and defines each annotation under them once: the kind of
+//! value it accepts ([`ValueKind`]), its default, what HAProxy does with it, its ingress-nginx
+//! counterpart and, for the ones that act, the template lines it adds. Templates read a
+//! value only through the `annotation` helper, which hands out the value in a checked form
+//! (quoted and escaped where it reaches a quoted HAProxy argument) or nothing; every value
+//! that fails its check, every annotation under an owned prefix the config does not define
+//! and every one it refuses is recorded as left out of the object with its reason, which
+//! `haptor run` turns into an `IngressPartlyServed` Event and `haptor migrate` into its
+//! report. So no annotation value reaches `haproxy.cfg` unchecked, and a bad value never
+//! stops the rest of the object from being served.
+
+mod kinds;
+mod reference;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+pub use kinds::{KindError, ValueKind};
+pub use reference::reference_markdown;
+
+use crate::pure::config::{AnnotationDefinition, AnnotationSettings};
+
+/// The prefix of the snippets generated from annotation templates:
+/// `annotations/<section>/<order>/<annotation name>`.
+pub const SNIPPET_PREFIX: &str = "annotations/";
+
+/// The checked annotation table of one config.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnnotationTable {
+    prefixes: Vec<String>,
+    /// Definitions by annotation name.
+    definitions: BTreeMap<String, Definition>,
+    /// Alias → the annotation it stands for.
+    aliases: BTreeMap<String, String>,
+}
+
+/// One annotation as the table judges it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Definition {
+    pub name: String,
+    pub kind: ValueKind,
+    pub section: Option<String>,
+    pub aliases: Vec<String>,
+    /// Why the annotation is known but never honoured, and what to use instead.
+    pub refused: Option<String>,
+    /// Whether a present but invalid value renders lines of its own (`whenInvalid`): then it
+    /// counts for its section as a valid one does.
+    pub fails_closed: bool,
+    /// What a present but invalid value makes the template do, in the reason's words
+    /// ("left out" unless the definition says otherwise, e.g. "every request is denied").
+    pub invalid_effect: String,
+}
+
+/// What an object's annotation value comes to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Judged {
+    /// The object does not carry the annotation (nor an alias of it).
+    Absent,
+    /// A valid value, in the form templates get.
+    Valid(Value),
+    /// A value the definition refuses; the reason names the annotation and the value.
+    Invalid(String),
+}
+
+/// A definition problem, with the field path under `spec.annotations`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableProblem {
+    pub field: String,
+    pub message: String,
+}
+
+impl AnnotationTable {
+    /// The table of `settings`, or every problem its definitions have.
+    pub fn new(settings: &AnnotationSettings) -> Result<AnnotationTable, Vec<TableProblem>> {
+        let mut problems = Vec::new();
+        let mut table = AnnotationTable {
+            prefixes: settings.prefixes.clone(),
+            ..AnnotationTable::default()
+        };
+        for (i, prefix) in settings.prefixes.iter().enumerate() {
+            if !prefix.ends_with('/') || prefix.len() < 2 {
+                problems.push(TableProblem {
+                    field: format!("spec.annotations.prefixes[{i}]"),
+                    message: format!("'{prefix}' is not an annotation prefix ending in '/'"),
+                });
+            }
+        }
+        for (name, definition) in &settings.definitions {
+            let field = format!("spec.annotations.definitions.{name}");
+            match Definition::new(name, definition) {
+                Ok(checked) => {
+                    for alias in &checked.aliases {
+                        if let Some(other) = table.aliases.insert(alias.clone(), name.clone()) {
+                            problems.push(TableProblem {
+                                field: format!("{field}.aliases"),
+                                message: format!("'{alias}' is also an alias of {other}"),
+                            });
+                        }
+                    }
+                    table.definitions.insert(name.clone(), checked);
+                }
+                Err(message) => problems.push(TableProblem { field, message }),
+            }
+        }
+        for (alias, name) in &table.aliases {
+            if table.definitions.contains_key(alias) {
+                problems.push(TableProblem {
+                    field: format!("spec.annotations.definitions.{name}.aliases"),
+                    message: format!("'{alias}' is defined as an annotation of its own"),
+                });
+            }
+        }
+        if problems.is_empty() {
+            Ok(table)
+        } else {
+            Err(problems)
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.definitions.is_empty() && self.prefixes.is_empty()
+    }
+
+    pub fn definition(&self, name: &str) -> Option<&Definition> {
+        self.definitions.get(name)
+    }
+
+    /// The annotation of `name` on `annotations` (an object's `metadata.annotations`), its
+    /// aliases included: the first of them present decides.
+    pub fn judge(&self, definition: &Definition, annotations: &Value) -> Judged {
+        let present = std::iter::once(&definition.name)
+            .chain(&definition.aliases)
+            .find_map(|name| annotations.get(name).map(|value| (name, value)));
+        let Some((written, raw)) = present else {
+            return Judged::Absent;
+        };
+        if let Some(refused) = &definition.refused {
+            return Judged::Invalid(format!("annotation {written} is not supported: {refused}"));
+        }
+        let Some(raw) = raw.as_str() else {
+            return Judged::Invalid(format!(
+                "annotation {written}: its value is not text; {}",
+                definition.invalid_effect
+            ));
+        };
+        match definition.kind.check(raw) {
+            Ok(value) => Judged::Valid(value),
+            Err(err) => Judged::Invalid(format!(
+                "annotation {written}: {} is {}; {}",
+                shown(raw),
+                err.0,
+                definition.invalid_effect
+            )),
+        }
+    }
+
+    /// Every reason something of `annotations` is left out: invalid values, refused
+    /// annotations and names under an owned prefix that are defined nowhere. Sorted by
+    /// annotation name.
+    pub fn left_out(&self, annotations: &Value) -> Vec<String> {
+        let Some(object) = annotations.as_object() else {
+            return Vec::new();
+        };
+        let mut reasons = Vec::new();
+        for name in object.keys() {
+            if !self.prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+                continue;
+            }
+            let definition = self
+                .definitions
+                .get(name)
+                .or_else(|| self.aliases.get(name).and_then(|n| self.definitions.get(n)));
+            match definition {
+                None => reasons.push(format!(
+                    "annotation {name} is not one haptor knows (see docs/annotations.md); it has no effect"
+                )),
+                Some(definition) => {
+                    if let Judged::Invalid(reason) = self.judge(definition, annotations) {
+                        reasons.push(reason);
+                    }
+                }
+            }
+        }
+        reasons
+    }
+
+    /// Whether `annotations` carry a value for a definition of `section` that renders: a
+    /// valid one, or an invalid one of a definition that fails closed.
+    pub fn any_in_section(&self, section: &str, annotations: &Value) -> bool {
+        let Some(object) = annotations.as_object() else {
+            return false;
+        };
+        object.keys().any(|name| {
+            let definition = self
+                .definitions
+                .get(name)
+                .or_else(|| self.aliases.get(name).and_then(|n| self.definitions.get(n)));
+            definition.is_some_and(|d| {
+                d.section.as_deref() == Some(section)
+                    && match self.judge(d, annotations) {
+                        Judged::Valid(_) => true,
+                        Judged::Invalid(_) => d.fails_closed,
+                        Judged::Absent => false,
+                    }
+            })
+        })
+    }
+}
+
+impl Definition {
+    fn new(name: &str, definition: &AnnotationDefinition) -> Result<Definition, String> {
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(format!("'{name}' is not an annotation name"));
+        }
+        let kind =
+            ValueKind::parse(&definition.accepts).map_err(|err| format!("accepts: {}", err.0))?;
+        if definition.template.is_some() && definition.section.is_none() {
+            return Err("a template needs a section: the snippets it joins".to_string());
+        }
+        if definition.refused.is_some()
+            && (definition.template.is_some() || definition.when_invalid.is_some())
+        {
+            return Err("a refused annotation has no template".to_string());
+        }
+        if let Some(section) = &definition.section
+            && !section
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "section '{section}' is not a word (letters, digits, '-', '_')"
+            ));
+        }
+        Ok(Definition {
+            name: name.to_string(),
+            kind,
+            section: definition.section.clone(),
+            aliases: definition.aliases.clone(),
+            refused: definition.refused.clone(),
+            fails_closed: definition.when_invalid.is_some(),
+            invalid_effect: definition
+                .invalid_effect
+                .clone()
+                .unwrap_or_else(|| "it is left out".to_string()),
+        })
+    }
+}
+
+/// A value as a reason shows it: quoted, control characters escaped, at most 80 characters.
+fn shown(raw: &str) -> String {
+    let mut text: String = raw.chars().take(80).flat_map(char::escape_debug).collect();
+    if raw.chars().count() > 80 {
+        text.push('…');
+    }
+    format!("\"{text}\"")
+}
+
+/// The snippets a config's annotation templates become, by snippet name: each
+/// definition's template, every line indented by two spaces as a section's body is, inside
+/// a block that gives it `value` (the checked value) for the object `ing`, and its
+/// `whenInvalid` lines when the object carries an invalid one.
+pub fn generated_snippets(settings: &AnnotationSettings) -> BTreeMap<String, String> {
+    let mut snippets = BTreeMap::new();
+    for (name, definition) in &settings.definitions {
+        let (Some(section), Some(template)) = (&definition.section, &definition.template) else {
+            continue;
+        };
+        let mut text =
+            format!("{{{{#each (annotation ing \"{name}\" as_list=true) as |value|}}}}\n");
+        text.push_str(&indented(template));
+        text.push_str("{{/each}}\n");
+        if let Some(when_invalid) = &definition.when_invalid {
+            text.push_str(&format!(
+                "{{{{#if (annotation ing \"{name}\" invalid=true)}}}}\n"
+            ));
+            text.push_str(&indented(when_invalid));
+            text.push_str("{{/if}}\n");
+        }
+        snippets.insert(snippet_name(section, definition.order, name), text);
+    }
+    snippets
+}
+
+/// Every line of `template` indented by two spaces (blank lines stay blank), ending in a
+/// line break.
+fn indented(template: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 32);
+    for line in template.lines() {
+        if !line.trim().is_empty() {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `annotations/<section>/<order, four digits>/<name>`.
+pub fn snippet_name(section: &str, order: u16, name: &str) -> String {
+    format!("{SNIPPET_PREFIX}{section}/{order:04}/{name}")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::pure::config::{AnnotationDefinition, AnnotationSettings};
+
+fn definition(accepts: &str) -> AnnotationDefinition {
+    AnnotationDefinition {
+        accepts: accepts.to_string(),
+        order: 50,
+        ..AnnotationDefinition::default()
+    }
+}
+
+fn table(definitions: &[(&str, AnnotationDefinition)]) -> AnnotationTable {
+    let settings = AnnotationSettings {
+        prefixes: vec!["haproxy.org/".into(), "nginx.ingress.kubernetes.io/".into()],
+        definitions: definitions
+            .iter()
+            .map(|(name, d)| (name.to_string(), d.clone()))
+            .collect(),
+    };
+    AnnotationTable::new(&settings).expect("a valid table")
+}
+
+fn check(accepts: &str, raw: &str) -> Result<Value, String> {
+    ValueKind::parse(accepts)
+        .expect("a kind")
+        .check(raw)
+        .map_err(|err| err.0)
+}
+
+#[test]
+fn each_kind_hands_out_a_checked_form_and_refuses_what_it_cannot_place_safely() {
+    assert_eq!(check("bool", "true"), Ok(json!(true)));
+    assert_eq!(check("bool", "false"), Ok(json!(false)));
+    assert!(check("bool", "yes").is_err());
+    assert_eq!(check("duration", "45s"), Ok(json!("45s")));
+    assert!(check("duration", "-5s").is_err());
+    assert!(check("duration", "5s\ntimeout client 1").is_err());
+    assert_eq!(check("seconds", "30"), Ok(json!("30s")));
+    assert!(check("seconds", "30s").is_err());
+    assert_eq!(check("integer 1..10", "10"), Ok(json!(10)));
+    assert!(check("integer 1..10", "11").is_err());
+    assert_eq!(check("size", "8m"), Ok(json!(8 * 1024 * 1024)));
+    assert_eq!(check("size", "0"), Ok(json!(0)));
+    assert!(check("size", "8 m").is_err());
+    assert_eq!(check("redirect-code", "308"), Ok(json!(308)));
+    assert!(check("redirect-code", "200").is_err());
+    assert_eq!(check("one-of a|b", "b"), Ok(json!("b")));
+    assert!(check("one-of a|b", "c").is_err());
+    assert_eq!(
+        check("addresses", " 10.0.0.0/8, 192.168.1.1,fd00::/8 "),
+        Ok(json!("10.0.0.0/8 192.168.1.1 fd00::/8"))
+    );
+    assert!(check("addresses", "10.0.0.0/33").is_err());
+    assert!(check("addresses", "10.0.0.0/8 } or { always_true").is_err());
+    assert_eq!(
+        check("headers", "X-One 1\nX-Two a \"b\" $HOME 100%"),
+        Ok(json!([{"name": "X-One", "value": "1"},
+                  {"name": "X-Two", "value": "a \\\"b\\\" \\$HOME 100%%"}]))
+    );
+    assert!(check("headers", "X-Bad\u{7}value x").is_err());
+    assert_eq!(
+        check("host", "Example.COM:8080"),
+        Ok(json!("example.com:8080"))
+    );
+    assert!(check("host", "exa mple.com").is_err());
+    assert_eq!(
+        check("url", "https://example.com/a%20b"),
+        Ok(json!("https://example.com/a%%20b"))
+    );
+    assert!(check("url", "javascript:alert(1)").is_err());
+    assert_eq!(
+        check("origins", "https://a.example, http://b.example:8080"),
+        Ok(json!(["https://a.example", "http://b.example:8080"]))
+    );
+    assert!(check("origins", "a.example").is_err());
+    assert_eq!(
+        check("tokens", "GET,POST , PUT"),
+        Ok(json!("GET, POST, PUT"))
+    );
+    assert_eq!(check("balance", "leastconn"), Ok(json!("leastconn")));
+    assert!(check("balance", "leastconn\nhash-type consistent").is_err());
+    assert_eq!(
+        check("path-rewrite", "^/api/(.*) /\\1"),
+        Ok(json!({"regex": "^/api/(.*)", "replacement": "/\\1"}))
+    );
+    assert_eq!(
+        check("path-rewrite", "/new"),
+        Ok(json!({"regex": "^.*$", "replacement": "/new"}))
+    );
+    assert!(check("path-rewrite", "^/('x) /y").is_err());
+    assert!(check("path-rewrite", "^/(x /y").is_err());
+    assert_eq!(
+        check("upstream-hash", "$request_uri"),
+        Ok(json!("uri whole"))
+    );
+    assert_eq!(
+        check("upstream-hash", "$http_x_user"),
+        Ok(json!("hdr(x-user)"))
+    );
+    assert!(check("upstream-hash", "$cookie_session").is_err());
+    assert!(check("config-lines", "timeout server 5s\nfrontend evil").is_err());
+    assert_eq!(
+        check("config-lines", "timeout server 5s\n\nretries 2"),
+        Ok(json!("timeout server 5s\n  retries 2"))
+    );
+    assert_eq!(check("pattern [a-z]+", "abc"), Ok(json!("abc")));
+    assert!(check("pattern [a-z]+", "abc1").is_err());
+    assert!(ValueKind::parse("colour").is_err());
+}
+
+#[test]
+fn an_invalid_value_is_judged_with_a_reason_naming_the_annotation_and_the_value() {
+    let table = table(&[("haproxy.org/timeout-server", definition("duration"))]);
+    let definition = table
+        .definition("haproxy.org/timeout-server")
+        .expect("defined");
+    let annotations = json!({"haproxy.org/timeout-server": "-5s"});
+    assert_eq!(
+        table.judge(definition, &annotations),
+        Judged::Invalid(
+            "annotation haproxy.org/timeout-server: \"-5s\" is not a duration such as 30s or 500ms; it is left out"
+                .into()
+        )
+    );
+    assert_eq!(table.judge(definition, &json!({})), Judged::Absent);
+}
+
+#[test]
+fn unknown_and_refused_annotations_under_an_owned_prefix_are_left_out_and_others_are_not_judged() {
+    let mut refused = definition("text");
+    refused.refused = Some("nginx syntax cannot be translated".into());
+    let mut allow = definition("addresses");
+    allow.aliases = vec!["haproxy.org/whitelist".into()];
+    allow.section = Some("backend".into());
+    allow.template = Some("x".into());
+    let table = table(&[
+        ("nginx.ingress.kubernetes.io/configuration-snippet", refused),
+        ("haproxy.org/allow-list", allow),
+    ]);
+    let annotations = json!({
+        "nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers x",
+        "nginx.ingress.kubernetes.io/no-such-thing": "1",
+        "haproxy.org/whitelist": "10.0.0.1",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+    });
+    let reasons = table.left_out(&annotations);
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("configuration-snippet is not supported: nginx syntax"));
+    assert!(reasons[1].contains("no-such-thing is not one haptor knows"));
+    assert!(
+        table.any_in_section("backend", &annotations),
+        "the alias counts"
+    );
+    assert!(!table.any_in_section("backend", &json!({"haproxy.org/whitelist": "x"})));
+    let mut fail_closed = definition("addresses");
+    fail_closed.section = Some("backend".into());
+    fail_closed.template = Some("x".into());
+    fail_closed.when_invalid = Some("http-request deny".into());
+    let table = super::tests::table(&[("haproxy.org/allow-list", fail_closed)]);
+    assert!(
+        table.any_in_section("backend", &json!({"haproxy.org/allow-list": "x"})),
+        "an invalid value of a definition that fails closed still renders its lines"
+    );
+}
+
+#[test]
+fn a_definition_that_cannot_work_is_refused_with_its_field() {
+    let mut no_section = definition("bool");
+    no_section.template = Some("x".into());
+    no_section.section = None;
+    let settings = AnnotationSettings {
+        prefixes: vec!["haproxy.org".into()],
+        definitions: [
+            ("haproxy.org/a".to_string(), definition("colour")),
+            ("haproxy.org/b".to_string(), no_section),
+        ]
+        .into(),
+    };
+    let problems = AnnotationTable::new(&settings).expect_err("refused");
+    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.annotations.prefixes[0]",
+            "spec.annotations.definitions.haproxy.org/a",
+            "spec.annotations.definitions.haproxy.org/b"
+        ]
+    );
+}
+
+#[test]
+fn an_acting_annotation_becomes_a_snippet_that_gives_its_template_the_checked_value() {
+    let mut timeout = definition("duration");
+    timeout.section = Some("backend".into());
+    timeout.order = 7;
+    timeout.template = Some("timeout server {{value}}".into());
+    let settings = AnnotationSettings {
+        prefixes: vec![],
+        definitions: [("haproxy.org/timeout-server".to_string(), timeout)].into(),
+    };
+    let snippets = generated_snippets(&settings);
+    assert_eq!(
+        snippets.keys().collect::<Vec<_>>(),
+        ["annotations/backend/0007/haproxy.org/timeout-server"]
+    );
+    assert!(
+        snippets.values().next().expect("one").contains(
+            "{{#each (annotation ing \"haproxy.org/timeout-server\" as_list=true) as |value|}}\n  timeout server {{value}}\n{{/each}}"
+        )
+    );
+}
