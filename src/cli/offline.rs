@@ -202,6 +202,13 @@ pub fn render(args: &RenderArgs) -> ExitCode {
             return ExitCode::from(EXIT_PROBLEMS);
         }
     };
+    // What the templates left out (`ignored`, the annotation helpers), as haptor run's
+    // IngressIgnored/IngressPartlyServed Events would say it.
+    for (key, outcome) in &rendered.outcomes {
+        for reason in outcome.reasons() {
+            eprintln!("left out of {key}: {reason}");
+        }
+    }
     match &args.out {
         Some(out) => {
             if let Err(e) = write_rendered(out, &rendered) {

@@ -12,6 +12,7 @@ mod local;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod annotations;
 mod bad_inputs;
 mod cli;
 mod code_running_directives;
@@ -25,6 +26,7 @@ mod keyword_tables;
 mod lint_one_mistake;
 mod local_mode;
 mod local_target;
+mod migrate;
 mod monitoring;
 mod offline_cli;
 mod selectors;

@@ -409,7 +409,7 @@ fn headers(raw: &str) -> Result<Value, KindError> {
     let mut list = Vec::new();
     for line in raw.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (name, value) = line
-            .split_once(|c: char| c == ' ' || c == '\t')
+            .split_once([' ', '\t'])
             .map_or((line, ""), |(n, v)| (n, v.trim()));
         if !TOKEN.is_match(name) {
             return refuse(format!(

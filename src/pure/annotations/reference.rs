@@ -42,22 +42,47 @@ pub fn reference_markdown(settings: &AnnotationSettings, source: &str) -> String
                 .iter()
                 .filter(move |(name, _)| name.starts_with(prefix.as_str()))
         };
+        let mut rows: Vec<(String, String)> = Vec::new();
         for (name, definition) in under() {
-            let accepts = ValueKind::parse(&definition.accepts)
-                .map(|k| k.describe())
-                .unwrap_or_else(|_| definition.accepts.clone());
-            let _ = writeln!(
-                out,
-                "| [`{name}`](#{}) | {} | {} | {} |",
-                anchor(name),
-                cell(&accepts),
-                cell(definition.default.as_deref().unwrap_or("none")),
-                if definition.refused.is_some() {
-                    "no"
-                } else {
-                    "yes"
-                }
-            );
+            let row = if definition.refused.is_some() {
+                format!("| [`{name}`](#{}) | — | — | no |", anchor(name))
+            } else {
+                let accepts = ValueKind::parse(&definition.accepts)
+                    .map(|k| k.describe())
+                    .unwrap_or_else(|_| definition.accepts.clone());
+                format!(
+                    "| [`{name}`](#{}) | {} | {} | yes |",
+                    anchor(name),
+                    cell(&accepts),
+                    cell(definition.default.as_deref().unwrap_or("none")),
+                )
+            };
+            rows.push((name.clone(), row));
+        }
+        // Aliases under this prefix of annotations defined under another name.
+        for (name, definition) in &settings.definitions {
+            for alias in definition
+                .aliases
+                .iter()
+                .filter(|a| a.starts_with(prefix.as_str()))
+            {
+                rows.push((
+                    alias.clone(),
+                    format!(
+                        "| `{alias}` | read as [`{name}`](#{}) | | {} |",
+                        anchor(name),
+                        if definition.refused.is_some() {
+                            "no"
+                        } else {
+                            "yes"
+                        }
+                    ),
+                ));
+            }
+        }
+        rows.sort();
+        for (_, row) in rows {
+            let _ = writeln!(out, "{row}");
         }
         let _ = writeln!(out);
         for (name, definition) in under() {

@@ -1,0 +1,1377 @@
+//! The Ingress library's annotations as users meet them: `haptor local` on a folder of
+//! Ingresses carrying them, the real haproxy it starts, and real HTTP (and HTTPS) requests
+//! to echo backends that report what they received (request line, headers, a PROXY
+//! protocol line). Each test looks at the status, the response headers, the backend reached
+//! and what that backend received, for documented values and for invalid ones, which must
+//! be left out, named in haptor's log, and never stop the rest from being served.
+
+use crate::local;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use local::{Local, Setup, eventually};
+
+/// What an echo backend does besides echoing.
+#[derive(Clone, Default)]
+struct EchoOptions {
+    /// Serve TLS with this certificate chain and key (PEM).
+    tls: Option<(String, String)>,
+    /// Answer health checks (`/healthz`) with 503.
+    sick: bool,
+}
+
+/// An echo backend: answers every request with 200, an `x-backend: <name>` header and a
+/// body of `backend=<name>` followed by the request head exactly as it arrived (a PROXY
+/// protocol line included). `/sleep` waits two seconds first.
+struct Echo {
+    port: u16,
+}
+
+fn echo(name: &'static str, options: EchoOptions) -> Echo {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an echo backend");
+    let port = listener.local_addr().expect("its address").port();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let tls = options.tls.as_ref().map(|(chain, key)| {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("a PEM chain");
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a PEM key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("a usable certificate");
+        Arc::new(config)
+    });
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (log, tls, sick) = (Arc::clone(&log), tls.clone(), options.sick);
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                match tls {
+                    Some(config) => {
+                        let Ok(connection) = rustls::ServerConnection::new(config) else {
+                            return;
+                        };
+                        answer(
+                            rustls::StreamOwned::new(connection, stream),
+                            name,
+                            sick,
+                            &log,
+                        );
+                    }
+                    None => answer(stream, name, sick, &log),
+                }
+            });
+        }
+    });
+    Echo { port }
+}
+
+/// Reads one request head (and its body, by content-length) and answers it.
+fn answer(mut stream: impl Read + Write, name: &str, sick: bool, log: &Mutex<Vec<String>>) {
+    let mut request = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&request).into_owned();
+    let head = text
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let request_line = head
+        .lines()
+        .find(|l| !l.starts_with("PROXY "))
+        .unwrap_or_default()
+        .to_string();
+    let path = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .to_string();
+    if path == "/healthz" {
+        let status = if sick {
+            "503 Service Unavailable"
+        } else {
+            "200 OK"
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        return;
+    }
+    log.lock().expect("the log").push(head.clone());
+    if path.starts_with("/sleep") {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let body = format!("backend={name}\n{head}\n");
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nx-backend: {name}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.flush();
+}
+
+/// One response as the client saw it.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    /// Header names lower-cased, in order.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The backend that answered (its `x-backend` header).
+    fn backend(&self) -> &str {
+        self.header("x-backend").unwrap_or("none")
+    }
+
+    /// Whether the backend received a request header line `name: value` (case-insensitive
+    /// name, exact value).
+    fn received_header(&self, name: &str, value: &str) -> bool {
+        self.body.lines().any(|line| {
+            line.split_once(':')
+                .is_some_and(|(n, v)| n.trim().eq_ignore_ascii_case(name) && v.trim() == value)
+        })
+    }
+
+    /// Whether the backend received any header `name`.
+    fn received_any(&self, name: &str) -> bool {
+        self.body.lines().skip(2).any(|line| {
+            line.split_once(':')
+                .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// The request line the backend received.
+    fn received_request_line(&self) -> &str {
+        self.body
+            .lines()
+            .skip(1)
+            .find(|l| !l.starts_with("PROXY "))
+            .unwrap_or_default()
+    }
+}
+
+/// A request to send.
+struct Request<'a> {
+    method: &'a str,
+    host: &'a str,
+    path: &'a str,
+    headers: Vec<(&'a str, String)>,
+    body: Option<String>,
+}
+
+fn get<'a>(host: &'a str, path: &'a str) -> Request<'a> {
+    Request {
+        method: "GET",
+        host,
+        path,
+        headers: Vec::new(),
+        body: None,
+    }
+}
+
+impl<'a> Request<'a> {
+    fn header(mut self, name: &'a str, value: impl Into<String>) -> Request<'a> {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    fn method(mut self, method: &'a str) -> Request<'a> {
+        self.method = method;
+        self
+    }
+
+    fn body(mut self, body: String) -> Request<'a> {
+        self.body = Some(body);
+        self
+    }
+
+    /// Sends it over plain HTTP to `port`.
+    fn send(&self, port: u16) -> Response {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to haproxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("a timeout");
+        self.exchange(&mut stream)
+    }
+
+    /// Sends it over TLS (SNI = host) to `port`, trusting the library's test certificate.
+    fn send_tls(&self, port: u16) -> Response {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, ServerName};
+        let pem = test_certificate().0;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM"))
+            .expect("a root");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = ServerName::try_from(self.host.to_string()).expect("a DNS name");
+        let connection = rustls::ClientConnection::new(Arc::new(config), name).expect("a client");
+        let socket = TcpStream::connect(("127.0.0.1", port)).expect("connect to haproxy");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("a timeout");
+        self.exchange(&mut rustls::StreamOwned::new(connection, socket))
+    }
+
+    fn exchange(&self, stream: &mut (impl Read + Write)) -> Response {
+        let mut text = format!(
+            "{} {} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n",
+            self.method, self.path, self.host
+        );
+        for (name, value) in &self.headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if let Some(body) = &self.body {
+            text.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+        } else {
+            text.push_str("\r\n");
+        }
+        stream.write_all(text.as_bytes()).expect("send the request");
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        let response = String::from_utf8_lossy(&bytes).into_owned();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Response {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    }
+}
+
+/// The library's test certificate and key (secure.example and *.secure.example), PEM.
+fn test_certificate() -> (String, String) {
+    let text = std::fs::read_to_string(local::repo("deploy/library/testdata/tls-secret.yaml"))
+        .expect("the test TLS Secret exists");
+    let secret: Value = serde_yaml_ng::from_str(&text).expect("YAML");
+    let decode = |key: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(secret["data"][key].as_str().expect("a key"))
+                .expect("base64"),
+        )
+        .expect("PEM text")
+    };
+    (decode("tls.crt"), decode("tls.key"))
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// A Service `name` whose EndpointSlice holds one endpoint per port in `ports`.
+fn service(name: &str, ports: &[u16]) -> Vec<Value> {
+    let endpoints: Vec<Value> = ports
+        .iter()
+        .map(
+            |port| json!({"addresses": ["127.0.0.1"], "conditions": {"ready": true}, "port": port}),
+        )
+        .collect();
+    // One EndpointSlice per endpoint, as each has its own port.
+    let mut objects = vec![json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"ports": [{"name": "http", "port": 80}]}})];
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        objects.push(
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-{i}"), "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": endpoint["port"]}],
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]}),
+        );
+    }
+    objects
+}
+
+/// An Ingress `name` of class haptor routing every path of `host` to `service`.
+fn ingress(name: &str, host: &str, service: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"ingressClassName": "haptor",
+                 "tls": [{"hosts": ["*.secure.example"], "secretName": "annotations-tls"}],
+                 "rules": [{"host": host, "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix",
+                     "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}]}})
+}
+
+/// The library's test TLS Secret and its basic-auth Secret (alice:s3cret, bob:hunter2).
+fn secrets() -> Vec<Value> {
+    let (cert, key) = test_certificate();
+    let auth: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(local::repo("deploy/library/testdata/auth-secret.yaml"))
+            .expect("the auth Secret exists"),
+    )
+    .expect("YAML");
+    vec![
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "annotations-tls", "namespace": "default"},
+               "data": {"tls.crt": b64(&cert), "tls.key": b64(&key)}}),
+        auth,
+    ]
+}
+
+/// Starts `haptor local` on the quickstart with `objects` added as `annotations.yaml`, and
+/// waits until `host` answers through the backend `backend`.
+fn start(objects: &[Value], ready_host: &str) -> Local {
+    let quiet = echo("quickstart", EchoOptions::default()).port;
+    let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
+    let mut setup = Setup::quickstart(quiet, quiet);
+    setup
+        .files
+        .push(("annotations.yaml".into(), documents.join("\n---\n")));
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(60));
+    eventually(
+        &format!("{ready_host} to be served"),
+        Duration::from_secs(60),
+        || {
+            let response = get(ready_host, "/").send(local.http);
+            (response.status != 404 && response.status != 0).then_some(())
+        },
+    );
+    local
+}
+
+/// Collects what differs from the expectation, so one run reports every broken annotation.
+#[derive(Default)]
+struct Findings(Vec<String>);
+
+impl Findings {
+    fn check(&mut self, what: &str, ok: bool, response: &Response) {
+        if !ok {
+            self.0.push(format!(
+                "{what}: got {} {:?}\n{}",
+                response.status, response.headers, response.body
+            ));
+        }
+    }
+
+    fn assert_none(self, local: &Local) {
+        assert!(
+            self.0.is_empty(),
+            "{}\n--- haptor log ---\n{}",
+            self.0.join("\n\n"),
+            local.log_text()
+        );
+    }
+}
+
+#[test]
+fn access_annotations_admit_deny_and_authenticate_real_clients() {
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    let ingresses = [
+        (
+            "allow",
+            json!({"haproxy.org/allow-list": "10.0.0.0/8, 127.0.0.1"}),
+        ),
+        (
+            "allow-other",
+            json!({"haproxy.org/allow-list": "10.0.0.0/8"}),
+        ),
+        (
+            "allow-alias",
+            json!({"haproxy.org/whitelist": "192.168.0.0/16"}),
+        ),
+        (
+            "allow-broken",
+            json!({"haproxy.org/allow-list": "10.0.0.0/8, 127.0.0.300"}),
+        ),
+        ("deny", json!({"haproxy.org/deny-list": "127.0.0.0/8"})),
+        ("deny-other", json!({"haproxy.org/blacklist": "10.0.0.1"})),
+        (
+            "nginx-allow",
+            json!({"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"}),
+        ),
+        (
+            "nginx-deny",
+            json!({"nginx.ingress.kubernetes.io/denylist-source-range": "127.0.0.1"}),
+        ),
+        (
+            "auth",
+            json!({"haproxy.org/auth-type": "basic-auth", "haproxy.org/auth-secret": "web-users",
+                        "haproxy.org/auth-realm": "Staff only"}),
+        ),
+        (
+            "nginx-auth",
+            json!({"nginx.ingress.kubernetes.io/auth-type": "basic",
+                              "nginx.ingress.kubernetes.io/auth-secret": "web-users"}),
+        ),
+        (
+            "auth-digest",
+            json!({"nginx.ingress.kubernetes.io/auth-type": "digest"}),
+        ),
+        (
+            "rate",
+            json!({"haproxy.org/rate-limit-requests": "3", "haproxy.org/rate-limit-period": "1m",
+                        "haproxy.org/rate-limit-status-code": "429"}),
+        ),
+        ("rps", json!({"nginx.ingress.kubernetes.io/limit-rps": "1"})),
+        (
+            "body",
+            json!({"nginx.ingress.kubernetes.io/proxy-body-size": "1k"}),
+        ),
+    ];
+    for (name, annotations) in &ingresses {
+        objects.push(ingress(
+            name,
+            &format!("{name}.test"),
+            "web",
+            annotations.clone(),
+        ));
+    }
+    let local = start(&objects, "allow.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+
+    let r = get("allow.test", "/").send(port);
+    findings.check(
+        "allow-list naming 127.0.0.1 admits it",
+        r.status == 200 && r.backend() == "web",
+        &r,
+    );
+    for host in ["allow-other.test", "allow-alias.test", "nginx-allow.test"] {
+        let r = get(host, "/").send(port);
+        findings.check(
+            &format!("{host}: an allow-list without 127.0.0.1 answers 403"),
+            r.status == 403 && web_untouched(&r),
+            &r,
+        );
+    }
+    let r = get("allow-broken.test", "/").send(port);
+    findings.check(
+        "an allow-list that does not parse denies everyone (fail closed)",
+        r.status == 403,
+        &r,
+    );
+    for host in ["deny.test", "nginx-deny.test"] {
+        let r = get(host, "/").send(port);
+        findings.check(
+            &format!("{host}: a deny-list naming 127.0.0.1 answers 403"),
+            r.status == 403,
+            &r,
+        );
+    }
+    let r = get("deny-other.test", "/").send(port);
+    findings.check(
+        "a deny-list (blacklist alias) without 127.0.0.1 admits it",
+        r.status == 200,
+        &r,
+    );
+
+    // alice:s3cret and bob:hunter2, the credentials of testdata/auth-secret.yaml.
+    for host in ["auth.test", "nginx-auth.test"] {
+        let r = get(host, "/").send(port);
+        findings.check(
+            &format!("{host}: no credentials gets 401 with a realm"),
+            r.status == 401
+                && r.header("www-authenticate")
+                    .is_some_and(|h| h.contains("realm=")),
+            &r,
+        );
+        let r = get(host, "/")
+            .header("authorization", "Basic YWxpY2U6czNjcmV0")
+            .send(port);
+        findings.check(
+            &format!("{host}: alice's credentials reach the backend"),
+            r.status == 200 && r.backend() == "web",
+            &r,
+        );
+        let r = get(host, "/")
+            .header("authorization", "Basic Ym9iOndyb25n")
+            .send(port);
+        findings.check(
+            &format!("{host}: a wrong password gets 401"),
+            r.status == 401,
+            &r,
+        );
+    }
+    let r = get("auth.test", "/").send(port);
+    findings.check(
+        "auth-realm names the realm",
+        r.header("www-authenticate") == Some("Basic realm=\"Staff only\""),
+        &r,
+    );
+    let r = get("auth-digest.test", "/").send(port);
+    findings.check(
+        "an unsupported auth-type denies everyone (fail closed)",
+        r.status == 403,
+        &r,
+    );
+
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| get("rate.test", "/").send(port).status)
+        .collect();
+    if statuses != [200, 200, 200, 429, 429] {
+        findings.0.push(format!(
+            "rate-limit-requests 3 per 1m with status 429: got {statuses:?}"
+        ));
+    }
+    // limit-rps 1: a burst of five (1 × ingress-nginx's burst multiplier) within a second.
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| get("rps.test", "/").send(port).status)
+        .collect();
+    if !statuses.contains(&503) || statuses[0] != 200 {
+        findings.0.push(format!(
+            "limit-rps 1 refuses a burst past five with 503: got {statuses:?}"
+        ));
+    }
+
+    let r = get("body.test", "/")
+        .method("POST")
+        .body("x".repeat(2000))
+        .send(port);
+    findings.check(
+        "proxy-body-size 1k refuses a 2000-byte body with 413",
+        r.status == 413,
+        &r,
+    );
+    let r = get("body.test", "/")
+        .method("POST")
+        .body("x".repeat(500))
+        .send(port);
+    findings.check(
+        "proxy-body-size 1k admits a 500-byte body",
+        r.status == 200,
+        &r,
+    );
+
+    let log = local.log_text();
+    for reason in [
+        "annotation haproxy.org/allow-list: \"10.0.0.0/8, 127.0.0.300\" is not a list of IP addresses or CIDRs ('127.0.0.300'); every request is denied (fail closed)",
+        "annotation nginx.ingress.kubernetes.io/auth-type: \"digest\" is not one of basic-auth, basic; every request is denied (fail closed)",
+    ] {
+        if !log.contains(reason) {
+            findings
+                .0
+                .push(format!("the log names the invalid value: {reason}"));
+        }
+    }
+    findings.assert_none(&local);
+}
+
+/// The body of a refusal haproxy answered itself (no backend reached).
+fn web_untouched(response: &Response) -> bool {
+    response.header("x-backend").is_none()
+}
+
+#[test]
+fn redirect_annotations_answer_with_the_documented_status_and_location() {
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    let ingresses = [
+        ("ssl", json!({"haproxy.org/ssl-redirect": "true"})),
+        (
+            "ssl-coded",
+            json!({"haproxy.org/ssl-redirect": "true", "haproxy.org/ssl-redirect-code": "301",
+                             "haproxy.org/ssl-redirect-port": "8443"}),
+        ),
+        ("ssl-off", json!({"haproxy.org/ssl-redirect": "false"})),
+        (
+            "nginx-ssl",
+            json!({"nginx.ingress.kubernetes.io/ssl-redirect": "true"}),
+        ),
+        (
+            "nginx-force",
+            json!({"nginx.ingress.kubernetes.io/force-ssl-redirect": "true"}),
+        ),
+        (
+            "elsewhere",
+            json!({"haproxy.org/request-redirect": "other.example:8080",
+                             "haproxy.org/request-redirect-code": "307"}),
+        ),
+        (
+            "moved",
+            json!({"nginx.ingress.kubernetes.io/permanent-redirect": "https://new.example/landing"}),
+        ),
+        (
+            "moved-308",
+            json!({"nginx.ingress.kubernetes.io/permanent-redirect": "https://new.example/",
+                             "nginx.ingress.kubernetes.io/permanent-redirect-code": "308"}),
+        ),
+        (
+            "temporal",
+            json!({"nginx.ingress.kubernetes.io/temporal-redirect": "https://maintenance.example/"}),
+        ),
+        (
+            "approot",
+            json!({"nginx.ingress.kubernetes.io/app-root": "/app"}),
+        ),
+    ];
+    for (name, annotations) in &ingresses {
+        objects.push(ingress(
+            name,
+            &format!("{name}.test"),
+            "web",
+            annotations.clone(),
+        ));
+    }
+    // TLS-terminated hosts, to see the redirect stop once the request is HTTPS.
+    objects.push(ingress(
+        "ssl-tls",
+        "redirect.secure.example",
+        "web",
+        json!({"haproxy.org/ssl-redirect": "true"}),
+    ));
+    let local = start(&objects, "ssl-off.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+    let expect = |findings: &mut Findings,
+                  what: &str,
+                  host: &str,
+                  path: &str,
+                  status: u16,
+                  location: &str| {
+        let r = get(host, path).send(port);
+        findings.check(
+            what,
+            r.status == status && r.header("location") == Some(location) && web_untouched(&r),
+            &r,
+        );
+    };
+    expect(
+        &mut findings,
+        "ssl-redirect: 302 to https, path kept",
+        "ssl.test",
+        "/a?b=1",
+        302,
+        "https://ssl.test/a?b=1",
+    );
+    expect(
+        &mut findings,
+        "ssl-redirect-code 301 and -port 8443",
+        "ssl-coded.test",
+        "/a",
+        301,
+        "https://ssl-coded.test:8443/a",
+    );
+    expect(
+        &mut findings,
+        "nginx ssl-redirect: 308",
+        "nginx-ssl.test",
+        "/x",
+        308,
+        "https://nginx-ssl.test/x",
+    );
+    expect(
+        &mut findings,
+        "nginx force-ssl-redirect: 308",
+        "nginx-force.test",
+        "/x",
+        308,
+        "https://nginx-force.test/x",
+    );
+    expect(
+        &mut findings,
+        "request-redirect with code 307 keeps the path",
+        "elsewhere.test",
+        "/p?q",
+        307,
+        "http://other.example:8080/p?q",
+    );
+    expect(
+        &mut findings,
+        "permanent-redirect: 301 to the URL",
+        "moved.test",
+        "/old",
+        301,
+        "https://new.example/landing",
+    );
+    expect(
+        &mut findings,
+        "permanent-redirect-code 308",
+        "moved-308.test",
+        "/",
+        308,
+        "https://new.example/",
+    );
+    expect(
+        &mut findings,
+        "temporal-redirect: 302",
+        "temporal.test",
+        "/",
+        302,
+        "https://maintenance.example/",
+    );
+    expect(
+        &mut findings,
+        "app-root: / goes to /app",
+        "approot.test",
+        "/",
+        302,
+        "/app",
+    );
+    let r = get("approot.test", "/app").send(port);
+    findings.check(
+        "app-root: other paths are served",
+        r.status == 200 && r.received_request_line() == "GET /app HTTP/1.1",
+        &r,
+    );
+    let r = get("ssl-off.test", "/").send(port);
+    findings.check(
+        "ssl-redirect false serves plain HTTP",
+        r.status == 200 && r.backend() == "web",
+        &r,
+    );
+    let r = get("redirect.secure.example", "/s").send_tls(local.https);
+    findings.check(
+        "ssl-redirect does not redirect HTTPS",
+        r.status == 200 && r.backend() == "web",
+        &r,
+    );
+    findings.assert_none(&local);
+}
+
+#[test]
+fn request_and_response_annotations_change_what_the_backend_and_the_client_see() {
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    let ingresses = [
+        ("host", json!({"haproxy.org/set-host": "upstream.example"})),
+        (
+            "vhost",
+            json!({"nginx.ingress.kubernetes.io/upstream-vhost": "internal.example:8080"}),
+        ),
+        (
+            "headers",
+            json!({"haproxy.org/request-set-header": "X-One 1\nX-Quoted a \"b\" $HOME 100% %[src]",
+                           "haproxy.org/response-set-header": "X-Served-By haptor\nCache-Control no-store"}),
+        ),
+        (
+            "rewrite",
+            json!({"haproxy.org/path-rewrite": "^/api/(.*) /v2/\\1"}),
+        ),
+        ("rewrite-all", json!({"haproxy.org/path-rewrite": "/fixed"})),
+        (
+            "target",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/"}),
+        ),
+        (
+            "prefix",
+            json!({"nginx.ingress.kubernetes.io/x-forwarded-prefix": "/shop"}),
+        ),
+        ("noxff", json!({"haproxy.org/forwarded-for": "false"})),
+        (
+            "cors",
+            json!({"haproxy.org/cors-enable": "true",
+                        "haproxy.org/cors-allow-origin": "https://app.example",
+                        "haproxy.org/cors-allow-methods": "GET, POST",
+                        "haproxy.org/cors-allow-headers": "X-Token",
+                        "haproxy.org/cors-allow-credentials": "true",
+                        "haproxy.org/cors-max-age": "60"}),
+        ),
+        (
+            "nginx-cors",
+            json!({"nginx.ingress.kubernetes.io/enable-cors": "true"}),
+        ),
+    ];
+    for (name, annotations) in &ingresses {
+        objects.push(ingress(
+            name,
+            &format!("{name}.test"),
+            "web",
+            annotations.clone(),
+        ));
+    }
+    objects.push(ingress("plain", "plain.test", "web", json!({})));
+    objects.push(ingress(
+        "hsts",
+        "hsts.secure.example",
+        "web",
+        json!({"haproxy.org/hsts": "true", "haproxy.org/hsts-max-age": "600",
+               "haproxy.org/hsts-include-subdomains": "true", "haproxy.org/hsts-preload": "true"}),
+    ));
+    let local = start(&objects, "plain.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+
+    let r = get("host.test", "/").send(port);
+    findings.check(
+        "set-host: the backend receives Host upstream.example",
+        r.received_header("host", "upstream.example"),
+        &r,
+    );
+    let r = get("vhost.test", "/").send(port);
+    findings.check(
+        "upstream-vhost: the backend receives Host internal.example:8080",
+        r.received_header("host", "internal.example:8080"),
+        &r,
+    );
+    let r = get("headers.test", "/").send(port);
+    findings.check(
+        "request-set-header: X-One 1",
+        r.received_header("x-one", "1"),
+        &r,
+    );
+    findings.check(
+        "request-set-header: a value with quotes, $ and % arrives verbatim",
+        r.received_header("x-quoted", "a \"b\" $HOME 100% %[src]"),
+        &r,
+    );
+    findings.check(
+        "response-set-header: the client gets both headers",
+        r.header("x-served-by") == Some("haptor") && r.header("cache-control") == Some("no-store"),
+        &r,
+    );
+    let r = get("rewrite.test", "/api/users?id=1").send(port);
+    findings.check(
+        "path-rewrite with a group: /api/users → /v2/users, query kept",
+        r.received_request_line() == "GET /v2/users?id=1 HTTP/1.1",
+        &r,
+    );
+    let r = get("rewrite.test", "/other").send(port);
+    findings.check(
+        "path-rewrite leaves non-matching paths",
+        r.received_request_line() == "GET /other HTTP/1.1",
+        &r,
+    );
+    let r = get("rewrite-all.test", "/any/thing").send(port);
+    findings.check(
+        "path-rewrite with only a replacement replaces the whole path",
+        r.received_request_line() == "GET /fixed HTTP/1.1",
+        &r,
+    );
+    let r = get("target.test", "/some/path?x=1").send(port);
+    findings.check(
+        "rewrite-target /: the backend receives /, query kept",
+        r.received_request_line() == "GET /?x=1 HTTP/1.1",
+        &r,
+    );
+    let r = get("prefix.test", "/").send(port);
+    findings.check(
+        "x-forwarded-prefix: the backend receives X-Forwarded-Prefix /shop",
+        r.received_header("x-forwarded-prefix", "/shop"),
+        &r,
+    );
+    let r = get("plain.test", "/")
+        .header("x-forwarded-for", "203.0.113.7")
+        .send(port);
+    findings.check(
+        "by default the backend receives the client's address appended to X-Forwarded-For",
+        r.received_header("x-forwarded-for", "203.0.113.7, 127.0.0.1")
+            || r.received_header("x-forwarded-for", "127.0.0.1"),
+        &r,
+    );
+    let r = get("noxff.test", "/").send(port);
+    findings.check(
+        "forwarded-for false: no X-Forwarded-For is added",
+        !r.received_any("x-forwarded-for"),
+        &r,
+    );
+
+    let preflight = get("cors.test", "/resource")
+        .method("OPTIONS")
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST");
+    let r = preflight.send(port);
+    findings.check(
+        "CORS preflight from an allowed origin: 204 from haproxy with the allow headers",
+        r.status == 204
+            && web_untouched(&r)
+            && r.header("access-control-allow-origin") == Some("https://app.example")
+            && r.header("access-control-allow-methods") == Some("GET, POST")
+            && r.header("access-control-allow-headers") == Some("X-Token")
+            && r.header("access-control-max-age") == Some("60")
+            && r.header("access-control-allow-credentials") == Some("true"),
+        &r,
+    );
+    let r = get("cors.test", "/")
+        .header("origin", "https://app.example")
+        .send(port);
+    findings.check(
+        "CORS: a response to an allowed origin carries Access-Control-Allow-Origin",
+        r.status == 200 && r.header("access-control-allow-origin") == Some("https://app.example"),
+        &r,
+    );
+    let r = get("cors.test", "/")
+        .header("origin", "https://evil.example")
+        .send(port);
+    findings.check(
+        "CORS: another origin gets no Access-Control-Allow-Origin",
+        r.status == 200 && r.header("access-control-allow-origin").is_none(),
+        &r,
+    );
+    let r = get("cors.test", "/resource")
+        .method("OPTIONS")
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST")
+        .send(port);
+    findings.check(
+        "CORS: a preflight from another origin is not answered by haproxy",
+        r.backend() == "web",
+        &r,
+    );
+    let r = get("nginx-cors.test", "/")
+        .header("origin", "https://any.example")
+        .send(port);
+    findings.check(
+        "enable-cors (nginx) allows every origin with *",
+        r.header("access-control-allow-origin") == Some("*"),
+        &r,
+    );
+
+    let r = get("hsts.secure.example", "/").send_tls(local.https);
+    findings.check(
+        "hsts over HTTPS",
+        r.header("strict-transport-security") == Some("max-age=600; includeSubDomains; preload"),
+        &r,
+    );
+    let r = get("hsts.secure.example", "/").send(port);
+    findings.check(
+        "no hsts over plain HTTP",
+        r.status == 200 && r.header("strict-transport-security").is_none(),
+        &r,
+    );
+    findings.assert_none(&local);
+}
+
+#[test]
+fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
+    let slow = echo("slow", EchoOptions::default());
+    let (a, b) = (
+        echo("a", EchoOptions::default()),
+        echo("b", EchoOptions::default()),
+    );
+    let proxied = echo("proxied", EchoOptions::default());
+    let sick = echo(
+        "sick",
+        EchoOptions {
+            sick: true,
+            ..EchoOptions::default()
+        },
+    );
+    let mut objects = service("slow", &[slow.port]);
+    objects.extend(service("pair", &[a.port, b.port]));
+    objects.extend(service("proxied", &[proxied.port]));
+    objects.extend(service("sick", &[sick.port]));
+    objects.extend(secrets());
+    let ingresses = [
+        (
+            "impatient",
+            "slow",
+            json!({"haproxy.org/timeout-server": "1s"}),
+        ),
+        ("patient", "slow", json!({})),
+        (
+            "nginx-impatient",
+            "slow",
+            json!({"nginx.ingress.kubernetes.io/proxy-read-timeout": "1"}),
+        ),
+        (
+            "by-user",
+            "pair",
+            json!({"haproxy.org/load-balance": "hdr(X-User)"}),
+        ),
+        (
+            "hashed",
+            "pair",
+            json!({"nginx.ingress.kubernetes.io/upstream-hash-by": "$http_x_user"}),
+        ),
+        ("spread", "pair", json!({})),
+        (
+            "sticky",
+            "pair",
+            json!({"haproxy.org/cookie-persistence": "SRV"}),
+        ),
+        (
+            "affinity",
+            "pair",
+            json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
+                                    "nginx.ingress.kubernetes.io/session-cookie-name": "route",
+                                    "nginx.ingress.kubernetes.io/session-cookie-max-age": "3600",
+                                    "nginx.ingress.kubernetes.io/session-cookie-samesite": "Lax"}),
+        ),
+        (
+            "proxy",
+            "proxied",
+            json!({"haproxy.org/send-proxy-protocol": "proxy-v1"}),
+        ),
+        (
+            "checked",
+            "sick",
+            json!({"haproxy.org/check-http": "/healthz", "haproxy.org/check-interval": "300ms"}),
+        ),
+        ("unchecked", "sick", json!({})),
+        (
+            "limited",
+            "pair",
+            json!({"haproxy.org/pod-maxconn": "1", "haproxy.org/timeout-queue": "5s"}),
+        ),
+    ];
+    for (name, service, annotations) in &ingresses {
+        objects.push(ingress(
+            name,
+            &format!("{name}.test"),
+            service,
+            annotations.clone(),
+        ));
+    }
+    let local = start(&objects, "patient.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+
+    let r = get("impatient.test", "/sleep").send(port);
+    findings.check(
+        "timeout-server 1s: a server silent for 2s gives 504",
+        r.status == 504,
+        &r,
+    );
+    let r = get("nginx-impatient.test", "/sleep").send(port);
+    findings.check(
+        "proxy-read-timeout 1: a server silent for 2s gives 504",
+        r.status == 504,
+        &r,
+    );
+    let r = get("patient.test", "/sleep").send(port);
+    findings.check(
+        "without it the default 30s timeout waits",
+        r.status == 200 && r.backend() == "slow",
+        &r,
+    );
+
+    for host in ["by-user.test", "hashed.test"] {
+        let reached: BTreeSet<String> = (0..8)
+            .map(|_| {
+                get(host, "/")
+                    .header("x-user", "alice")
+                    .send(port)
+                    .backend()
+                    .to_string()
+            })
+            .collect();
+        if reached.len() != 1 {
+            findings.0.push(format!(
+                "{host}: one X-User always reaches one server, got {reached:?}"
+            ));
+        }
+    }
+    let reached: BTreeSet<String> = (0..8)
+        .map(|_| get("spread.test", "/").send(port).backend().to_string())
+        .collect();
+    if reached.len() != 2 {
+        findings.0.push(format!(
+            "round robin (the default) reaches both servers, got {reached:?}"
+        ));
+    }
+
+    let first = get("sticky.test", "/").send(port);
+    let cookie = first.header("set-cookie").unwrap_or_default().to_string();
+    findings.check(
+        "cookie-persistence inserts the SRV cookie",
+        cookie.starts_with("SRV="),
+        &first,
+    );
+    let value = cookie.split(';').next().unwrap_or_default().to_string();
+    let reached: BTreeSet<String> = (0..8)
+        .map(|_| {
+            get("sticky.test", "/")
+                .header("cookie", value.clone())
+                .send(port)
+                .backend()
+                .to_string()
+        })
+        .collect();
+    if reached != BTreeSet::from([first.backend().to_string()]) {
+        findings.0.push(format!(
+            "with its cookie a client stays on {}, got {reached:?}",
+            first.backend()
+        ));
+    }
+    let r = get("affinity.test", "/").send(port);
+    let cookie = r.header("set-cookie").unwrap_or_default();
+    findings.check(
+        "affinity cookie: the route cookie with Max-Age and SameSite",
+        cookie.starts_with("route=")
+            && cookie.contains("Max-Age=3600")
+            && cookie.contains("SameSite=Lax"),
+        &r,
+    );
+
+    let r = get("proxy.test", "/").send(port);
+    findings.check(
+        "send-proxy-protocol proxy-v1: the server receives a PROXY TCP4 line first",
+        r.body
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("PROXY TCP4 127.0.0.1 ")),
+        &r,
+    );
+
+    let r = eventually(
+        "the failing health check to take the server out",
+        Duration::from_secs(30),
+        || {
+            let r = get("checked.test", "/").send(port);
+            (r.status == 503).then_some(r)
+        },
+    );
+    findings.check(
+        "check-http /healthz answered 503: the server is out, 503",
+        r.status == 503 && web_untouched(&r),
+        &r,
+    );
+    let r = get("unchecked.test", "/").send(port);
+    findings.check(
+        "without checks the same server still serves",
+        r.status == 200 && r.backend() == "sick",
+        &r,
+    );
+
+    // pod-maxconn 1: two slow requests at once to a pair of servers still both succeed
+    // (each server takes one; the queue holds the rest).
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || get("limited.test", "/sleep").send(port).status)
+        })
+        .collect();
+    let statuses: Vec<u16> = handles
+        .into_iter()
+        .map(|h| h.join().expect("a request"))
+        .collect();
+    if statuses.iter().any(|s| *s != 200) {
+        findings.0.push(format!(
+            "pod-maxconn 1 queues rather than refuses: got {statuses:?}"
+        ));
+    }
+    let cfg = std::fs::read_to_string(local.work().join("haproxy.cfg")).unwrap_or_default();
+    if !cfg.contains("default-server maxconn 1") {
+        findings
+            .0
+            .push("pod-maxconn 1 sets maxconn on every server".into());
+    }
+    findings.assert_none(&local);
+}
+
+/// A CA and a server certificate it signed for `backend.test`, PEM: (CA certificate,
+/// server chain, server key).
+fn backend_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct subjects: a leaf named like its issuer would look self-signed to OpenSSL.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "haptor test CA");
+    let ca = ca_params.clone().self_signed(&ca_key).expect("a CA");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("a key");
+    let mut params = CertificateParams::new(vec!["backend.test".to_string()]).expect("params");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "backend.test");
+    let cert = params.signed_by(&key, &issuer).expect("a certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+fn ca_secret(name: &str, ca: &str) -> Value {
+    let (_, key) = test_certificate();
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": name, "namespace": "default"},
+           "data": {"ca.crt": b64(ca), "tls.crt": b64(ca), "tls.key": b64(&key)}})
+}
+
+#[test]
+fn backend_tls_is_spoken_and_verified_against_the_annotated_ca() {
+    let (ca, chain, key) = backend_pki();
+    let (other_ca, _, _) = backend_pki();
+    let tls = echo(
+        "tls",
+        EchoOptions {
+            tls: Some((chain, key)),
+            ..EchoOptions::default()
+        },
+    );
+    let mut objects = service("tls", &[tls.port]);
+    objects.extend(secrets());
+    objects.push(ca_secret("backend-ca", &ca));
+    objects.push(ca_secret("other-ca", &other_ca));
+    let ingresses = [
+        ("ssl", json!({"haproxy.org/server-ssl": "true"})),
+        ("verified", json!({"haproxy.org/server-ca": "backend-ca"})),
+        ("mismatched", json!({"haproxy.org/server-ca": "other-ca"})),
+        (
+            "missing-ca",
+            json!({"haproxy.org/server-ca": "no-such-secret"}),
+        ),
+        (
+            "nginx-https",
+            json!({"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"}),
+        ),
+        (
+            "nginx-verified",
+            json!({"nginx.ingress.kubernetes.io/proxy-ssl-secret": "default/backend-ca",
+                                  "nginx.ingress.kubernetes.io/proxy-ssl-verify": "on"}),
+        ),
+        ("plain", json!({})),
+    ];
+    for (name, annotations) in &ingresses {
+        objects.push(ingress(
+            name,
+            &format!("{name}.test"),
+            "tls",
+            annotations.clone(),
+        ));
+    }
+    let local = start(&objects, "ssl.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+    for host in ["ssl.test", "verified.test", "nginx-https.test"] {
+        let r = get(host, "/").send(port);
+        findings.check(
+            &format!("{host}: TLS to the server"),
+            r.status == 200 && r.backend() == "tls",
+            &r,
+        );
+    }
+    // proxy-ssl-secret presents the Secret's certificate from HAProxy 3.0 on, which this
+    // echo does not ask for; the CA check is what is seen.
+    let r = get("nginx-verified.test", "/").send(port);
+    findings.check(
+        "proxy-ssl-verify on with the right CA",
+        r.status == 200 && r.backend() == "tls",
+        &r,
+    );
+    let r = get("mismatched.test", "/").send(port);
+    findings.check(
+        "server-ca naming another CA: the handshake fails, 503",
+        r.status == 503 && web_untouched(&r),
+        &r,
+    );
+    let r = get("missing-ca.test", "/").send(port);
+    findings.check(
+        "server-ca naming no Secret: 503, never an unverified connection",
+        r.status == 503 && web_untouched(&r),
+        &r,
+    );
+    let r = get("plain.test", "/").send(port);
+    findings.check(
+        "without an annotation haproxy speaks plain HTTP to a TLS server and fails",
+        r.status != 200,
+        &r,
+    );
+    if !local
+        .log_text()
+        .contains("annotation haproxy.org/server-ca: no kubernetes.io/tls Secret 'no-such-secret'")
+    {
+        findings
+            .0
+            .push("the log names the missing CA Secret".into());
+    }
+    findings.assert_none(&local);
+}
+
+#[test]
+fn invalid_unknown_and_refused_annotations_are_named_and_the_rest_is_served() {
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    objects.push(ingress(
+        "mixed",
+        "mixed.test",
+        "web",
+        json!({
+            "haproxy.org/timeout-server": "-5s",
+            "haproxy.org/request-set-header": "X-Good yes",
+            "haproxy.org/set-host": "evil.example\n  http-request deny",
+            "haproxy.org/response-set-header": "X-Bad\u{1}Header value",
+            "haproxy.org/ssl-redirect-code": "200",
+            "haproxy.org/no-such-annotation": "1",
+            "haproxy.org/backend-config-snippet": "http-request deny",
+            "nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers \"X: y\";",
+            "nginx.ingress.kubernetes.io/proxy-body-size": "lots",
+            "nginx.ingress.kubernetes.io/canary": "true",
+        }),
+    ));
+    let local = start(&objects, "mixed.test");
+    let mut findings = Findings::default();
+    let r = get("mixed.test", "/").send(local.http);
+    findings.check(
+        "the valid annotation applies and the invalid ones change nothing",
+        r.status == 200
+            && r.received_header("x-good", "yes")
+            && r.received_header("host", "mixed.test"),
+        &r,
+    );
+    let log = eventually(
+        "the log to name what was left out",
+        Duration::from_secs(30),
+        || {
+            let log = local.log_text();
+            log.contains("Ingress default/mixed is served without some of its parts")
+                .then_some(log)
+        },
+    );
+    for reason in [
+        "annotation haproxy.org/timeout-server: \"-5s\" is not a duration such as 30s or 500ms; it is left out",
+        "annotation haproxy.org/set-host: ",
+        "annotation haproxy.org/response-set-header: \"X-Bad",
+        "annotation haproxy.org/ssl-redirect-code: \"200\" is not 301, 302, 303, 307 or 308",
+        "annotation haproxy.org/no-such-annotation is not one haptor knows",
+        "annotation haproxy.org/backend-config-snippet: configuration snippets are off",
+        "annotation nginx.ingress.kubernetes.io/configuration-snippet is not supported: nginx syntax cannot be translated",
+        "annotation nginx.ingress.kubernetes.io/proxy-body-size: \"lots\" is not a size",
+        "annotation nginx.ingress.kubernetes.io/canary is not supported",
+    ] {
+        if !log.contains(reason) {
+            findings.0.push(format!("the log names: {reason}"));
+        }
+    }
+    let cfg = std::fs::read_to_string(local.work().join("haproxy.cfg")).unwrap_or_default();
+    if cfg.contains("evil.example") || cfg.contains("-5s") || cfg.contains("more_set_headers") {
+        findings
+            .0
+            .push(format!("an invalid value reached haproxy.cfg:\n{cfg}"));
+    }
+    findings.assert_none(&local);
+}
