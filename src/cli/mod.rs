@@ -185,6 +185,12 @@ pub struct RunArgs {
     /// changed); the HAProxy pods wait for it. Needs create on secrets.
     #[arg(long, value_name = "SECRET")]
     pub create_credentials_secret: Option<String>,
+    /// Create the default TLS certificate's Secret (kubernetes.io/tls, self-signed) of this
+    /// name in haptor's namespace when it does not exist (an existing one is never
+    /// changed); the Ingress library presents it to clients whose SNI matches no Ingress
+    /// (extraContext default_certificate). Needs create on secrets.
+    #[arg(long, value_name = "SECRET")]
+    pub default_certificate_secret: Option<String>,
 }
 
 fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -208,6 +214,12 @@ pub struct LocalArgs {
     /// The haproxy binary to run.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
+    /// The default TLS certificate's Secret, NAMESPACE/NAME: a self-signed certificate
+    /// generated once into the work directory (`default-certificate.yaml`) and read with the
+    /// folder, which the Ingress library presents to clients whose SNI matches no Ingress
+    /// (its extraContext `default_certificate`); empty for none.
+    #[arg(long, default_value = "haptor/haptor-default-tls")]
+    pub default_certificate: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -487,6 +499,7 @@ fn run_in_cluster(args: RunArgs, log_level: Option<LogLevelHandle>) -> ExitCode 
             failure_policy: args.webhook_failure_policy.parse().unwrap_or_default(),
         }),
         create_credentials_secret: args.create_credentials_secret.filter(|n| !n.is_empty()),
+        default_certificate_secret: args.default_certificate_secret.filter(|n| !n.is_empty()),
     };
     match runtime.block_on(crate::run::run(
         options,
@@ -515,6 +528,11 @@ fn run_local(args: LocalArgs, log_level: Option<LogLevelHandle>) -> ExitCode {
         debug_addr: args.debug_addr,
         haproxy_bin: args.haproxy_bin,
         log_level,
+        default_certificate: args
+            .default_certificate
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+            .map(|(ns, name)| (ns.to_string(), name.to_string())),
     };
     match runtime.block_on(crate::local::run::run(
         options,

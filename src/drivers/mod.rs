@@ -20,6 +20,7 @@ impl Drop for AbortOnDrop {
 }
 
 pub mod dataplane;
+pub mod default_certificate;
 pub mod haproxy_check;
 pub mod kube;
 pub mod local;

@@ -159,6 +159,9 @@ pub struct ManifestFolder {
     /// Why the folder itself could not be read at the last scan (it is gone, say): reported
     /// once, not on every scan, until it can be read again.
     unreadable: Option<String>,
+    /// Manifest files read with the folder's own at every scan, from outside it (the
+    /// default certificate's Secret in the work directory).
+    extra_files: Vec<PathBuf>,
 }
 
 impl ManifestFolder {
@@ -169,7 +172,14 @@ impl ManifestFolder {
             published: BTreeMap::new(),
             config: None,
             unreadable: None,
+            extra_files: Vec::new(),
         }
+    }
+
+    /// Reads `file` with the folder's manifests at every scan.
+    pub fn with_extra_file(mut self, file: PathBuf) -> ManifestFolder {
+        self.extra_files.push(file);
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -186,7 +196,10 @@ impl ManifestFolder {
         let mut report = ScanReport::default();
         let mut seen = Vec::new();
         let paths = match crate::drivers::manifest_dir::manifest_files(&self.dir) {
-            Ok(paths) => paths,
+            Ok(mut paths) => {
+                paths.extend(self.extra_files.iter().filter(|p| p.is_file()).cloned());
+                paths
+            }
             Err(e) => {
                 // Nothing is taken as deleted: what was read last stays published.
                 if self.unreadable.as_deref() != Some(e.message.as_str()) {

@@ -42,6 +42,9 @@ pub struct LocalOptions {
     /// Changes the process's log level when a config's `logging.level` does (`None`: the
     /// level stays as it started).
     pub log_level: Option<LogLevelHandle>,
+    /// The default certificate's Secret (`NAMESPACE`, `NAME`), generated once into the work
+    /// directory and read with the folder; `None` for none.
+    pub default_certificate: Option<(String, String)>,
 }
 
 /// Why `haptor local` could not run.
@@ -97,6 +100,18 @@ pub async fn run(
 
     let memory = MemorySource::new();
     let mut folder = ManifestFolder::new(&options.dir);
+    if let Some((namespace, name)) = &options.default_certificate {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or_default();
+        match crate::drivers::default_certificate::ensure_local_file(
+            &work_path, namespace, name, now,
+        ) {
+            Ok(file) => folder = folder.with_extra_file(file),
+            Err(problem) => tracing::warn!(%problem, "no default certificate"),
+        }
+    }
     let first = folder.scan(&memory);
     for problem in &first.problems {
         tracing::warn!(%problem, "manifest not loaded");

@@ -36,6 +36,7 @@ pub mod names {
     pub const CONFIG: &str = "kube-config-watch";
     pub const CREDENTIALS: &str = "kube-credentials-watch";
     pub const CREDENTIALS_SECRET: &str = "kube-credentials-secret";
+    pub const DEFAULT_CERTIFICATE: &str = "kube-default-certificate";
     pub const DISCOVERY: &str = "kube-pod-discovery";
     pub const LEASE: &str = "kube-lease-election";
     pub const WEBHOOK_CERTIFICATE: &str = "webhook-certificate";

@@ -90,6 +90,10 @@ pub struct RunOptions {
     /// in haptor's namespace is created with a random password when it does not exist
     /// (`drivers::kube::dataplane_secret`).
     pub create_credentials_secret: Option<String>,
+    /// `--default-certificate-secret`: the default TLS certificate's Secret of this name in
+    /// haptor's namespace is created (self-signed) when it does not exist
+    /// (`drivers::kube::default_certificate`).
+    pub default_certificate_secret: Option<String>,
     /// Watch namespaced resources in this namespace only (`--watch-namespace`).
     pub watch_namespace: Option<String>,
     /// `--debug-fault-injection`: `POST /debug/actors/{name}/panic` makes the named edge's
@@ -533,6 +537,20 @@ pub async fn run(
                         namespace: namespace.clone(),
                         name: name.clone(),
                     },
+                )
+            },
+        ));
+    }
+    if let Some(name) = options.default_certificate_secret.clone() {
+        // Creates the default certificate's Secret once when it is missing.
+        let (client, namespace) = (client.client.clone(), namespace.clone());
+        edges.push(EdgeTask::one_shot(
+            edges::names::DEFAULT_CERTIFICATE,
+            move |_| {
+                crate::drivers::kube::default_certificate::spawn(
+                    client.clone(),
+                    namespace.clone(),
+                    name.clone(),
                 )
             },
         ));

@@ -626,6 +626,13 @@ fn the_default_config_is_the_ingress_library_but_for_what_the_chart_sets() {
         );
     }
     assert_eq!(context["runtime_socket"], "/etc/haproxy/runtime.sock");
+    assert!(
+        context["default_certificate"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("/haptor-default-tls")),
+        "extraContext.default_certificate names the Secret the controller creates: {}",
+        context["default_certificate"]
+    );
     assert_eq!(
         context["ingress_class"],
         name_of(all(&documents, "IngressClass")[0])
@@ -655,6 +662,7 @@ fn the_default_config_is_the_ingress_library_but_for_what_the_chart_sets() {
             "status_bind",
             "runtime_socket",
             "ingress_class",
+            "default_certificate",
         ] {
             context.remove(key);
         }

@@ -1375,3 +1375,129 @@ fn invalid_unknown_and_refused_annotations_are_named_and_the_rest_is_served() {
     }
     findings.assert_none(&local);
 }
+
+#[test]
+fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
+    let (stable, canary, canary2) = (
+        echo("stable", EchoOptions::default()),
+        echo("canary", EchoOptions::default()),
+        echo("canary2", EchoOptions::default()),
+    );
+    let mut objects = service("stable", &[stable.port]);
+    objects.extend(service("canary", &[canary.port]));
+    objects.extend(service("canary2", &[canary2.port]));
+    objects.extend(secrets());
+    objects.push(ingress("main", "shop.test", "stable", json!({})));
+    objects.push(ingress("shop-canary", "shop.test", "canary", json!({
+        "nginx.ingress.kubernetes.io/canary": "true",
+        "nginx.ingress.kubernetes.io/canary-weight": "30",
+        "nginx.ingress.kubernetes.io/canary-by-header": "X-Canary",
+        "nginx.ingress.kubernetes.io/canary-by-cookie": "canary"})));
+    objects.push(ingress("api", "api.test", "stable", json!({})));
+    objects.push(ingress("api-canary", "api.test", "canary2", json!({
+        "nginx.ingress.kubernetes.io/canary": "true",
+        "nginx.ingress.kubernetes.io/canary-by-header": "X-Version",
+        "nginx.ingress.kubernetes.io/canary-by-header-value": "v2"})));
+    let local = start(&objects, "shop.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+
+    // A weight of 30 over 200 requests: 60 expected, within ±8 % of the 200 (44 to 76).
+    let to_canary = (0..200)
+        .filter(|_| get("shop.test", "/").send(port).backend() == "canary")
+        .count();
+    eprintln!("canary-weight 30: {to_canary} of 200 requests reached the canary");
+    if !(44..=76).contains(&to_canary) {
+        findings.0.push(format!("canary-weight 30: {to_canary} of 200 requests reached the canary, not 60 ± 16"));
+    }
+    let backends = |request: &dyn Fn() -> Response| -> BTreeSet<String> {
+        (0..20).map(|_| request().backend().to_string()).collect()
+    };
+    let always = backends(&|| get("shop.test", "/").header("x-canary", "always").send(port));
+    let never = backends(&|| get("shop.test", "/").header("x-canary", "never").send(port));
+    let cookie = backends(&|| get("shop.test", "/").header("cookie", "canary=always").send(port));
+    let header_over_cookie = backends(&|| {
+        get("shop.test", "/").header("x-canary", "never").header("cookie", "canary=always").send(port)
+    });
+    let by_value = backends(&|| get("api.test", "/").header("x-version", "v2").send(port));
+    let other_value = backends(&|| get("api.test", "/").header("x-version", "v1").send(port));
+    let expected = |name: &str| BTreeSet::from([name.to_string()]);
+    for (what, got, want) in [
+        ("canary-by-header always", always, expected("canary")),
+        ("canary-by-header never", never, expected("stable")),
+        ("canary-by-cookie always", cookie, expected("canary")),
+        ("the header decides before the cookie", header_over_cookie, expected("stable")),
+        ("canary-by-header-value v2", by_value, expected("canary2")),
+        ("another header value, no weight: never the canary", other_value, expected("stable")),
+    ] {
+        if got != want {
+            findings.0.push(format!("{what}: reached {got:?}, expected {want:?}"));
+        }
+    }
+    findings.assert_none(&local);
+}
+
+/// The subject of the certificate haproxy on `port` presents for SNI `host` (openssl
+/// s_client; `./scripts/test` installs openssl).
+fn certificate_subject(port: u16, host: &str) -> String {
+    let output = std::process::Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-servername", host])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages() {
+    let web = echo("web", EchoOptions::default());
+    let slow = echo("slow", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(service("slow", &[slow.port]));
+    objects.extend(secrets());
+    objects.push(ingress("web", "hsts.secure.example", "web", json!({})));
+    objects.push(ingress("slow", "slow.test", "slow", json!({"haproxy.org/timeout-server": "1s"})));
+    let quiet = echo("quickstart", EchoOptions::default()).port;
+    let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
+    let mut setup = Setup::quickstart(quiet, quiet);
+    setup.files.push(("annotations.yaml".into(), documents.join("\n---\n")));
+    // The library's extraContext, as a user sets it in the folder's config.
+    let library = std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
+    assert!(library.contains("    not_found_page: \"\"\n    "));
+    let local = {
+        let local = setup.start();
+        let config = local.read("config.yaml")
+            .replace("    not_found_page: \"\"\n", "    not_found_page: \"<html><body>Nothing here</body></html>\"\n")
+            .replace("    error_pages: {}\n", "    error_pages: {\"504\": \"<html><body>Too slow</body></html>\"}\n");
+        local.write("config.yaml", &config);
+        local
+    };
+    local.wait_ready(Duration::from_secs(60));
+    let mut findings = Findings::default();
+    let r = eventually("the 404 page", Duration::from_secs(60), || {
+        let r = get("nowhere.test", "/").send(local.http);
+        r.body.contains("Nothing here").then_some(r)
+    });
+    findings.check("no route: 404 with the configured page", r.status == 404 && r.header("content-type") == Some("text/html"), &r);
+    let r = get("slow.test", "/sleep").send(local.http);
+    findings.check("an error haproxy answers itself (504) uses the configured page", r.status == 504 && r.body.contains("Too slow"), &r);
+    let subject = certificate_subject(local.https, "unknown.test");
+    if !subject.contains("haptor default certificate") {
+        findings.0.push(format!("an unknown SNI gets the default certificate, got subject '{subject}'"));
+    }
+    let subject = certificate_subject(local.https, "hsts.secure.example");
+    if !subject.contains("secure.example") {
+        findings.0.push(format!("an Ingress host gets its own certificate, got subject '{subject}'"));
+    }
+    let generated = local.work().join("default-certificate.yaml");
+    let first = std::fs::read_to_string(&generated).unwrap_or_default();
+    if !first.contains("type: kubernetes.io/tls") {
+        findings.0.push(format!("the default certificate is kept in {}", generated.display()));
+    }
+    findings.assert_none(&local);
+}

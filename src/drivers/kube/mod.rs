@@ -38,6 +38,7 @@ macro_rules! log_at {
 pub mod config;
 pub mod credentials;
 pub mod dataplane_secret;
+pub mod default_certificate;
 pub mod discovery;
 pub mod events;
 pub mod ingress_status;
