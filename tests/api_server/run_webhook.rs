@@ -397,6 +397,8 @@ async fn the_api_server_denies_what_breaks_the_configuration_and_allows_the_rest
             "haproxy.org/load-balance": smuggled,
             "haproxy.org/timeout-server": format!("5s\n  lua-load {}", lua.display()),
             "haproxy.org/auth-realm": format!("x\"\n  lua-load {}", lua.display()),
+            // A valid one: the Ingress still gets its own backend, which the render shows.
+            "haproxy.org/timeout-connect": "5s",
         }),
     );
     if let Some(spec) = sneaky.spec.as_mut()
@@ -435,9 +437,9 @@ async fn the_api_server_denies_what_breaks_the_configuration_and_allows_the_rest
             }
             let config = &files[0].1;
             assert!(
-                config.contains("# haproxy.org/load-balance ignored")
-                    && config.contains("# haproxy.org/timeout-server ignored"),
-                "the smuggling annotations are ignored, with a comment:\n{config}"
+                config.contains("_sneaky_web_80\n  option forwardfor\n  timeout connect 5s\n")
+                    && !config.contains("smuggled.lua"),
+                "the valid annotation applies and the smuggling ones are left out:\n{config}"
             );
             eprintln!("the smuggling Ingress was allowed and renders inert");
         }
@@ -1201,6 +1203,48 @@ async fn the_manifest_applied_as_the_readme_gives_it_issues_its_webhook_certific
         .map(|p| p.0.len())
         .unwrap_or_default();
     assert!(password >= 16, "a random password: {secret:?}");
+    // The default TLS certificate the config presents to unknown SNI: created, self-signed.
+    let name = flag_value(&args, "--default-certificate-secret").to_string();
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), "haptor")
+        .get(&name)
+        .await
+        .expect("haptor created the default certificate's Secret");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let certificate = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("tls.crt"))
+        .map(|c| String::from_utf8_lossy(&c.0).into_owned())
+        .unwrap_or_default();
+    assert!(
+        certificate.starts_with("-----BEGIN CERTIFICATE-----"),
+        "{secret:?}"
+    );
+}
+
+/// `--default-certificate-secret` (the chart's default): the TLS Secret is created once, and
+/// one that exists (a certificate of the user's) is left as it is.
+#[tokio::test]
+async fn the_default_certificate_secret_is_created_once_and_then_left_alone() {
+    use haptor::drivers::kube::default_certificate::create_once;
+    let kit = Kit::shared();
+    let client = kit.admin().await;
+    let ns = kit.temp_ns("default-certificate").await;
+    assert!(
+        create_once(client.clone(), &ns, "haptor-default-tls")
+            .await
+            .expect("created")
+    );
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let first = secrets.get("haptor-default-tls").await.expect("the Secret");
+    assert_eq!(first.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert!(
+        !create_once(client.clone(), &ns, "haptor-default-tls")
+            .await
+            .expect("answered")
+    );
+    let again = secrets.get("haptor-default-tls").await.expect("the Secret");
+    assert_eq!(again.data, first.data, "never changed");
 }
 
 /// `--create-credentials-secret` (the chart's default, without a password): the Secret is

@@ -1170,9 +1170,7 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
     // pod-maxconn 1: two slow requests at once to a pair of servers still both succeed
     // (each server takes one; the queue holds the rest).
     let handles: Vec<_> = (0..3)
-        .map(|_| {
-            std::thread::spawn(move || get("limited.test", "/sleep").send(port).status)
-        })
+        .map(|_| std::thread::spawn(move || get("limited.test", "/sleep").send(port).status))
         .collect();
     let statuses: Vec<u16> = handles
         .into_iter()
@@ -1388,16 +1386,26 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
     objects.extend(service("canary2", &[canary2.port]));
     objects.extend(secrets());
     objects.push(ingress("main", "shop.test", "stable", json!({})));
-    objects.push(ingress("shop-canary", "shop.test", "canary", json!({
+    objects.push(ingress(
+        "shop-canary",
+        "shop.test",
+        "canary",
+        json!({
         "nginx.ingress.kubernetes.io/canary": "true",
         "nginx.ingress.kubernetes.io/canary-weight": "30",
         "nginx.ingress.kubernetes.io/canary-by-header": "X-Canary",
-        "nginx.ingress.kubernetes.io/canary-by-cookie": "canary"})));
+        "nginx.ingress.kubernetes.io/canary-by-cookie": "canary"}),
+    ));
     objects.push(ingress("api", "api.test", "stable", json!({})));
-    objects.push(ingress("api-canary", "api.test", "canary2", json!({
+    objects.push(ingress(
+        "api-canary",
+        "api.test",
+        "canary2",
+        json!({
         "nginx.ingress.kubernetes.io/canary": "true",
         "nginx.ingress.kubernetes.io/canary-by-header": "X-Version",
-        "nginx.ingress.kubernetes.io/canary-by-header-value": "v2"})));
+        "nginx.ingress.kubernetes.io/canary-by-header-value": "v2"}),
+    ));
     let local = start(&objects, "shop.test");
     let port = local.http;
     let mut findings = Findings::default();
@@ -1408,16 +1416,29 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
         .count();
     eprintln!("canary-weight 30: {to_canary} of 200 requests reached the canary");
     if !(44..=76).contains(&to_canary) {
-        findings.0.push(format!("canary-weight 30: {to_canary} of 200 requests reached the canary, not 60 ± 16"));
+        findings.0.push(format!(
+            "canary-weight 30: {to_canary} of 200 requests reached the canary, not 60 ± 16"
+        ));
     }
     let backends = |request: &dyn Fn() -> Response| -> BTreeSet<String> {
         (0..20).map(|_| request().backend().to_string()).collect()
     };
-    let always = backends(&|| get("shop.test", "/").header("x-canary", "always").send(port));
+    let always = backends(&|| {
+        get("shop.test", "/")
+            .header("x-canary", "always")
+            .send(port)
+    });
     let never = backends(&|| get("shop.test", "/").header("x-canary", "never").send(port));
-    let cookie = backends(&|| get("shop.test", "/").header("cookie", "canary=always").send(port));
+    let cookie = backends(&|| {
+        get("shop.test", "/")
+            .header("cookie", "canary=always")
+            .send(port)
+    });
     let header_over_cookie = backends(&|| {
-        get("shop.test", "/").header("x-canary", "never").header("cookie", "canary=always").send(port)
+        get("shop.test", "/")
+            .header("x-canary", "never")
+            .header("cookie", "canary=always")
+            .send(port)
     });
     let by_value = backends(&|| get("api.test", "/").header("x-version", "v2").send(port));
     let other_value = backends(&|| get("api.test", "/").header("x-version", "v1").send(port));
@@ -1426,12 +1447,22 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
         ("canary-by-header always", always, expected("canary")),
         ("canary-by-header never", never, expected("stable")),
         ("canary-by-cookie always", cookie, expected("canary")),
-        ("the header decides before the cookie", header_over_cookie, expected("stable")),
+        (
+            "the header decides before the cookie",
+            header_over_cookie,
+            expected("stable"),
+        ),
         ("canary-by-header-value v2", by_value, expected("canary2")),
-        ("another header value, no weight: never the canary", other_value, expected("stable")),
+        (
+            "another header value, no weight: never the canary",
+            other_value,
+            expected("stable"),
+        ),
     ] {
         if got != want {
-            findings.0.push(format!("{what}: reached {got:?}, expected {want:?}"));
+            findings
+                .0
+                .push(format!("{what}: reached {got:?}, expected {want:?}"));
         }
     }
     findings.assert_none(&local);
@@ -1461,19 +1492,34 @@ fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages(
     objects.extend(service("slow", &[slow.port]));
     objects.extend(secrets());
     objects.push(ingress("web", "hsts.secure.example", "web", json!({})));
-    objects.push(ingress("slow", "slow.test", "slow", json!({"haproxy.org/timeout-server": "1s"})));
+    objects.push(ingress(
+        "slow",
+        "slow.test",
+        "slow",
+        json!({"haproxy.org/timeout-server": "1s"}),
+    ));
     let quiet = echo("quickstart", EchoOptions::default()).port;
     let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
     let mut setup = Setup::quickstart(quiet, quiet);
-    setup.files.push(("annotations.yaml".into(), documents.join("\n---\n")));
+    setup
+        .files
+        .push(("annotations.yaml".into(), documents.join("\n---\n")));
     // The library's extraContext, as a user sets it in the folder's config.
-    let library = std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
+    let library =
+        std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
     assert!(library.contains("    not_found_page: \"\"\n    "));
     let local = {
         let local = setup.start();
-        let config = local.read("config.yaml")
-            .replace("    not_found_page: \"\"\n", "    not_found_page: \"<html><body>Nothing here</body></html>\"\n")
-            .replace("    error_pages: {}\n", "    error_pages: {\"504\": \"<html><body>Too slow</body></html>\"}\n");
+        let config = local
+            .read("config.yaml")
+            .replace(
+                "    not_found_page: \"\"\n",
+                "    not_found_page: \"<html><body>Nothing here</body></html>\"\n",
+            )
+            .replace(
+                "    error_pages: {}\n",
+                "    error_pages: {\"504\": \"<html><body>Too slow</body></html>\"}\n",
+            );
         local.write("config.yaml", &config);
         local
     };
@@ -1483,21 +1529,36 @@ fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages(
         let r = get("nowhere.test", "/").send(local.http);
         r.body.contains("Nothing here").then_some(r)
     });
-    findings.check("no route: 404 with the configured page", r.status == 404 && r.header("content-type") == Some("text/html"), &r);
+    findings.check(
+        "no route: 404 with the configured page",
+        r.status == 404 && r.header("content-type") == Some("text/html"),
+        &r,
+    );
     let r = get("slow.test", "/sleep").send(local.http);
-    findings.check("an error haproxy answers itself (504) uses the configured page", r.status == 504 && r.body.contains("Too slow"), &r);
+    findings.check(
+        "an error haproxy answers itself (504) uses the configured page",
+        r.status == 504 && r.body.contains("Too slow"),
+        &r,
+    );
     let subject = certificate_subject(local.https, "unknown.test");
     if !subject.contains("haptor default certificate") {
-        findings.0.push(format!("an unknown SNI gets the default certificate, got subject '{subject}'"));
+        findings.0.push(format!(
+            "an unknown SNI gets the default certificate, got subject '{subject}'"
+        ));
     }
     let subject = certificate_subject(local.https, "hsts.secure.example");
     if !subject.contains("secure.example") {
-        findings.0.push(format!("an Ingress host gets its own certificate, got subject '{subject}'"));
+        findings.0.push(format!(
+            "an Ingress host gets its own certificate, got subject '{subject}'"
+        ));
     }
     let generated = local.work().join("default-certificate.yaml");
     let first = std::fs::read_to_string(&generated).unwrap_or_default();
     if !first.contains("type: kubernetes.io/tls") {
-        findings.0.push(format!("the default certificate is kept in {}", generated.display()));
+        findings.0.push(format!(
+            "the default certificate is kept in {}",
+            generated.display()
+        ));
     }
     findings.assert_none(&local);
 }

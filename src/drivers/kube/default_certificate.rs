@@ -54,7 +54,7 @@ pub fn spawn(client: Client, namespace: String, name: String) -> tokio::task::Jo
 }
 
 /// One try: true when this replica created it, false when it existed.
-async fn create_once(client: Client, namespace: &str, name: &str) -> Result<bool, String> {
+pub async fn create_once(client: Client, namespace: &str, name: &str) -> Result<bool, String> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -85,8 +85,14 @@ fn secret_object(namespace: &str, name: &str, pair: &CertificatePair) -> Secret 
         },
         type_: Some("kubernetes.io/tls".into()),
         data: Some(BTreeMap::from([
-            ("tls.crt".to_string(), ByteString(pair.cert.clone().into_bytes())),
-            ("tls.key".to_string(), ByteString(pair.key.clone().into_bytes())),
+            (
+                "tls.crt".to_string(),
+                ByteString(pair.cert.clone().into_bytes()),
+            ),
+            (
+                "tls.key".to_string(),
+                ByteString(pair.key.clone().into_bytes()),
+            ),
         ])),
         ..Secret::default()
     }
