@@ -663,6 +663,7 @@ fn the_default_config_is_the_ingress_library_but_for_what_the_chart_sets() {
             "runtime_socket",
             "ingress_class",
             "default_certificate",
+            "ssl_passthrough",
         ] {
             context.remove(key);
         }

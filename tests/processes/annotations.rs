@@ -226,9 +226,13 @@ impl<'a> Request<'a> {
 
     /// Sends it over TLS (SNI = host) to `port`, trusting the library's test certificate.
     fn send_tls(&self, port: u16) -> Response {
+        self.send_tls_trusting(port, &test_certificate().0)
+    }
+
+    /// Sends it over TLS (SNI = host) to `port`, trusting only the certificate `pem`.
+    fn send_tls_trusting(&self, port: u16, pem: &str) -> Response {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, ServerName};
-        let pem = test_certificate().0;
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM"))
@@ -1193,6 +1197,12 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
 /// A CA and a server certificate it signed for `backend.test`, PEM: (CA certificate,
 /// server chain, server key).
 fn backend_pki() -> (String, String, String) {
+    pki_for(&["backend.test"])
+}
+
+/// A CA and a server certificate it signed for `hosts`, PEM: (CA certificate, server
+/// chain, server key).
+fn pki_for(hosts: &[&str]) -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().expect("a CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -1204,10 +1214,9 @@ fn backend_pki() -> (String, String, String) {
     let ca = ca_params.clone().self_signed(&ca_key).expect("a CA");
     let issuer = Issuer::new(ca_params, ca_key);
     let key = KeyPair::generate().expect("a key");
-    let mut params = CertificateParams::new(vec!["backend.test".to_string()]).expect("params");
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "backend.test");
+    let names: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    let mut params = CertificateParams::new(names).expect("params");
+    params.distinguished_name.push(DnType::CommonName, hosts[0]);
     let cert = params.signed_by(&key, &issuer).expect("a certificate");
     (ca.pem(), cert.pem(), key.serialize_pem())
 }
@@ -1560,5 +1569,109 @@ fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages(
             generated.display()
         ));
     }
+    findings.assert_none(&local);
+}
+
+#[test]
+fn ssl_passthrough_hands_tls_to_the_service_by_sni_and_terminates_the_rest() {
+    let (ca, chain, key) = pki_for(&["pass.test", "nginx-pass.test"]);
+    let tls = echo(
+        "passthrough",
+        EchoOptions {
+            tls: Some((chain, key)),
+            ..EchoOptions::default()
+        },
+    );
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("tls", &[tls.port]);
+    objects.extend(service("web", &[web.port]));
+    objects.extend(secrets());
+    objects.push(ingress(
+        "pass",
+        "pass.test",
+        "tls",
+        json!({"haproxy.org/ssl-passthrough": "true"}),
+    ));
+    objects.push(ingress(
+        "nginx-pass",
+        "nginx-pass.test",
+        "tls",
+        json!({"nginx.ingress.kubernetes.io/ssl-passthrough": "true"}),
+    ));
+    objects.push(ingress(
+        "terminated",
+        "web.secure.example",
+        "web",
+        json!({}),
+    ));
+    let quiet = echo("quickstart", EchoOptions::default()).port;
+    let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
+    let mut setup = Setup::quickstart(quiet, quiet);
+    setup
+        .files
+        .push(("annotations.yaml".into(), documents.join("\n---\n")));
+    let local = setup.start();
+    let config = local.read("config.yaml");
+    assert!(
+        config.contains("    ssl_passthrough: false\n"),
+        "the library has the switch"
+    );
+    // Off first: the annotation is left out and HAProxy terminates TLS for that host.
+    local.wait_ready(Duration::from_secs(60));
+    let log = eventually(
+        "the passthrough annotation to be reported off",
+        Duration::from_secs(30),
+        || {
+            let log = local.log_text();
+            log.contains("annotation haproxy.org/ssl-passthrough: SSL passthrough is off")
+                .then_some(log)
+        },
+    );
+    assert!(
+        log.contains("Ingress default/pass is served without some of its parts"),
+        "{log}"
+    );
+    local.write(
+        "config.yaml",
+        &config.replace(
+            "    ssl_passthrough: false\n",
+            "    ssl_passthrough: true\n",
+        ),
+    );
+    let mut findings = Findings::default();
+    let r = eventually(
+        "TLS passed through to the Service",
+        Duration::from_secs(60),
+        || {
+            let r = std::panic::catch_unwind(|| {
+                get("pass.test", "/p").send_tls_trusting(local.https, &ca)
+            })
+            .ok()?;
+            (r.backend() == "passthrough").then_some(r)
+        },
+    );
+    findings.check(
+        "the Service terminated TLS itself: its certificate verified, its echo of the request unchanged",
+        r.status == 200 && r.received_request_line() == "GET /p HTTP/1.1" && !r.received_any("x-forwarded-proto"),
+        &r,
+    );
+    let r = get("nginx-pass.test", "/").send_tls_trusting(local.https, &ca);
+    findings.check(
+        "nginx ssl-passthrough: the same",
+        r.backend() == "passthrough",
+        &r,
+    );
+    let r = get("web.secure.example", "/t").send_tls(local.https);
+    findings.check(
+        "another host's TLS is still terminated by HAProxy",
+        r.status == 200 && r.backend() == "web" && r.received_header("x-forwarded-proto", "https"),
+        &r,
+    );
+    let r = get("pass.test", "/plain").send(local.http);
+    findings.check(
+        "plain HTTP to a passthrough host is routed by its paths",
+        r.backend() == "passthrough" || r.status == 502 || r.status == 503,
+        &r,
+    );
     findings.assert_none(&local);
 }
