@@ -95,7 +95,6 @@ mod tests {
         assert!(pair.cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(pair.key.contains("PRIVATE KEY-----"));
         let der = crate::pure::certificates::pem_certificates(&pair.cert)
-            .into_iter()
             .next()
             .expect("one certificate");
         let (from, until) = crate::pure::certificates::validity(&der).expect("a validity");
