@@ -1337,7 +1337,7 @@ fn invalid_unknown_and_refused_annotations_are_named_and_the_rest_is_served() {
             "haproxy.org/backend-config-snippet": "http-request deny",
             "nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers \"X: y\";",
             "nginx.ingress.kubernetes.io/proxy-body-size": "lots",
-            "nginx.ingress.kubernetes.io/canary": "true",
+            "nginx.ingress.kubernetes.io/mirror-target": "https://mirror.example/",
         }),
     ));
     let local = start(&objects, "mixed.test");
@@ -1368,7 +1368,7 @@ fn invalid_unknown_and_refused_annotations_are_named_and_the_rest_is_served() {
         "annotation haproxy.org/backend-config-snippet: configuration snippets are off",
         "annotation nginx.ingress.kubernetes.io/configuration-snippet is not supported: nginx syntax cannot be translated",
         "annotation nginx.ingress.kubernetes.io/proxy-body-size: \"lots\" is not a size",
-        "annotation nginx.ingress.kubernetes.io/canary is not supported",
+        "annotation nginx.ingress.kubernetes.io/mirror-target is not supported",
     ] {
         if !log.contains(reason) {
             findings.0.push(format!("the log names: {reason}"));
