@@ -159,7 +159,8 @@ async fn served_ingresses_get_the_publish_address_and_only_haptors_own_ingresses
     let note = partly.note.clone().unwrap_or_default();
     assert!(
         note.contains("served by haptor with parts left out")
-            && note.contains("annotation haproxy.org/timeout-server: \"forever\" is not a duration"),
+            && note
+                .contains("annotation haproxy.org/timeout-server: \"forever\" is not a duration"),
         "the note says what was left out and why: {note}"
     );
     let second = get_ingress(&client, &ns, "second")

@@ -1221,11 +1221,14 @@ fn pki_for(hosts: &[&str]) -> (String, String, String) {
     (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
+/// A kubernetes.io/tls Secret holding `ca` as its `ca.crt` and the library's test pair as
+/// its certificate and key (a client certificate, whose key must match for HAProxy to load
+/// it).
 fn ca_secret(name: &str, ca: &str) -> Value {
-    let (_, key) = test_certificate();
+    let (cert, key) = test_certificate();
     json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
            "metadata": {"name": name, "namespace": "default"},
-           "data": {"ca.crt": b64(ca), "tls.crt": b64(ca), "tls.key": b64(&key)}})
+           "data": {"ca.crt": b64(ca), "tls.crt": b64(&cert), "tls.key": b64(&key)}})
 }
 
 #[test]
