@@ -565,13 +565,23 @@ mod in_cluster {
             .map(|(_, body)| body)
     }
 
-    /// The published HAProxyCfg's resourceVersion and checksum.
+    /// The published HAProxyCfg's resourceVersion and checksum, once its publication is
+    /// complete. One publication of a new configuration is two writes, the spec and then the
+    /// status (whose `ContentPublished` message gives the new size): between them the
+    /// object is half-published, and this answers `None`.
     async fn published(client: &Client, ns: &str) -> Option<(String, String)> {
         let cfg = Api::<HAProxyCfg>::namespaced(client.clone(), ns)
             .get_opt("haptor-config")
             .await
             .ok()??;
-        Some((cfg.metadata.resource_version?, cfg.spec.checksum))
+        let size = format!("({} bytes", cfg.spec.size?);
+        let status_follows_spec = cfg
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ContentPublished" && c.message.contains(&size));
+        status_follows_spec.then_some((cfg.metadata.resource_version?, cfg.spec.checksum))
     }
 
     async fn renders(replica: &Replica) -> f64 {
