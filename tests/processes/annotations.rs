@@ -1678,3 +1678,142 @@ fn ssl_passthrough_hands_tls_to_the_service_by_sni_and_terminates_the_rest() {
     );
     findings.assert_none(&local);
 }
+
+/// The quickstart folder's config with `annotation_defaults` replaced by `defaults`.
+fn with_annotation_defaults(local: &Local, defaults: &str) -> String {
+    let config = local.read("config.yaml");
+    let start = config
+        .find("    annotation_defaults:")
+        .expect("the library's extraContext has annotation_defaults");
+    let end = start + config[start..].find('\n').expect("a line");
+    format!(
+        "{}    annotation_defaults: {defaults}{}",
+        &config[..start],
+        &config[end..]
+    )
+}
+
+#[test]
+fn service_annotations_win_over_the_ingress_and_config_defaults_fill_in_the_rest() {
+    let api = echo("api", EchoOptions::default());
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("api", &[api.port]);
+    objects[0]["metadata"]["annotations"] = json!({
+        "haproxy.org/request-set-header": "X-Team platform",
+        "haproxy.org/auth-type": "basic-auth",
+    });
+    objects.extend(service("web", &[web.port]));
+    objects.extend(secrets());
+    objects.push(ingress("plain", "plain.test", "api", json!({})));
+    objects.push(ingress(
+        "own",
+        "own.test",
+        "api",
+        json!({
+            "haproxy.org/request-set-header": "X-Team ingress",
+            "haproxy.org/response-set-header": "X-Said ingress",
+        }),
+    ));
+    objects.push(ingress("web", "web.test", "web", json!({})));
+    let quiet = echo("quickstart", EchoOptions::default()).port;
+    let documents: Vec<String> = objects.iter().map(Value::to_string).collect();
+    let mut setup = Setup::quickstart(quiet, quiet);
+    setup
+        .files
+        .push(("annotations.yaml".into(), documents.join("\n---\n")));
+    let local = setup.start();
+    local.write(
+        "config.yaml",
+        &with_annotation_defaults(
+            &local,
+            r#"{"haproxy.org/response-set-header": "X-Said default"}"#,
+        ),
+    );
+    local.wait_ready(Duration::from_secs(60));
+    eventually("the defaults deployed", Duration::from_secs(60), || {
+        let r = get("web.test", "/").send(local.http);
+        (r.header("x-said") == Some("default")).then_some(())
+    });
+    let mut findings = Findings::default();
+    let r = get("plain.test", "/").send(local.http);
+    findings.check(
+        "the Service's annotation applies to its shared backend, and the default too",
+        r.backend() == "api"
+            && r.received_header("x-team", "platform")
+            && r.header("x-said") == Some("default"),
+        &r,
+    );
+    findings.check(
+        "an Ingress-only annotation on a Service does nothing",
+        r.status == 200 && r.header("www-authenticate").is_none(),
+        &r,
+    );
+    let r = get("own.test", "/").send(local.http);
+    findings.check(
+        "the Service wins over the Ingress; the Ingress's own value wins over the default",
+        r.backend() == "api"
+            && r.received_header("x-team", "platform")
+            && !r.received_header("x-team", "ingress")
+            && r.header("x-said") == Some("ingress"),
+        &r,
+    );
+    let r = get("web.test", "/").send(local.http);
+    findings.check(
+        "another Service's backend gets the default only",
+        r.backend() == "web" && !r.received_any("x-team") && r.header("x-said") == Some("default"),
+        &r,
+    );
+    let log = eventually(
+        "the log to name the Service's left-out annotation",
+        Duration::from_secs(30),
+        || {
+            let log = local.log_text();
+            log.contains("Service default/api is served without some of its parts")
+                .then_some(log)
+        },
+    );
+    let reason =
+        "annotation haproxy.org/auth-type is read on Ingresses only; on a Service it has no effect";
+    if !log.contains(reason) {
+        findings.0.push(format!("the log names: {reason}"));
+    }
+
+    // A default that is not valid is the config's error, named; the last good
+    // configuration keeps serving.
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    local.write(
+        "config.yaml",
+        &with_annotation_defaults(
+            &local,
+            r#"{"haproxy.org/response-set-header": "X-Said default", "haproxy.org/timeout-server": "forever"}"#,
+        ),
+    );
+    let error = eventually(
+        "the invalid default to be reported",
+        Duration::from_secs(30),
+        || {
+            let (_, errors) = local.debug_json("/debug/vars/errors")?;
+            errors.as_array()?.iter().find_map(|record| {
+                let at = u128::from(record["at_ms"].as_u64()?);
+                let message = record["message"].as_str()?;
+                (at + 50 >= since && message.contains("annotation_defaults"))
+                    .then(|| message.to_string())
+            })
+        },
+    );
+    if !error.contains("haproxy.org/timeout-server") || !error.contains("forever") {
+        findings.0.push(format!(
+            "the error names the default and its value: {error}"
+        ));
+    }
+    let r = get("plain.test", "/").send(local.http);
+    findings.check(
+        "the last good configuration keeps serving",
+        r.backend() == "api" && r.header("x-said") == Some("default"),
+        &r,
+    );
+    findings.assert_none(&local);
+}

@@ -23,7 +23,7 @@ use serde_json::Value;
 pub use kinds::{KindError, ValueKind};
 pub use reference::reference_markdown;
 
-use crate::pure::config::{AnnotationDefinition, AnnotationSettings};
+use crate::pure::config::{AnnotationDefinition, AnnotationScope, AnnotationSettings};
 
 /// The prefix of the snippets generated from annotation templates:
 /// `annotations/<section>/<order>/<annotation name>`.
@@ -54,6 +54,21 @@ pub struct Definition {
     /// What a present but invalid value makes the template do, in the reason's words
     /// ("left out" unless the definition says otherwise, e.g. "every request is denied").
     pub invalid_effect: String,
+    /// Whether a Service's value applies to the backends serving it (above the Ingress's).
+    pub on_services: bool,
+    /// Whether the config's extraContext `annotation_defaults` may give it a default.
+    pub has_defaults: bool,
+}
+
+/// The annotations a backend applies: an Ingress's (or none, for a Service's shared
+/// backends) with its Service's and the config's defaults merged in, and what the
+/// Service carries that does not apply, with the reasons.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendAnnotations {
+    /// The merged `metadata.annotations`.
+    pub annotations: serde_json::Map<String, Value>,
+    /// Why annotations of the Service under an owned prefix are left out.
+    pub service_left_out: Vec<String>,
 }
 
 /// What an object's annotation value comes to.
@@ -133,10 +148,10 @@ impl AnnotationTable {
     /// The annotation of `name` on `annotations` (an object's `metadata.annotations`), its
     /// aliases included: the first of them present decides.
     pub fn judge(&self, definition: &Definition, annotations: &Value) -> Judged {
-        let present = std::iter::once(&definition.name)
-            .chain(&definition.aliases)
-            .find_map(|name| annotations.get(name).map(|value| (name, value)));
-        let Some((written, raw)) = present else {
+        let Some((written, raw)) = annotations
+            .as_object()
+            .and_then(|object| present(object, definition))
+        else {
             return Judged::Absent;
         };
         if let Some(refused) = &definition.refused {
@@ -159,6 +174,134 @@ impl AnnotationTable {
         }
     }
 
+    /// The definition `name` stands for: its own or the one it is an alias of.
+    fn defined(&self, name: &str) -> Option<&Definition> {
+        self.definitions
+            .get(name)
+            .or_else(|| self.aliases.get(name).and_then(|n| self.definitions.get(n)))
+    }
+
+    fn owned(&self, name: &str) -> bool {
+        self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }
+
+    /// The annotations a backend of `ingress` (`metadata.annotations`, `Null` for a
+    /// Service's shared backends) to `service` applies: for a `Service`-scope annotation the
+    /// Service's valid value wins over the Ingress's; for a `Defaults`-scope one
+    /// `defaults` (the config's extraContext `annotation_defaults`, by name) gives the value
+    /// when neither carries a valid one. What the Service carries under an owned prefix and does not
+    /// apply (unknown, refused, Ingress-only or invalid) is returned with the reasons. A
+    /// default that is not a valid value of a `Defaults`-scope annotation is the config's
+    /// error, returned naming it.
+    pub fn backend_annotations(
+        &self,
+        ingress: &Value,
+        service: &Value,
+        defaults: &Value,
+    ) -> Result<BackendAnnotations, String> {
+        let mut merged = ingress.as_object().cloned().unwrap_or_default();
+        let mut service_left_out = Vec::new();
+        match defaults {
+            Value::Null => {}
+            Value::Object(defaults) => {
+                for (name, raw) in defaults {
+                    let definition = self.defaults_definition(name, raw)?;
+                    // An invalid value of the Ingress is left out (and reported where the
+                    // Ingress is judged), so the default stands in for it.
+                    if !matches!(self.judge(definition, ingress), Judged::Valid(_)) {
+                        for written in definition.names() {
+                            merged.remove(written);
+                        }
+                        merged.insert(name.clone(), raw.clone());
+                    }
+                }
+            }
+            _ => {
+                return Err(
+                    "extraContext annotation_defaults is not a map of annotation names to values"
+                        .to_string(),
+                );
+            }
+        }
+        let Some(on_service) = service.as_object() else {
+            return Ok(BackendAnnotations {
+                annotations: merged,
+                service_left_out,
+            });
+        };
+        let mut applied: Vec<&Definition> = Vec::new();
+        for name in on_service.keys().filter(|n| self.owned(n)) {
+            let reason = match self.defined(name) {
+                None => format!(
+                    "annotation {name} is not one haptor knows (see docs/annotations.md); it has \
+                     no effect"
+                ),
+                Some(definition) if definition.refused.is_some() => {
+                    match self.judge(definition, service) {
+                        Judged::Invalid(reason) => reason,
+                        _ => continue,
+                    }
+                }
+                Some(definition) if !definition.on_services => format!(
+                    "annotation {name} is read on Ingresses only; on a Service it has no effect"
+                ),
+                Some(definition) => {
+                    if !applied.iter().any(|d| d.name == definition.name) {
+                        applied.push(definition);
+                    }
+                    continue;
+                }
+            };
+            service_left_out.push(reason);
+        }
+        for definition in applied {
+            match self.judge(definition, service) {
+                Judged::Valid(_) => {
+                    if let Some((written, raw)) = present(on_service, definition) {
+                        for name in definition.names() {
+                            merged.remove(name);
+                        }
+                        merged.insert(written.to_string(), raw.clone());
+                    }
+                }
+                Judged::Invalid(reason) => service_left_out.push(reason),
+                Judged::Absent => {}
+            }
+        }
+        Ok(BackendAnnotations {
+            annotations: merged,
+            service_left_out,
+        })
+    }
+
+    /// The definition of a default `name: raw`, when it is a valid one.
+    fn defaults_definition(&self, name: &str, raw: &Value) -> Result<&Definition, String> {
+        let definition = self.defined(name).ok_or_else(|| {
+            format!(
+                "extraContext annotation_defaults: {name} is not an annotation this config \
+                 defines"
+            )
+        })?;
+        if definition.refused.is_some() || !definition.has_defaults {
+            return Err(format!(
+                "extraContext annotation_defaults: {name} takes no default (its scopes in \
+                 spec.annotations.definitions do not include Defaults)"
+            ));
+        }
+        let single = Value::Object(std::iter::once((name.to_string(), raw.clone())).collect());
+        match self.judge(definition, &single) {
+            Judged::Invalid(reason) => {
+                // What an invalid value does on an Ingress is not what it does here.
+                let effect = format!("; {}", definition.invalid_effect);
+                let reason = reason.strip_suffix(&effect).unwrap_or(&reason);
+                Err(format!(
+                    "extraContext annotation_defaults: {reason}; the render fails until it is fixed (the last good configuration keeps serving)"
+                ))
+            }
+            _ => Ok(definition),
+        }
+    }
+
     /// Every reason something of `annotations` is left out: invalid values, refused
     /// annotations and names under an owned prefix that are defined nowhere. Sorted by
     /// annotation name.
@@ -168,14 +311,10 @@ impl AnnotationTable {
         };
         let mut reasons = Vec::new();
         for name in object.keys() {
-            if !self.prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+            if !self.owned(name) {
                 continue;
             }
-            let definition = self
-                .definitions
-                .get(name)
-                .or_else(|| self.aliases.get(name).and_then(|n| self.definitions.get(n)));
-            match definition {
+            match self.defined(name) {
                 None => reasons.push(format!(
                     "annotation {name} is not one haptor knows (see docs/annotations.md); it has no effect"
                 )),
@@ -196,11 +335,7 @@ impl AnnotationTable {
             return false;
         };
         object.keys().any(|name| {
-            let definition = self
-                .definitions
-                .get(name)
-                .or_else(|| self.aliases.get(name).and_then(|n| self.definitions.get(n)));
-            definition.is_some_and(|d| {
+            self.defined(name).is_some_and(|d| {
                 d.section.as_deref() == Some(section)
                     && match self.judge(d, annotations) {
                         Judged::Valid(_) => true,
@@ -212,7 +347,22 @@ impl AnnotationTable {
     }
 }
 
+/// The first of `definition`'s names `annotations` carry, with its value.
+fn present<'a>(
+    annotations: &'a serde_json::Map<String, Value>,
+    definition: &'a Definition,
+) -> Option<(&'a str, &'a Value)> {
+    definition
+        .names()
+        .find_map(|name| annotations.get(name).map(|value| (name, value)))
+}
+
 impl Definition {
+    /// Its name, then its aliases.
+    fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str()).chain(self.aliases.iter().map(String::as_str))
+    }
+
     fn new(name: &str, definition: &AnnotationDefinition) -> Result<Definition, String> {
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(format!("'{name}' is not an annotation name"));
@@ -236,7 +386,19 @@ impl Definition {
                 "section '{section}' is not a word (letters, digits, '-', '_')"
             ));
         }
+        if !definition.scopes.is_empty() && !definition.scopes.contains(&AnnotationScope::Ingress) {
+            return Err("scopes: every annotation is read on Ingresses; add Ingress".to_string());
+        }
+        let beyond_ingress = definition
+            .scopes
+            .iter()
+            .any(|s| *s != AnnotationScope::Ingress);
+        if beyond_ingress && definition.refused.is_some() {
+            return Err("a refused annotation is read nowhere: its scopes are [Ingress]".into());
+        }
         Ok(Definition {
+            on_services: definition.scopes.contains(&AnnotationScope::Service),
+            has_defaults: definition.scopes.contains(&AnnotationScope::Defaults),
             name: name.to_string(),
             kind,
             section: definition.section.clone(),

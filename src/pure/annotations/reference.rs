@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::ValueKind;
-use crate::pure::config::AnnotationSettings;
+use crate::pure::config::{AnnotationScope, AnnotationSettings};
 
 /// The reference of `settings` as Markdown: a summary table per owned prefix, then one
 /// section per annotation (accepted values, default, scope, what HAProxy does, the
@@ -19,7 +19,15 @@ pub fn reference_markdown(settings: &AnnotationSettings, source: &str) -> String
          `metadata.annotations`. A value that fails its check is left out and named, with the \
          reason, in the Ingress's `IngressPartlyServed` Event and haptor's log; so is every \
          annotation under these prefixes that is not listed here, and every one listed as not \
-         supported. `haptor migrate` reports the same for manifests before you switch.\n"
+         supported. `haptor migrate` reports the same for manifests before you switch.\n\n\
+         Where an annotation's **Scope** says so, it is also read from the Service a backend \
+         serves (the Service's value wins over the Ingress's, in the Service's shared backends \
+         and in every Ingress's own backends to it) and from the config's extraContext \
+         `annotation_defaults` (the chart's `annotationDefaults`), which gives cluster-wide \
+         defaults, by annotation name, to every backend whose Ingress and Service carry no valid \
+         value. What a Service carries and does not apply (an Ingress-only annotation, an \
+         invalid value) is named in haptor's log; a default that is not valid fails the render, \
+         naming it, and the last good configuration keeps serving.\n"
     );
     let supported = settings
         .definitions
@@ -112,11 +120,7 @@ pub fn reference_markdown(settings: &AnnotationSettings, source: &str) -> String
                     "- **Invalid value:** {effect}, and the Event says why."
                 );
             }
-            let _ = writeln!(
-                out,
-                "- **Scope:** {}",
-                definition.scope.as_deref().unwrap_or("Ingress")
-            );
+            let _ = writeln!(out, "- **Scope:** {}", scope_text(&definition.scopes));
             if !definition.aliases.is_empty() {
                 let aliases: Vec<String> = definition
                     .aliases
@@ -156,4 +160,22 @@ fn cell(text: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .replace('|', "\\|")
+}
+
+/// Where a value is read, as the reference says it.
+fn scope_text(scopes: &[AnnotationScope]) -> String {
+    let mut parts = vec!["the Ingress".to_string()];
+    if scopes.contains(&AnnotationScope::Service) {
+        parts.insert(
+            0,
+            "the Service of the backend (it wins over the Ingress)".to_string(),
+        );
+    }
+    if scopes.contains(&AnnotationScope::Defaults) {
+        parts.push("the config's extraContext `annotation_defaults`".to_string());
+    }
+    match parts.len() {
+        1 => "Ingress".to_string(),
+        _ => format!("{}, in that order", parts.join(", then ")),
+    }
 }

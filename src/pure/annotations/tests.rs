@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::pure::config::{AnnotationDefinition, AnnotationSettings};
+use crate::pure::config::{AnnotationDefinition, AnnotationScope, AnnotationSettings};
 
 fn definition(accepts: &str) -> AnnotationDefinition {
     AnnotationDefinition {
@@ -209,5 +209,165 @@ fn an_acting_annotation_becomes_a_snippet_that_gives_its_template_the_checked_va
         snippets.values().next().expect("one").contains(
             "{{#each (annotation ing \"haproxy.org/timeout-server\" as_list=true) as |value|}}\n  timeout server {{value}}\n{{/each}}"
         )
+    );
+}
+
+/// A table of a Service- and Defaults-scope timeout (with an alias), an Ingress-only
+/// allow-list and a refused annotation.
+fn scoped_table() -> AnnotationTable {
+    let mut timeout = definition("duration");
+    timeout.scopes = vec![
+        AnnotationScope::Ingress,
+        AnnotationScope::Service,
+        AnnotationScope::Defaults,
+    ];
+    timeout.aliases = vec!["haproxy.org/server-timeout".into()];
+    timeout.section = Some("backend".into());
+    timeout.template = Some("timeout server {{value}}".into());
+    let mut allow = definition("addresses");
+    allow.scopes = vec![AnnotationScope::Ingress];
+    allow.section = Some("backend".into());
+    allow.template = Some("x".into());
+    let mut refused = definition("text");
+    refused.refused = Some("nginx syntax cannot be translated".into());
+    table(&[
+        ("haproxy.org/timeout-server", timeout),
+        ("haproxy.org/allow-list", allow),
+        ("nginx.ingress.kubernetes.io/server-snippet", refused),
+    ])
+}
+
+#[test]
+fn a_service_value_wins_over_the_ingress_and_a_default_fills_in_only_what_neither_carries_validly()
+{
+    let table = scoped_table();
+    let defaults = json!({"haproxy.org/timeout-server": "1m"});
+    let merged = |ingress: Value, service: Value| {
+        let merged = table
+            .backend_annotations(&ingress, &service, &defaults)
+            .expect("valid defaults");
+        (Value::Object(merged.annotations), merged.service_left_out)
+    };
+
+    let (annotations, left_out) = merged(
+        json!({"haproxy.org/timeout-server": "5s", "haproxy.org/allow-list": "10.0.0.0/8"}),
+        json!({"haproxy.org/server-timeout": "7s"}),
+    );
+    assert_eq!(
+        annotations,
+        json!({"haproxy.org/server-timeout": "7s", "haproxy.org/allow-list": "10.0.0.0/8"}),
+        "the Service's alias replaces the Ingress's name; the Ingress-only one stays"
+    );
+    assert!(left_out.is_empty(), "{left_out:?}");
+
+    let (annotations, _) = merged(json!({"haproxy.org/timeout-server": "5s"}), Value::Null);
+    assert_eq!(annotations, json!({"haproxy.org/timeout-server": "5s"}));
+
+    let (annotations, _) = merged(json!({"haproxy.org/timeout-server": "soon"}), Value::Null);
+    assert_eq!(
+        annotations,
+        json!({"haproxy.org/timeout-server": "1m"}),
+        "an invalid Ingress value is left out, so the default stands in"
+    );
+
+    let (annotations, left_out) = merged(
+        Value::Null,
+        json!({"haproxy.org/timeout-server": "-3s", "app.example/owner": "team"}),
+    );
+    assert_eq!(
+        annotations,
+        json!({"haproxy.org/timeout-server": "1m"}),
+        "an invalid Service value is left out too"
+    );
+    assert_eq!(left_out.len(), 1, "{left_out:?}");
+    assert!(
+        left_out[0].contains("haproxy.org/timeout-server"),
+        "{left_out:?}"
+    );
+}
+
+#[test]
+fn what_a_service_carries_and_does_not_apply_is_named_with_the_reason() {
+    let table = scoped_table();
+    let merged = table
+        .backend_annotations(
+            &Value::Null,
+            &json!({
+                "haproxy.org/allow-list": "10.0.0.0/8",
+                "haproxy.org/no-such-thing": "1",
+                "nginx.ingress.kubernetes.io/server-snippet": "return 200;",
+                "prometheus.io/scrape": "true",
+            }),
+            &Value::Null,
+        )
+        .expect("no defaults");
+    assert!(merged.annotations.is_empty(), "{:?}", merged.annotations);
+    let reasons = merged.service_left_out;
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains(
+        "haproxy.org/allow-list is read on Ingresses only; on a Service it has no effect"
+    )));
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("no-such-thing is not one haptor knows"))
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("server-snippet is not supported"))
+    );
+}
+
+#[test]
+fn a_default_that_is_not_a_valid_defaults_scope_value_is_the_configs_error_naming_it() {
+    let table = scoped_table();
+    let error = |defaults: Value| {
+        table
+            .backend_annotations(&Value::Null, &Value::Null, &defaults)
+            .expect_err("refused")
+    };
+    let bad_value = error(json!({"haproxy.org/timeout-server": "forever"}));
+    assert!(
+        bad_value.starts_with("extraContext annotation_defaults: ")
+            && bad_value.contains("haproxy.org/timeout-server"),
+        "{bad_value}"
+    );
+    let ingress_only = error(json!({"haproxy.org/allow-list": "10.0.0.0/8"}));
+    assert!(
+        ingress_only.contains("haproxy.org/allow-list takes no default"),
+        "{ingress_only}"
+    );
+    let unknown = error(json!({"haproxy.org/nope": "1"}));
+    assert!(
+        unknown.contains("haproxy.org/nope is not an annotation"),
+        "{unknown}"
+    );
+    let not_a_map = error(json!(["haproxy.org/timeout-server"]));
+    assert!(not_a_map.contains("is not a map"), "{not_a_map}");
+}
+
+#[test]
+fn scopes_beyond_the_ingress_need_the_ingress_and_a_live_annotation() {
+    let mut service_only = definition("bool");
+    service_only.scopes = vec![AnnotationScope::Service];
+    let mut refused = definition("bool");
+    refused.scopes = vec![AnnotationScope::Ingress, AnnotationScope::Defaults];
+    refused.refused = Some("no".into());
+    let settings = AnnotationSettings {
+        prefixes: vec!["haproxy.org/".into()],
+        definitions: [
+            ("haproxy.org/a".to_string(), service_only),
+            ("haproxy.org/b".to_string(), refused),
+        ]
+        .into(),
+    };
+    let problems = AnnotationTable::new(&settings).expect_err("refused");
+    let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(problems.len(), 2, "{messages:?}");
+    assert!(messages[0].contains("add Ingress"), "{messages:?}");
+    assert!(
+        messages[1].contains("a refused annotation is read nowhere"),
+        "{messages:?}"
     );
 }

@@ -348,9 +348,13 @@ pub struct AnnotationDefinition {
     /// What the annotation does, in HAProxy's terms (documentation).
     #[serde(default)]
     pub description: String,
-    /// Where it may be written (documentation; `Ingress` when unset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
+    /// Where a value is read (`[Ingress]` when unset; `Ingress` is always among them):
+    /// `Service` also reads it on the Service a backend serves, above the Ingress's value;
+    /// `Defaults` also takes it from the config's extraContext `annotation_defaults`, below
+    /// both. Beyond the Ingress, values are read where the templates ask for a backend's
+    /// annotations (the `with_backend_annotations` helper).
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<AnnotationScope>,
     /// The counterpart under the other prefix (documentation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub equivalent: Option<String>,
@@ -382,6 +386,33 @@ pub struct AnnotationDefinition {
     /// instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+/// Where an annotation's value may come from (see [`AnnotationDefinition::scopes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AnnotationScope {
+    /// The Ingress's `metadata.annotations`.
+    Ingress,
+    /// The `metadata.annotations` of the Service a backend serves; it wins over the Ingress.
+    Service,
+    /// The config's extraContext `annotation_defaults`, by annotation name; the Ingress and
+    /// the Service win over it.
+    Defaults,
+}
+
+impl AnnotationScope {
+    /// The scope as the reference names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnnotationScope::Ingress => "Ingress",
+            AnnotationScope::Service => "Service",
+            AnnotationScope::Defaults => "Defaults",
+        }
+    }
+}
+
+fn default_scopes() -> Vec<AnnotationScope> {
+    vec![AnnotationScope::Ingress]
 }
 
 fn default_accepts() -> String {

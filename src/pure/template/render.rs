@@ -4,8 +4,9 @@
 //! # Per-render state
 //!
 //! Helpers that need the render's data (`resources`, `fetch`, `get_single`, `path_for`,
-//! `register_file`, `render`, `render_glob`, `server_slots`, `served`, `ignored`) are registered as handlebars *local* helpers on
-//! each template's `RenderContext`, holding a reference to a [`RenderState`] that lives on
+//! `register_file`, `render`, `render_glob`, `server_slots`, `served`, `ignored`,
+//! `annotation`, `annotated`, `with_backend_annotations`) are registered as handlebars
+//! *local* helpers on each template's `RenderContext`, holding a reference to a [`RenderState`] that lives on
 //! the stack of [`TemplateSet::render`](super::TemplateSet::render). Two renders on two
 //! threads therefore never share state, and nothing global is swapped per render.
 //!
@@ -73,6 +74,7 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "ignored",
     "annotation",
     "annotated",
+    "with_backend_annotations",
 ];
 
 /// The handlebars context of the last render (everything but store data), reused while the
@@ -400,6 +402,10 @@ impl<'a> RenderState<'a> {
         );
         rc.register_local_helper("annotation", Box::new(AnnotationValue { state: self }));
         rc.register_local_helper("annotated", Box::new(Annotated { state: self }));
+        rc.register_local_helper(
+            "with_backend_annotations",
+            Box::new(WithBackendAnnotations { state: self }),
+        );
         rc.register_local_helper(
             "render",
             Box::new(RenderSnippets {
@@ -889,6 +895,68 @@ impl HelperDef for Annotated<'_> {
         Ok(ScopedJson::Derived(Value::Bool(
             self.state.annotations.any_in_section(&section, annotations),
         )))
+    }
+}
+
+/// `with_backend_annotations ing service defaults=…`: the Ingress `ing` (or, when it is
+/// null, the Service: its shared backends) with the `metadata.annotations` its backends to
+/// `service` apply: the Service's values of `Service`-scope annotations win over the
+/// Ingress's, and `defaults` (the config's extraContext `annotation_defaults`) fill in
+/// `Defaults`-scope ones neither carries (`AnnotationTable::backend_annotations`). What
+/// the Service carries and does not apply is recorded as left out of the Service (served
+/// in part: its backends serve it); a default that is not valid fails the render, naming
+/// it.
+struct WithBackendAnnotations<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for WithBackendAnnotations<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let args = Args {
+            name: "with_backend_annotations",
+            helper,
+        };
+        let ingress = args.optional(0).filter(|v| v.is_object());
+        let service = args.optional(1).filter(|v| v.is_object());
+        let defaults = helper
+            .hash_get("defaults")
+            .map(|v| v.value())
+            .unwrap_or(&Value::Null);
+        let Some(base) = ingress.or(service) else {
+            return Ok(ScopedJson::Derived(Value::Null));
+        };
+        fn annotations_of(object: Option<&Value>) -> &Value {
+            object
+                .and_then(|o| o.pointer("/metadata/annotations"))
+                .unwrap_or(&Value::Null)
+        }
+        let merged = self
+            .state
+            .annotations
+            .backend_annotations(annotations_of(ingress), annotations_of(service), defaults)
+            .map_err(misuse)?;
+        if let Some(service) = service
+            && !merged.service_left_out.is_empty()
+        {
+            let key = object_key("with_backend_annotations", service)?;
+            // The Service's backends serve it: only the annotation is left out.
+            for reason in merged.service_left_out {
+                self.state
+                    .record(key.clone(), Outcome::PartlyServed(vec![reason]));
+            }
+        }
+        let mut object = base.clone();
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("annotations".to_string(), Value::Object(merged.annotations));
+        }
+        Ok(ScopedJson::Derived(object))
     }
 }
 
