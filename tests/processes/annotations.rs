@@ -32,6 +32,18 @@ struct EchoOptions {
 /// protocol line included). `/sleep` waits two seconds first.
 struct Echo {
     port: u16,
+    /// The request heads it received (health checks aside), in order.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Echo {
+    /// Whether it has received a request whose request line holds `text`.
+    fn received(&self, text: &str) -> bool {
+        self.log.lock().expect("the log").iter().any(|head| {
+            head.lines()
+                .any(|line| line.starts_with("GET ") && line.contains(text))
+        })
+    }
 }
 
 fn echo(name: &'static str, options: EchoOptions) -> Echo {
@@ -55,9 +67,10 @@ fn echo(name: &'static str, options: EchoOptions) -> Echo {
         .expect("a usable certificate");
         Arc::new(config)
     });
+    let received = Arc::clone(&log);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let (log, tls, sick) = (Arc::clone(&log), tls.clone(), options.sick);
+            let (log, tls, sick) = (Arc::clone(&received), tls.clone(), options.sick);
             std::thread::spawn(move || {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
                 match tls {
@@ -77,7 +90,7 @@ fn echo(name: &'static str, options: EchoOptions) -> Echo {
             });
         }
     });
-    Echo { port }
+    Echo { port, log }
 }
 
 /// Reads one request head (and its body, by content-length) and answers it.
@@ -459,6 +472,11 @@ fn access_annotations_admit_deny_and_authenticate_real_clients() {
                         "haproxy.org/rate-limit-status-code": "429"}),
         ),
         ("rps", json!({"nginx.ingress.kubernetes.io/limit-rps": "1"})),
+        ("rpm", json!({"nginx.ingress.kubernetes.io/limit-rpm": "1"})),
+        (
+            "conns",
+            json!({"nginx.ingress.kubernetes.io/limit-connections": "1"}),
+        ),
         (
             "body",
             json!({"nginx.ingress.kubernetes.io/proxy-body-size": "1k"}),
@@ -566,6 +584,32 @@ fn access_annotations_admit_deny_and_authenticate_real_clients() {
     if !statuses.contains(&503) || statuses[0] != 200 {
         findings.0.push(format!(
             "limit-rps 1 refuses a burst past five with 503: got {statuses:?}"
+        ));
+    }
+    // limit-rpm 1: five requests (the burst) within the minute, then 503.
+    let statuses: Vec<u16> = (0..7)
+        .map(|_| get("rpm.test", "/").send(port).status)
+        .collect();
+    if statuses != [200, 200, 200, 200, 200, 503, 503] {
+        findings.0.push(format!(
+            "limit-rpm 1 allows a burst of five a minute, then 503: got {statuses:?}"
+        ));
+    }
+    // limit-connections 1: a second request while the first (two seconds long) is in
+    // progress gets 503; once it has finished, the next gets through.
+    let slow = std::thread::spawn(move || get("conns.test", "/sleep").send(port).status);
+    eventually(
+        "the slow request to reach the backend",
+        Duration::from_secs(10),
+        || web.received("/sleep").then_some(()),
+    );
+    let during = get("conns.test", "/").send(port).status;
+    let first = slow.join().expect("the slow request");
+    let after = get("conns.test", "/").send(port).status;
+    if (first, during, after) != (200, 503, 200) {
+        findings.0.push(format!(
+            "limit-connections 1: the slow request, one beside it, one after: got {:?}",
+            (first, during, after)
         ));
     }
 
