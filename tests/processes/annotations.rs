@@ -1861,3 +1861,66 @@ fn service_annotations_win_over_the_ingress_and_config_defaults_fill_in_the_rest
     );
     findings.assert_none(&local);
 }
+
+#[test]
+fn server_alias_serves_the_ingress_rules_under_more_hosts_and_never_takes_another_ingress_host() {
+    let web = echo("web", EchoOptions::default());
+    let other = echo("other", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(service("other", &[other.port]));
+    objects.extend(secrets());
+    // "a-aliased" sorts before "owner": its alias of owner's host still loses.
+    objects.push(ingress(
+        "a-aliased",
+        "shop.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/server-alias": "WWW.shop.test, owned.test"}),
+    ));
+    objects.push(ingress("owner", "owned.test", "other", json!({})));
+    objects.push(ingress(
+        "broken",
+        "broken.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/server-alias": "bad alias!"}),
+    ));
+    let local = start(&objects, "www.shop.test");
+    let mut findings = Findings::default();
+    for (host, backend, why) in [
+        ("shop.test", "web", "the Ingress's own host"),
+        (
+            "www.shop.test",
+            "web",
+            "an alias (written in capitals) routes as the host does",
+        ),
+        (
+            "owned.test",
+            "other",
+            "another Ingress's own host wins over the alias",
+        ),
+        (
+            "broken.test",
+            "web",
+            "an invalid alias leaves the Ingress served",
+        ),
+    ] {
+        let r = get(host, "/x").send(local.http);
+        findings.check(why, r.status == 200 && r.backend() == backend, &r);
+    }
+    let r = get("alias.test", "/").send(local.http);
+    findings.check("no other host is aliased", r.status == 404, &r);
+    let log = eventually(
+        "the log to name the invalid alias",
+        Duration::from_secs(30),
+        || {
+            let log = local.log_text();
+            log.contains("Ingress default/broken is served without some of its parts")
+                .then_some(log)
+        },
+    );
+    if !log.contains("annotation nginx.ingress.kubernetes.io/server-alias: \"bad alias!\"") {
+        findings
+            .0
+            .push("the log names the invalid server-alias".into());
+    }
+    findings.assert_none(&local);
+}
