@@ -626,6 +626,13 @@ fn the_default_config_is_the_ingress_library_but_for_what_the_chart_sets() {
         );
     }
     assert_eq!(context["runtime_socket"], "/etc/haproxy/runtime.sock");
+    assert_eq!(context["access_log"], true, "access logs are on by default");
+    let quiet = helm::documents(&template("haptor", "haptor", &["--set", "accessLog=false"]));
+    assert_eq!(
+        find(&quiet, "HAProxyTemplateConfig", "haptor-config")["spec"]["extraContext"]["access_log"],
+        false,
+        "accessLog=false turns the access logs off"
+    );
     assert!(
         context["default_certificate"]
             .as_str()

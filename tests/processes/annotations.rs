@@ -29,7 +29,8 @@ struct EchoOptions {
 
 /// An echo backend: answers every request with 200, an `x-backend: <name>` header and a
 /// body of `backend=<name>` followed by the request head exactly as it arrived (a PROXY
-/// protocol line included). `/sleep` waits two seconds first.
+/// protocol line included). `/sleep` waits two seconds first; `/status/NNN` answers with
+/// status NNN.
 struct Echo {
     port: u16,
     /// The request heads it received (health checks aside), in order.
@@ -135,10 +136,14 @@ fn answer(mut stream: impl Read + Write, name: &str, sick: bool, log: &Mutex<Vec
     if path.starts_with("/sleep") {
         std::thread::sleep(Duration::from_secs(2));
     }
+    let status = path
+        .strip_prefix("/status/")
+        .and_then(|code| code.parse::<u16>().ok())
+        .unwrap_or(200);
     let body = format!("backend={name}\n{head}\n");
     let _ = write!(
         stream,
-        "HTTP/1.1 200 OK\r\nx-backend: {name}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} Echo\r\nx-backend: {name}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.flush();
@@ -716,6 +721,15 @@ fn redirect_annotations_answer_with_the_documented_status_and_location() {
         "web",
         json!({"haproxy.org/ssl-redirect": "true"}),
     ));
+    // from-to-www-redirect both ways, over HTTPS too, and yielding to a route of the very
+    // host and path that another Ingress serves.
+    let www = json!({"nginx.ingress.kubernetes.io/from-to-www-redirect": "true"});
+    objects.push(ingress("www", "www.shop.test", "web", www.clone()));
+    objects.push(ingress("bare", "blog.test", "web", www.clone()));
+    objects.push(ingress("bare-tls", "secure.example", "web", www));
+    let mut api_only = ingress("api-only", "shop.test", "web", json!({}));
+    api_only["spec"]["rules"][0]["http"]["paths"][0]["path"] = json!("/api");
+    objects.push(api_only);
     let local = start(&objects, "ssl-off.test");
     let port = local.http;
     let mut findings = Findings::default();
@@ -820,6 +834,58 @@ fn redirect_annotations_answer_with_the_documented_status_and_location() {
     findings.check(
         "ssl-redirect does not redirect HTTPS",
         r.status == 200 && r.backend() == "web",
+        &r,
+    );
+
+    expect(
+        &mut findings,
+        "from-to-www-redirect: the bare name goes to the www host, URI kept",
+        "shop.test",
+        "/a/?q=1",
+        308,
+        "http://www.shop.test/a/?q=1",
+    );
+    expect(
+        &mut findings,
+        "from-to-www-redirect: the port of the Host header is kept",
+        "shop.test:8080",
+        "/x",
+        308,
+        "http://www.shop.test:8080/x",
+    );
+    expect(
+        &mut findings,
+        "from-to-www-redirect: the www name goes to the bare host",
+        "WWW.Blog.test",
+        "/",
+        308,
+        "http://blog.test/",
+    );
+    for (what, host, path) in [
+        (
+            "from-to-www-redirect: the host itself is served",
+            "www.shop.test",
+            "/a",
+        ),
+        (
+            "from-to-www-redirect: another Ingress's route of the other name wins",
+            "shop.test",
+            "/api/v1",
+        ),
+    ] {
+        let r = get(host, path).send(port);
+        findings.check(what, r.status == 200 && r.backend() == "web", &r);
+    }
+    let r = get("www.ssl-off.test", "/").send(port);
+    findings.check(
+        "without from-to-www-redirect the other name is not routed",
+        r.status == 404,
+        &r,
+    );
+    let r = get("www.secure.example", "/s?t").send_tls(local.https);
+    findings.check(
+        "from-to-www-redirect over HTTPS keeps the scheme",
+        r.status == 308 && r.header("location") == Some("https://secure.example/s?t"),
         &r,
     );
     findings.assert_none(&local);
@@ -1550,6 +1616,25 @@ fn certificate_subject(port: u16, host: &str) -> String {
         .to_string()
 }
 
+/// Sets the library's extraContext not_found_page (HTML) and error_pages (a JSON object)
+/// in the folder's config, as a user does.
+fn with_error_pages(local: &Local, not_found_page: &str, error_pages: &str) {
+    let library =
+        std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
+    assert!(library.contains("    not_found_page: \"\"\n    "));
+    let config = local
+        .read("config.yaml")
+        .replace(
+            "    not_found_page: \"\"\n",
+            &format!("    not_found_page: \"{not_found_page}\"\n"),
+        )
+        .replace(
+            "    error_pages: {}\n",
+            &format!("    error_pages: {error_pages}\n"),
+        );
+    local.write("config.yaml", &config);
+}
+
 #[test]
 fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages() {
     let web = echo("web", EchoOptions::default());
@@ -1564,26 +1649,12 @@ fn haptor_local_presents_its_default_certificate_and_the_configured_error_pages(
         "slow",
         json!({"haproxy.org/timeout-server": "1s"}),
     ));
-    let setup = quickstart_with(&objects);
-    // The library's extraContext, as a user sets it in the folder's config.
-    let library =
-        std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
-    assert!(library.contains("    not_found_page: \"\"\n    "));
-    let local = {
-        let local = setup.start();
-        let config = local
-            .read("config.yaml")
-            .replace(
-                "    not_found_page: \"\"\n",
-                "    not_found_page: \"<html><body>Nothing here</body></html>\"\n",
-            )
-            .replace(
-                "    error_pages: {}\n",
-                "    error_pages: {\"504\": \"<html><body>Too slow</body></html>\"}\n",
-            );
-        local.write("config.yaml", &config);
-        local
-    };
+    let local = quickstart_with(&objects).start();
+    with_error_pages(
+        &local,
+        "<html><body>Nothing here</body></html>",
+        r#"{"504": "<html><body>Too slow</body></html>"}"#,
+    );
     local.wait_ready(Duration::from_secs(60));
     let mut findings = Findings::default();
     let r = eventually("the 404 page", Duration::from_secs(60), || {
@@ -1916,6 +1987,195 @@ fn server_alias_serves_the_ingress_rules_under_more_hosts_and_never_takes_anothe
         findings
             .0
             .push("the log names the invalid server-alias".into());
+    }
+    findings.assert_none(&local);
+}
+
+#[test]
+fn default_backend_stands_in_for_a_service_without_endpoints_and_custom_errors_get_the_configured_pages()
+ {
+    let (web, fallback) = (
+        echo("web", EchoOptions::default()),
+        echo("fallback", EchoOptions::default()),
+    );
+    let mut objects = service("web", &[web.port]);
+    objects.extend(service("fallback", &[fallback.port]));
+    // A Service whose pods are all gone: no EndpointSlice.
+    objects.push(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "empty", "namespace": "default"},
+        "spec": {"ports": [{"name": "http", "port": 80}]}}));
+    objects.extend(secrets());
+    let fallback_to = |name: &str| json!({"nginx.ingress.kubernetes.io/default-backend": name});
+    objects.push(ingress(
+        "down",
+        "down.test",
+        "empty",
+        fallback_to("fallback"),
+    ));
+    objects.push(ingress("up", "up.test", "web", fallback_to("fallback")));
+    objects.push(ingress(
+        "lost",
+        "lost.test",
+        "empty",
+        fallback_to("nowhere"),
+    ));
+    objects.push(ingress(
+        "pages",
+        "pages.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/custom-http-errors": "404, 503,504"}),
+    ));
+    objects.push(ingress("plain", "plain.test", "web", json!({})));
+    let local = quickstart_with(&objects).start();
+    with_error_pages(
+        &local,
+        "<html><body>Nothing here</body></html>",
+        r#"{"503": "<html><body>Back soon</body></html>"}"#,
+    );
+    local.wait_ready(Duration::from_secs(60));
+    let port = local.http;
+    let mut findings = Findings::default();
+    eventually("the configured pages", Duration::from_secs(60), || {
+        let r = get("nowhere.test", "/").send(port);
+        r.body.contains("Nothing here").then_some(())
+    });
+    let r = get("pages.test", "/status/503").send(port);
+    findings.check(
+        "custom-http-errors: a listed 503 gets the configured 503 page",
+        r.status == 503 && r.body.contains("Back soon") && !r.body.contains("backend=web"),
+        &r,
+    );
+    let r = get("pages.test", "/status/404").send(port);
+    findings.check(
+        "custom-http-errors: a listed 404 gets the configured not-found page",
+        r.status == 404 && r.body.contains("Nothing here") && !r.body.contains("backend=web"),
+        &r,
+    );
+    let r = get("pages.test", "/status/504").send(port);
+    findings.check(
+        "custom-http-errors: a listed status without a configured page gets HAProxy's",
+        r.status == 504 && r.body.contains("504 Gateway Time-out"),
+        &r,
+    );
+    for (what, host, path, status) in [
+        (
+            "custom-http-errors: an unlisted status is the Service's",
+            "pages.test",
+            "/status/500",
+            500,
+        ),
+        (
+            "custom-http-errors: a success is the Service's",
+            "pages.test",
+            "/",
+            200,
+        ),
+        (
+            "without custom-http-errors the Service's 503 passes",
+            "plain.test",
+            "/status/503",
+            503,
+        ),
+    ] {
+        let r = get(host, path).send(port);
+        findings.check(
+            what,
+            r.status == status && r.body.contains("backend=web"),
+            &r,
+        );
+    }
+
+    let reached = |host: &str| -> BTreeSet<String> {
+        (0..6)
+            .map(|_| get(host, "/").send(port).backend().to_string())
+            .collect()
+    };
+    for (what, host, want) in [
+        (
+            "default-backend answers for a Service without endpoints",
+            "down.test",
+            "fallback",
+        ),
+        (
+            "default-backend stays out while the Service has endpoints",
+            "up.test",
+            "web",
+        ),
+    ] {
+        let got = reached(host);
+        if got != BTreeSet::from([want.to_string()]) {
+            findings.0.push(format!("{what}: reached {got:?}"));
+        }
+    }
+    let r = get("lost.test", "/").send(port);
+    findings.check(
+        "a default-backend Service that does not exist stands in for nothing",
+        r.status == 503,
+        &r,
+    );
+    let reason = "annotation nginx.ingress.kubernetes.io/default-backend: no Service 'nowhere' in namespace default";
+    eventually(
+        "the log to name the missing Service",
+        Duration::from_secs(30),
+        || local.log_text().contains(reason).then_some(()),
+    );
+    findings.assert_none(&local);
+}
+
+#[test]
+fn the_access_log_records_each_request_with_the_captures_of_its_ingress() {
+    let web = echo("web", EchoOptions::default());
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    objects.push(ingress(
+        "traced",
+        "traced.test",
+        "web",
+        json!({"haproxy.org/request-capture": "req.hdr(user-agent),lower\nurl_param(id)",
+               "haproxy.org/request-capture-len": "5"}),
+    ));
+    objects.push(ingress("plain", "plain.test", "web", json!({})));
+    let local = start(&objects, "plain.test");
+    let mut findings = Findings::default();
+    let r = get("traced.test", "/a?id=4242424")
+        .header("user-agent", "Probe/1.0")
+        .send(local.http);
+    findings.check("the traced Ingress is served", r.status == 200, &r);
+    let r = get("plain.test", "/b")
+        .header("user-agent", "Probe/1.0")
+        .send(local.http);
+    findings.check("the plain Ingress is served", r.status == 200, &r);
+    let log_file = local.work().join("haproxy.log");
+    let lines = eventually(
+        "haproxy to log both requests",
+        Duration::from_secs(30),
+        || {
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            let traced = log
+                .lines()
+                .find(|l| l.contains("\"GET /a?id=4242424 HTTP/1.1\""))?;
+            let plain = log.lines().find(|l| l.contains("\"GET /b HTTP/1.1\""))?;
+            Some((traced.to_string(), plain.to_string()))
+        },
+    );
+    let (traced, plain) = lines;
+    for (what, ok) in [
+        (
+            "the traced request's line names its backend and status",
+            traced.contains(" http ing_default_traced_web_80/SRV_1 ") && traced.contains(" 200 "),
+        ),
+        (
+            "its captures are the lower-cased user agent and the id, each cut to 5 bytes",
+            traced.contains("{probe|42424}"),
+        ),
+        (
+            "the plain request's line leaves both captures empty",
+            plain.contains("{|}") && plain.contains(" 200 "),
+        ),
+    ] {
+        if !ok {
+            findings.0.push(format!("{what}:\n  {traced}\n  {plain}"));
+        }
     }
     findings.assert_none(&local);
 }

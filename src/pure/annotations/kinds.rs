@@ -37,6 +37,9 @@ pub enum ValueKind {
     RedirectCode,
     /// An HTTP status from 200 to 599 → a number.
     StatusCode,
+    /// Comma-separated statuses among a fixed list → the distinct ones, numbers in order
+    /// of first mention.
+    Statuses(Vec<u16>),
     /// One of a fixed list of words → the word.
     OneOf(Vec<String>),
     /// Comma-separated IPv4/IPv6 addresses and CIDRs → the same, space-separated.
@@ -67,6 +70,9 @@ pub enum ValueKind {
     UpstreamHash,
     /// Configuration lines for the object's own section → the lines.
     ConfigLines,
+    /// Request samples HAProxy captures (headers, cookies, query parameters and a few
+    /// request fetches, with simple converters), one per line → the list.
+    Samples,
     /// A value that the regular expression matches whole → the value.
     Pattern(WholeMatch),
 }
@@ -102,6 +108,17 @@ static BALANCE: LazyLock<Regex> = LazyLock::new(|| {
     )
     .expect("a valid constant regex")
 });
+/// A request sample HAProxy always accepts in `http-request capture`: a fetch of the request
+/// with a plain name argument, or one without argument, then up to four converters that
+/// take none. Nothing else (no spaces, quotes or `%`) can reach the capture line.
+static SAMPLE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^((req\.)?(hdr|fhdr|cook)\([A-Za-z0-9_.-]{1,64}\)|(url_param|urlp)\([A-Za-z0-9_.-]{1,64}\)|path|url|query|method|base|src|ssl_fc_sni|req\.ver)(,(lower|upper|base64|hex|url_dec)){0,4}$",
+    )
+    .expect("a valid constant regex")
+});
+/// How many samples one annotation may capture.
+const MAX_SAMPLES: usize = 16;
 static DURATION: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[0-9]{1,9}(us|ms|s|m|h|d)?$").expect("a valid constant regex"));
 /// Words that open a section of haproxy.cfg: a snippet line may not start one.
@@ -152,6 +169,16 @@ impl ValueKind {
             "size" => ValueKind::Size,
             "redirect-code" => ValueKind::RedirectCode,
             "status-code" => ValueKind::StatusCode,
+            "statuses" => {
+                let codes: Option<Vec<u16>> = rest
+                    .split('|')
+                    .map(|code| code.trim().parse().ok().filter(|c| (100..=599).contains(c)))
+                    .collect();
+                match codes {
+                    Some(codes) if !codes.is_empty() => ValueKind::Statuses(codes),
+                    _ => return refuse(format!("'{rest}' is not HTTP statuses separated by '|'")),
+                }
+            }
             "one-of" => {
                 let words: Vec<String> = rest.split('|').map(|w| w.trim().to_string()).collect();
                 if words.iter().any(|w| w.is_empty() || !TOKEN.is_match(w)) {
@@ -173,6 +200,7 @@ impl ValueKind {
             "path-rewrite" => ValueKind::PathRewrite,
             "upstream-hash" => ValueKind::UpstreamHash,
             "config-lines" => ValueKind::ConfigLines,
+            "samples" => ValueKind::Samples,
             "pattern" => match Regex::new(&format!("^(?:{rest})$")) {
                 Ok(regex) if !rest.is_empty() => ValueKind::Pattern(WholeMatch(regex)),
                 _ => return refuse(format!("'{rest}' is not a regular expression")),
@@ -180,9 +208,9 @@ impl ValueKind {
             _ => {
                 return refuse(format!(
                     "'{accepts}' names no kind of value (bool, duration, seconds, integer [MIN..MAX], size, \
-                     redirect-code, status-code, one-of A|B, addresses, headers, header-name, text, host, path, \
+                     redirect-code, status-code, statuses A|B, one-of A|B, addresses, headers, header-name, text, host, path, \
                      url, secret-name, origins, tokens, balance, path-rewrite, upstream-hash, config-lines, \
-                     pattern REGEX)"
+                     samples, pattern REGEX)"
                 ));
             }
         };
@@ -199,6 +227,14 @@ impl ValueKind {
             ValueKind::Size => "a size in bytes, optionally with `k`, `m` or `g`; `0` for no limit".into(),
             ValueKind::RedirectCode => "301, 302, 303, 307 or 308".into(),
             ValueKind::StatusCode => "an HTTP status from 200 to 599".into(),
+            ValueKind::Statuses(codes) => format!(
+                "comma-separated statuses among {}",
+                codes
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             ValueKind::OneOf(words) => words
                 .iter()
                 .map(|w| format!("`{w}`"))
@@ -218,6 +254,7 @@ impl ValueKind {
             ValueKind::PathRewrite => "`REPLACEMENT` (the whole path) or `REGEX REPLACEMENT` (`\\1`… for groups)".into(),
             ValueKind::UpstreamHash => "`$request_uri`, `$uri`, `$remote_addr`, `$binary_remote_addr`, `$host`, `$http_NAME`, `$arg_NAME` or `$cookie_NAME`".into(),
             ValueKind::ConfigLines => "HAProxy configuration lines (no section keyword)".into(),
+            ValueKind::Samples => "request samples, one per line (up to 16): `hdr(NAME)`, `req.hdr(NAME)`, `req.fhdr(NAME)`, `cook(NAME)`, `req.cook(NAME)`, `url_param(NAME)`, `urlp(NAME)`, `path`, `url`, `query`, `method`, `base`, `src`, `ssl_fc_sni` or `req.ver`, each optionally followed by converters among `,lower`, `,upper`, `,base64`, `,hex`, `,url_dec`".into(),
             ValueKind::Pattern(regex) => {
                 let text = regex.0.as_str();
                 let inner = text
@@ -232,8 +269,10 @@ impl ValueKind {
     /// The checked form of `raw`, or why it is refused.
     pub fn check(&self, raw: &str) -> Result<Value, KindError> {
         let value = raw.trim();
-        if !matches!(self, ValueKind::Headers | ValueKind::ConfigLines)
-            && value.chars().any(char::is_control)
+        if !matches!(
+            self,
+            ValueKind::Headers | ValueKind::ConfigLines | ValueKind::Samples
+        ) && value.chars().any(char::is_control)
         {
             return refuse("text with control characters");
         }
@@ -271,6 +310,30 @@ impl ValueKind {
                 Ok(code) if (200..=599).contains(&code) => Ok(json!(code)),
                 _ => refuse("not an HTTP status from 200 to 599"),
             },
+            ValueKind::Statuses(allowed) => {
+                let mut codes: Vec<u16> = Vec::new();
+                for word in value.split(',').map(str::trim) {
+                    match word.parse::<u16>() {
+                        Ok(code) if allowed.contains(&code) && word.len() == 3 => {
+                            if !codes.contains(&code) {
+                                codes.push(code);
+                            }
+                        }
+                        _ => {
+                            return refuse(format!(
+                                "not comma-separated statuses among {} ('{}' is not one)",
+                                allowed
+                                    .iter()
+                                    .map(u16::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                word.escape_debug()
+                            ));
+                        }
+                    }
+                }
+                Ok(json!(codes))
+            }
             ValueKind::OneOf(words) => {
                 if words.iter().any(|w| w == value) {
                     Ok(json!(value))
@@ -324,6 +387,7 @@ impl ValueKind {
             ValueKind::PathRewrite => path_rewrite(value),
             ValueKind::UpstreamHash => upstream_hash(value).map(|b| json!(b)),
             ValueKind::ConfigLines => config_lines(raw).map(|lines| json!(lines)),
+            ValueKind::Samples => samples(raw).map(Value::from),
             ValueKind::Pattern(regex) => {
                 if regex.0.is_match(value) {
                     Ok(json!(value))
@@ -403,6 +467,28 @@ fn addresses(value: &str) -> Result<Vec<String>, KindError> {
         return refuse("an empty list of addresses");
     }
     Ok(list)
+}
+
+fn samples(raw: &str) -> Result<Vec<String>, KindError> {
+    let list: Vec<String> = raw
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if let Some(bad) = list.iter().find(|sample| !SAMPLE.is_match(sample)) {
+        return refuse(format!(
+            "not request samples one per line ('{}' is not a header, cookie, query parameter or request fetch with converters haptor captures)",
+            bad.escape_debug()
+        ));
+    }
+    match list.len() {
+        0 => refuse("no request sample"),
+        n if n > MAX_SAMPLES => refuse(format!(
+            "{n} request samples, more than the {MAX_SAMPLES} one annotation may capture"
+        )),
+        _ => Ok(list),
+    }
 }
 
 fn headers(raw: &str) -> Result<Value, KindError> {

@@ -46,6 +46,14 @@ fn each_kind_hands_out_a_checked_form_and_refuses_what_it_cannot_place_safely() 
     assert!(check("size", "8 m").is_err());
     assert_eq!(check("redirect-code", "308"), Ok(json!(308)));
     assert!(check("redirect-code", "200").is_err());
+    assert_eq!(
+        check("statuses 404|503|504", "503, 404,503"),
+        Ok(json!([503, 404]))
+    );
+    assert!(check("statuses 404|503", "500").is_err());
+    assert!(check("statuses 404|503", "404;503").is_err());
+    assert!(check("statuses 404|503", "").is_err());
+    assert!(ValueKind::parse("statuses 404|six").is_err());
     assert_eq!(check("one-of a|b", "b"), Ok(json!("b")));
     assert!(check("one-of a|b", "c").is_err());
     assert_eq!(
@@ -108,6 +116,38 @@ fn each_kind_hands_out_a_checked_form_and_refuses_what_it_cannot_place_safely() 
     assert_eq!(check("pattern [a-z]+", "abc"), Ok(json!("abc")));
     assert!(check("pattern [a-z]+", "abc1").is_err());
     assert!(ValueKind::parse("colour").is_err());
+}
+
+#[test]
+fn request_samples_are_one_per_line_from_the_fetches_and_converters_haproxy_always_accepts() {
+    assert_eq!(
+        check(
+            "samples",
+            "  req.hdr(User-Agent),lower\n\n url_param(id)\ncook(session),base64\n"
+        ),
+        Ok(json!([
+            "req.hdr(User-Agent),lower",
+            "url_param(id)",
+            "cook(session),base64"
+        ]))
+    );
+    assert_eq!(check("samples", "path"), Ok(json!(["path"])));
+    for (raw, why) in [
+        ("hdr(host) if { always_true }", "a condition"),
+        ("hdr(x)\nfrontend evil", "a section keyword"),
+        ("req.body", "a fetch outside the list"),
+        ("hdr(x),lua.run", "a converter outside the list"),
+        ("hdr(a b)", "a space in the argument"),
+        ("hdr(%[src])", "a sample inside the argument"),
+        ("", "nothing"),
+    ] {
+        assert!(check("samples", raw).is_err(), "{why} is refused: {raw:?}");
+    }
+    let many = vec!["path"; 17].join("\n");
+    assert_eq!(
+        check("samples", &many),
+        Err("17 request samples, more than the 16 one annotation may capture".into())
+    );
 }
 
 #[test]

@@ -570,8 +570,14 @@ impl HelperDef for StoreHelper<'_> {
     }
 }
 
-/// `server_slots "endpointslices" namespace service port_name slots=10 params="check"`:
-/// the `server SRV_n` lines of a backend (see [`super::slots`]).
+/// `server_slots "endpointslices" namespace service port_name slots=10 params="check"
+/// name="SRV"`: the `server SRV_n` lines of a backend (see [`super::slots`]).
+const DEFAULT_SLOT_NAME: &str = "SRV";
+
+fn is_slot_name(name: &str) -> bool {
+    (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 struct ServerSlots<'s> {
     state: &'s RenderState<'s>,
 }
@@ -609,16 +615,33 @@ impl HelperDef for ServerSlots<'_> {
             .hash_get("indent")
             .and_then(|v| v.value().as_str().map(String::from))
             .unwrap_or_else(|| "  ".into());
+        let name = match helper.hash_get("name").map(|v| v.value()) {
+            None => DEFAULT_SLOT_NAME.to_string(),
+            Some(Value::String(name)) if is_slot_name(name) => name.clone(),
+            Some(other) => {
+                return Err(misuse(format!(
+                    "name={other} is not a server name prefix (1 to 32 letters, digits or '_')"
+                ))
+                .into());
+            }
+        };
         let snapshot = self.state.read_store(&store)?;
         let range = snapshot
             .fetch_range(&[namespace.as_ref(), service.as_ref()])
             .map_err(|err| misuse(err.to_string()))?;
         let entries = &snapshot.entries()[range];
-        let key = format!("{namespace}/{service}/{port_name}");
+        // Slots named otherwise are another set of the same Service's endpoints (in another
+        // role, e.g. backup servers), remembered apart.
+        let key = if name == DEFAULT_SLOT_NAME {
+            format!("{namespace}/{service}/{port_name}")
+        } else {
+            format!("{namespace}/{service}/{port_name}#{name}")
+        };
         self.state
             .with_trace(|trace| trace.slot_keys.push(key.clone()));
         let settings = super::slots::SlotSettings {
             port_name,
+            name,
             min_slots,
             params,
             indent,
@@ -636,8 +659,7 @@ impl HelperDef for ServerSlots<'_> {
                     &wanted,
                     settings.min_slots,
                 );
-                let lines: Arc<str> =
-                    super::slots::server_lines(&slots, &settings.params, &settings.indent).into();
+                let lines: Arc<str> = super::slots::server_lines(&slots, &settings).into();
                 Arc::new(super::slots::SlotEntry {
                     slots,
                     slices: entries.iter().map(|e| e.object().clone()).collect(),

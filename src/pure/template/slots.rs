@@ -31,6 +31,9 @@ pub struct SlotEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotSettings {
     pub port_name: String,
+    /// What the server names start with (`SRV` gives `SRV_1`, `SRV_2`, ...), so one backend
+    /// can hold the slots of two Services.
+    pub name: String,
     pub min_slots: usize,
     pub params: String,
     pub indent: String,
@@ -151,15 +154,15 @@ pub fn ready_endpoints<'a>(
 }
 
 /// The `server` lines of one backend's slots.
-pub fn server_lines(slots: &[Option<String>], params: &str, indent: &str) -> String {
+pub fn server_lines(slots: &[Option<String>], settings: &SlotSettings) -> String {
     let mut out = String::with_capacity(slots.len() * 48);
-    let params = params.trim();
+    let (name, params) = (&settings.name, settings.params.trim());
     for (index, slot) in slots.iter().enumerate() {
-        out.push_str(indent);
+        out.push_str(&settings.indent);
         match slot {
-            Some(endpoint) => out.push_str(&format!("server SRV_{} {endpoint}", index + 1)),
+            Some(endpoint) => out.push_str(&format!("server {name}_{} {endpoint}", index + 1)),
             None => out.push_str(&format!(
-                "server SRV_{} {PLACEHOLDER_ADDRESS} disabled",
+                "server {name}_{} {PLACEHOLDER_ADDRESS} disabled",
                 index + 1
             )),
         }
@@ -237,12 +240,37 @@ mod tests {
         );
     }
 
+    fn settings(name: &str, params: &str) -> SlotSettings {
+        SlotSettings {
+            port_name: "http".into(),
+            name: name.into(),
+            min_slots: 2,
+            params: params.into(),
+            indent: "  ".into(),
+        }
+    }
+
     #[test]
     fn placeholders_are_disabled_servers() {
-        let lines = server_lines(&[Some("10.0.0.1:80".into()), None], "check inter 2s", "  ");
+        let lines = server_lines(
+            &[Some("10.0.0.1:80".into()), None],
+            &settings("SRV", "check inter 2s"),
+        );
         assert_eq!(
             lines,
             "  server SRV_1 10.0.0.1:80 check inter 2s\n  server SRV_2 127.0.0.1:1 disabled check inter 2s\n"
+        );
+    }
+
+    #[test]
+    fn servers_are_named_after_the_name_setting() {
+        let lines = server_lines(
+            &[None, Some("10.0.0.1:80".into())],
+            &settings("DEF", "backup"),
+        );
+        assert_eq!(
+            lines,
+            "  server DEF_1 127.0.0.1:1 disabled backup\n  server DEF_2 10.0.0.1:80 backup\n"
         );
     }
 }
