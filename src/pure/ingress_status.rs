@@ -1,9 +1,11 @@
 //! What `haptor run` writes about Ingresses, decided from the outcomes the templates record
 //! (`served`, `ignored`; [`crate::pure::rendered::Outcomes`]): the addresses a served
 //! Ingress's `status.loadBalancer.ingress` carries, when that status is written or cleared,
-//! and which Ingresses get an Event about what the templates left out: `IngressIgnored` for
-//! one not served at all, `IngressPartlyServed` for one served with parts left out (a host,
-//! a path, a TLS entry or an annotation, each with its reason).
+//! and which Ingresses and Services get an Event about what the templates left out:
+//! `IngressIgnored` for an Ingress not served at all, `IngressPartlyServed` for one served
+//! with parts left out (a host, a path, a TLS entry or an annotation, each with its reason),
+//! `ServicePartlyServed` for a Service whose backends are served without some of its
+//! annotations.
 //!
 //! - The publish address comes from `--publish-address` (IPs and host names, repeatable or
 //!   comma-separated; [`parse_publish_addresses`]) or from the `--publish-service` Service
@@ -21,12 +23,16 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::IngressLoadBalancerIngress;
 
-use crate::pure::rendered::{Outcome, Outcomes};
+use crate::pure::rendered::{ObjectKey, Outcome, Outcomes};
 
 /// The reason of the Warning Event about an ignored Ingress.
 pub const IGNORED_REASON: &str = "IngressIgnored";
 /// The reason of the Warning Event about an Ingress served with parts left out.
 pub const PARTLY_SERVED_REASON: &str = "IngressPartlyServed";
+/// The reason of the Warning Event about a Service served with parts left out.
+pub const SERVICE_PARTLY_SERVED_REASON: &str = "ServicePartlyServed";
+/// The reason of the Warning Event about a Service not served at all.
+pub const SERVICE_IGNORED_REASON: &str = "ServiceIgnored";
 /// The action of both Events.
 pub const LEFT_OUT_ACTION: &str = "Render";
 
@@ -39,35 +45,88 @@ pub enum LeftOut {
     InPart,
 }
 
-impl LeftOut {
-    /// The reason of the Event reporting it.
-    pub fn event_reason(self) -> &'static str {
+/// The kinds of object whose left-out parts are reported in Events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReportedKind {
+    /// A `networking.k8s.io/v1` Ingress.
+    Ingress,
+    /// A core `v1` Service (its backend annotations).
+    Service,
+}
+
+impl ReportedKind {
+    /// The kind's name, as an object reference gives it.
+    pub fn kind(self) -> &'static str {
         match self {
-            LeftOut::Wholly => IGNORED_REASON,
-            LeftOut::InPart => PARTLY_SERVED_REASON,
+            ReportedKind::Ingress => "Ingress",
+            ReportedKind::Service => "Service",
+        }
+    }
+
+    /// The apiVersion of an object reference to it.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ReportedKind::Ingress => "networking.k8s.io/v1",
+            ReportedKind::Service => "v1",
+        }
+    }
+
+    /// The kind among `key`'s, when it is a namespaced object of one the reports cover.
+    fn of(key: &ObjectKey) -> Option<ReportedKind> {
+        if key.namespace.is_empty() {
+            return None;
+        }
+        match (key.kind.as_str(), key.api_version.as_str()) {
+            ("Ingress", version) if version.starts_with("networking.k8s.io/") => {
+                Some(ReportedKind::Ingress)
+            }
+            ("Service", "v1") => Some(ReportedKind::Service),
+            _ => None,
         }
     }
 }
 
-/// One Ingress to report: what was left out of it and why (the reasons joined by `; `).
+/// One object to report, by kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReportedObject {
+    pub kind: ReportedKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ReportedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind.kind(), self.namespace, self.name)
+    }
+}
+
+/// One Ingress or Service to report: what was left out of it and why (the reasons joined
+/// by `; `).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeftOutReport {
-    pub ingress: IngressRef,
+    pub object: ReportedObject,
     pub left_out: LeftOut,
     pub reason: String,
 }
 
 impl LeftOutReport {
+    /// The reason of the Event reporting it.
+    pub fn event_reason(&self) -> &'static str {
+        match (self.object.kind, self.left_out) {
+            (ReportedKind::Ingress, LeftOut::Wholly) => IGNORED_REASON,
+            (ReportedKind::Ingress, LeftOut::InPart) => PARTLY_SERVED_REASON,
+            (ReportedKind::Service, LeftOut::Wholly) => SERVICE_IGNORED_REASON,
+            (ReportedKind::Service, LeftOut::InPart) => SERVICE_PARTLY_SERVED_REASON,
+        }
+    }
+
     /// The note of the Event about it.
     pub fn note(&self) -> String {
         let text = match self.left_out {
-            LeftOut::Wholly => format!(
-                "Ingress {} is not served by haptor: {}",
-                self.ingress, self.reason
-            ),
+            LeftOut::Wholly => format!("{} is not served by haptor: {}", self.object, self.reason),
             LeftOut::InPart => format!(
-                "Ingress {} is served by haptor with parts left out: {}",
-                self.ingress, self.reason
+                "{} is served by haptor with parts left out: {}",
+                self.object, self.reason
             ),
         };
         crate::pure::kube_events::truncate_note(&text)
@@ -173,24 +232,20 @@ pub fn service_addresses(service: &Service) -> Addresses {
         .unwrap_or_default()
 }
 
-/// The Ingresses among `outcomes` (networking.k8s.io Ingresses only), by outcome.
-fn ingress_outcomes(outcomes: &Outcomes) -> impl Iterator<Item = (IngressRef, &Outcome)> {
-    outcomes
-        .iter()
-        .filter(|(key, _)| {
-            key.kind == "Ingress"
-                && key.api_version.starts_with("networking.k8s.io/")
-                && !key.namespace.is_empty()
-        })
-        .map(|(key, outcome)| {
+/// The Ingresses and Services among `outcomes`, by outcome.
+fn reported_outcomes(outcomes: &Outcomes) -> impl Iterator<Item = (ReportedObject, &Outcome)> {
+    outcomes.iter().filter_map(|(key, outcome)| {
+        ReportedKind::of(key).map(|kind| {
             (
-                IngressRef {
+                ReportedObject {
+                    kind,
                     namespace: key.namespace.clone(),
                     name: key.name.clone(),
                 },
                 outcome,
             )
         })
+    })
 }
 
 /// One status write the driver is to consider: `ingress` should carry `wanted`. When
@@ -216,28 +271,31 @@ pub struct IngressStatusBook {
     known: BTreeMap<IngressRef, Addresses>,
     /// The addresses haptor last wrote to each Ingress (kept across terms, for clearing).
     written: BTreeMap<IngressRef, Addresses>,
-    /// What was left out of each Ingress when it was last reported, and why.
-    reported: BTreeMap<IngressRef, (LeftOut, String)>,
+    /// What was left out of each Ingress or Service when it was last reported, and why.
+    reported: BTreeMap<ReportedObject, (LeftOut, String)>,
 }
 
 impl IngressStatusBook {
-    /// Takes the latest outcomes; returns the Ingresses with something newly left out (not
-    /// reported before with the same outcome and reasons), to be reported.
+    /// Takes the latest outcomes; returns the Ingresses and Services with something newly
+    /// left out (not reported before with the same outcome and reasons), to be reported.
     pub fn apply_outcomes(&mut self, outcomes: &Outcomes) -> Vec<LeftOutReport> {
         let mut served = BTreeSet::new();
         let mut left_out = BTreeMap::new();
-        for (ingress, outcome) in ingress_outcomes(outcomes) {
+        for (object, outcome) in reported_outcomes(outcomes) {
+            if object.kind == ReportedKind::Ingress && outcome.is_served() {
+                served.insert(IngressRef {
+                    namespace: object.namespace.clone(),
+                    name: object.name.clone(),
+                });
+            }
             match outcome {
                 Outcome::Ignored(reasons) => {
-                    left_out.insert(ingress, (LeftOut::Wholly, reasons.join("; ")));
+                    left_out.insert(object, (LeftOut::Wholly, reasons.join("; ")));
                 }
                 Outcome::PartlyServed(reasons) => {
-                    served.insert(ingress.clone());
-                    left_out.insert(ingress, (LeftOut::InPart, reasons.join("; ")));
+                    left_out.insert(object, (LeftOut::InPart, reasons.join("; ")));
                 }
-                Outcome::Served => {
-                    served.insert(ingress);
-                }
+                Outcome::Served => {}
             }
         }
         for gone in self.served.difference(&served) {
@@ -249,23 +307,23 @@ impl IngressStatusBook {
         self.served = served;
         let newly: Vec<LeftOutReport> = left_out
             .iter()
-            .filter(|(ingress, what)| self.reported.get(*ingress) != Some(*what))
-            .map(|(ingress, (left_out, reason))| LeftOutReport {
-                ingress: ingress.clone(),
+            .filter(|(object, what)| self.reported.get(*object) != Some(*what))
+            .map(|(object, (left_out, reason))| LeftOutReport {
+                object: object.clone(),
                 left_out: *left_out,
                 reason: reason.clone(),
             })
             .collect();
-        // An Ingress with nothing left out any more may be reported again when it has.
+        // An object with nothing left out any more may be reported again when it has.
         self.reported
-            .retain(|ingress, _| left_out.contains_key(ingress));
+            .retain(|object, _| left_out.contains_key(object));
         newly
     }
 
     /// Notes that `report` was published.
     pub fn reported(&mut self, report: &LeftOutReport) {
         self.reported.insert(
-            report.ingress.clone(),
+            report.object.clone(),
             (report.left_out, report.reason.clone()),
         );
     }
@@ -485,9 +543,22 @@ mod tests {
 
     fn report(name: &str, left_out: LeftOut, reason: &str) -> LeftOutReport {
         LeftOutReport {
-            ingress: ingress(name),
+            object: ReportedObject {
+                kind: ReportedKind::Ingress,
+                namespace: "default".into(),
+                name: name.into(),
+            },
             left_out,
             reason: reason.into(),
+        }
+    }
+
+    fn service_key(name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            namespace: "default".into(),
+            name: name.into(),
         }
     }
 
@@ -535,15 +606,36 @@ mod tests {
     }
 
     #[test]
-    fn only_namespaced_networking_ingresses_count() {
+    fn only_namespaced_ingresses_get_a_status_and_only_they_and_core_services_are_reported() {
         let mut book = IngressStatusBook::default();
         let mut all = outcomes(&[]);
-        let mut other = key("svc");
-        other.kind = "Service".into();
-        other.api_version = "v1".into();
-        all.insert(other, Outcome::ignored("x"));
-        assert!(book.apply_outcomes(&all).is_empty());
-        assert!(book.writes(&ip("10.0.0.1")).is_empty());
+        let mut foreign = key("other");
+        foreign.api_version = "extensions.example/v1".into();
+        all.insert(foreign, Outcome::ignored("x"));
+        let mut cluster_wide = service_key("cluster");
+        cluster_wide.namespace = String::new();
+        all.insert(cluster_wide, Outcome::ignored("x"));
+        all.insert(
+            service_key("svc"),
+            Outcome::PartlyServed(vec![
+                "annotation nginx.ingress.kubernetes.io/auth-type is Ingress-only".into(),
+            ]),
+        );
+        let newly = book.apply_outcomes(&all);
+        assert_eq!(newly.len(), 1, "{newly:?}");
+        assert_eq!(newly[0].object.kind, ReportedKind::Service);
+        assert_eq!(newly[0].event_reason(), "ServicePartlyServed");
+        assert_eq!(
+            newly[0].note(),
+            "Service default/svc is served by haptor with parts left out: \
+             annotation nginx.ingress.kubernetes.io/auth-type is Ingress-only"
+        );
+        assert!(
+            book.writes(&ip("10.0.0.1")).is_empty(),
+            "a Service gets no Ingress status"
+        );
+        book.reported(&newly[0]);
+        assert!(book.apply_outcomes(&all).is_empty(), "reported once");
     }
 
     #[test]
@@ -567,6 +659,13 @@ mod tests {
             "Ingress default/a is served by haptor with parts left out: \
              haproxy.org/timeout-server is not a duration"
         );
-        assert_eq!(LeftOut::InPart.event_reason(), "IngressPartlyServed");
+        assert_eq!(
+            report("a", LeftOut::InPart, "x").event_reason(),
+            "IngressPartlyServed"
+        );
+        assert_eq!(
+            report("a", LeftOut::Wholly, "x").event_reason(),
+            "IngressIgnored"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Ingress status and the `IngressIgnored` and `IngressPartlyServed` Events of `haptor run`,
-//! end to end: the real binary
+//! Ingress status and the `IngressIgnored`, `IngressPartlyServed` and `ServicePartlyServed`
+//! Events of `haptor run`, end to end: the real binary
 //! against the real kube-apiserver of the test kit, with the Ingress library as its config
 //! (whose templates record `served` and `ignored` for every Ingress) and
 //! `--publish-address`, then `--publish-service`. One test, one replica at a time: the replicas of a test binary share one API
@@ -181,6 +181,47 @@ async fn served_ingresses_get_the_publish_address_and_only_haptors_own_ingresses
         regarding.uid, second.metadata.uid,
         "the Event names the Ingress's uid"
     );
+    // A Service carrying an annotation it cannot apply (auth-type is an Ingress's) gets a
+    // Warning Event of its own, which `kubectl describe service` finds by its uid.
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                "haproxy.org/auth-type": "basic-auth",
+            }}})),
+        )
+        .await
+        .expect("the Service annotation is set");
+    let service_event = wait_for("a ServicePartlyServed Event", &[&replica], || {
+        event_about(&client, &ns, "web", "ServicePartlyServed")
+    })
+    .await;
+    assert_eq!(service_event.type_.as_deref(), Some("Warning"));
+    let note = service_event.note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with(&format!(
+            "Service {ns}/web is served by haptor with parts left out"
+        )) && note.contains("haproxy.org/auth-type"),
+        "the note names the Service and the annotation: {note}"
+    );
+    let regarding = service_event
+        .regarding
+        .as_ref()
+        .expect("a regarding object");
+    let web = Api::<Service>::namespaced(client.clone(), &ns)
+        .get("web")
+        .await
+        .expect("the Service");
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.api_version.as_deref()),
+        (Some("Service"), Some("v1"))
+    );
+    assert_eq!(
+        regarding.uid, web.metadata.uid,
+        "the Event names the Service's uid"
+    );
+
     // Another controller's Ingress is in every render's store, and its Event would have been
     // recorded with the earlier ones: there is none, it is not haptor's to judge.
     assert!(

@@ -14,7 +14,8 @@
 //! - every Ingress with something newly left out (per outcome and reasons) gets a Warning
 //!   Event with the templates' reasons, published with kube-rs's `Recorder`:
 //!   `IngressIgnored` when it is not served at all, `IngressPartlyServed` when it is served
-//!   with a host, a path, a TLS entry or an annotation left out.
+//!   with a host, a path, a TLS entry or an annotation left out; so does every Service
+//!   whose backends are served without some of its annotations (`ServicePartlyServed`).
 //!
 //! The publish address is `--publish-address` (fixed) or the `--publish-service` Service's
 //! load balancer addresses, else its cluster IP (watched); with neither, no status is
@@ -29,7 +30,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -43,8 +44,8 @@ use crate::messages::Leadership;
 use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, Request};
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
 use crate::pure::ingress_status::{
-    Addresses, IngressRef, IngressStatusBook, LEFT_OUT_ACTION, LeftOutReport, StatusWrite,
-    service_addresses,
+    Addresses, IngressRef, IngressStatusBook, LEFT_OUT_ACTION, LeftOutReport, ReportedKind,
+    ReportedObject, StatusWrite, service_addresses,
 };
 use crate::pure::rendered::Outcomes;
 use crate::seams::PublishSink;
@@ -361,22 +362,60 @@ impl Driver {
         }))
     }
 
+    /// The uid of the Service `object` (for the Event's reference, which `kubectl describe`
+    /// matches on), read with a list narrowed to its name (haptor lists and watches
+    /// Services; it has no get on them); `None` when it is gone.
+    async fn service_uid(
+        &self,
+        object: &ReportedObject,
+    ) -> Result<Option<Option<String>>, Failure> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &object.namespace);
+        let params = ListParams::default().fields(&format!("metadata.name={}", object.name));
+        let list = tokio::time::timeout(REQUEST_TIMEOUT, api.list_metadata(&params))
+            .await
+            .map_err(|_| Failure::TimedOut("reading it"))?
+            .map_err(|e| Failure::Kube {
+                what: "reading it",
+                failure: Box::new(ApiFailure::of(
+                    &self.server,
+                    &Request::new("list", "services", "", Some(&object.namespace))
+                        .named(&object.name),
+                    &e,
+                )),
+            })?;
+        Ok(list
+            .items
+            .into_iter()
+            .find(|service| service.metadata.name.as_deref() == Some(object.name.as_str()))
+            .map(|service| service.metadata.uid))
+    }
+
     async fn report_left_out(&mut self, report: &LeftOutReport) {
-        let ingress = &report.ingress;
-        let event_reason = report.left_out.event_reason();
-        let uid = match self.read(ingress).await {
-            Ok(Some((_, _, uid))) => uid,
+        let object = &report.object;
+        let event_reason = report.event_reason();
+        let read = match object.kind {
+            ReportedKind::Ingress => self
+                .read(&IngressRef {
+                    namespace: object.namespace.clone(),
+                    name: object.name.clone(),
+                })
+                .await
+                .map(|read| read.map(|(_, _, uid)| uid)),
+            ReportedKind::Service => self.service_uid(object).await,
+        };
+        let uid = match read {
+            Ok(Some(uid)) => uid,
             Ok(None) => return,
             Err(failure) => {
-                self.warn_once(ingress, failure);
+                self.warn_once(object, failure);
                 return;
             }
         };
         let reference = ObjectReference {
-            api_version: Some("networking.k8s.io/v1".into()),
-            kind: Some("Ingress".into()),
-            namespace: Some(ingress.namespace.clone()),
-            name: Some(ingress.name.clone()),
+            api_version: Some(object.kind.api_version().into()),
+            kind: Some(object.kind.kind().into()),
+            namespace: Some(object.namespace.clone()),
+            name: Some(object.name.clone()),
             uid,
             ..ObjectReference::default()
         };
@@ -387,14 +426,14 @@ impl Driver {
             action: LEFT_OUT_ACTION.into(),
             secondary: None,
         };
-        // A Recorder of its own per Event: one reports each (Ingress, reasons) once, and a
+        // A Recorder of its own per Event: one reports each (object, reasons) once, and a
         // shared Recorder would add new reasons to the series of the old ones, keeping the
         // old note.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         match tokio::time::timeout(REQUEST_TIMEOUT, recorder.publish(&event, &reference)).await {
             Ok(Ok(())) => {
                 tracing::debug!(
-                    ingress = %ingress,
+                    object = %object,
                     reason = %report.reason,
                     "{event_reason} Event published"
                 );
@@ -404,23 +443,18 @@ impl Driver {
             Ok(Err(e)) => {
                 let failure = ApiFailure::of(
                     &self.server,
-                    &Request::new(
-                        "create",
-                        "events",
-                        "events.k8s.io",
-                        Some(&ingress.namespace),
-                    ),
+                    &Request::new("create", "events", "events.k8s.io", Some(&object.namespace)),
                     &e,
                 );
                 self.warn_once(
-                    ingress,
+                    object,
                     Failure::Kube {
                         what: "publishing an Event about it",
                         failure: Box::new(failure),
                     },
                 )
             }
-            Err(_) => self.warn_once(ingress, Failure::TimedOut("publishing an Event about it")),
+            Err(_) => self.warn_once(object, Failure::TimedOut("publishing an Event about it")),
         }
     }
 
@@ -433,15 +467,16 @@ impl Driver {
 
     /// Logs a failure as a warning once per kind of failure (not per Ingress: a missing RBAC
     /// rule is one warning), later repeats at debug level.
-    fn warn_once(&mut self, ingress: &IngressRef, failure: Failure) {
+    /// `object`: the Ingress or Service the write or Event is about.
+    fn warn_once(&mut self, object: &dyn std::fmt::Display, failure: Failure) {
         let fingerprint = failure.fingerprint();
         if self.logged.len() >= 64 {
             self.logged.clear();
         }
         if self.logged.insert(fingerprint) {
-            tracing::warn!(ingress = %ingress, error = %failure, "an Ingress status write or Event failed; it is retried");
+            tracing::warn!(object = %object, error = %failure, "an Ingress status write or Event failed; it is retried");
         } else {
-            tracing::debug!(ingress = %ingress, error = %failure, "an Ingress status write or Event failed again");
+            tracing::debug!(object = %object, error = %failure, "an Ingress status write or Event failed again");
         }
     }
 }
@@ -488,7 +523,7 @@ impl Failure {
 fn describe(failure: &ApiFailure) -> String {
     match &failure.cause {
         Cause::Forbidden { message } => format!(
-            "forbidden ({message}); haptor's service account needs patch on networking.k8s.io ingresses/status, get on ingresses and create/patch on events.k8s.io events",
+            "forbidden ({message}); haptor's service account needs patch on networking.k8s.io ingresses/status, get on ingresses, list on services and create/patch on events.k8s.io events",
         ),
         Cause::Status { code: 409, .. } => {
             "the Ingress changed meanwhile (conflict); read again at the retry".to_string()

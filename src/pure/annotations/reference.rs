@@ -26,7 +26,7 @@ pub fn reference_markdown(settings: &AnnotationSettings, source: &str) -> String
          `annotation_defaults` (the chart's `annotationDefaults`), which gives cluster-wide \
          defaults, by annotation name, to every backend whose Ingress and Service carry no valid \
          value. What a Service carries and does not apply (an Ingress-only annotation, an \
-         invalid value) is named in haptor's log; a default that is not valid fails the render, \
+         invalid value) is named in the Service's `ServicePartlyServed` Event and haptor's log; a default that is not valid fails the render, \
          naming it, and the last good configuration keeps serving.\n"
     );
     let supported = settings

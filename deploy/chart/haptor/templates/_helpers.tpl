@@ -199,14 +199,17 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
   resources: ["ingresses/status"]
   verbs: ["patch"]
 # Kubernetes Events: about the config (LeadershipGained, ConfigInvalid, ...;
-# src/drivers/kube/events.rs) in haptor's namespace, and IngressIgnored or
-# IngressPartlyServed about an Ingress in its own namespace (ingress_status.rs). kube-rs's Recorder creates an Event
+# src/drivers/kube/events.rs) in haptor's namespace, IngressIgnored or
+# IngressPartlyServed about an Ingress and ServicePartlyServed about a Service in the object's
+# own namespace (ingress_status.rs). kube-rs's Recorder creates an Event
 # and merge-patches a repeat of it into a series.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
 # watchedResources.services (resources.rs); also the Service of --publish-service
-# (ingress_status.rs: one Service, watched with a metadata.name field selector).
+# (ingress_status.rs: one Service, watched with a metadata.name field selector) and the uid
+# of a Service a ServicePartlyServed Event is about (a list with a metadata.name field
+# selector).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["list", "watch"]
