@@ -26,6 +26,7 @@ mod kube_events;
 mod kube_publish;
 mod kube_sources;
 mod leader_election;
+mod migrate_cluster;
 mod pod_networks;
 mod run_ingress_status;
 mod run_mode;

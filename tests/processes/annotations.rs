@@ -705,6 +705,11 @@ fn redirect_annotations_answer_with_the_documented_status_and_location() {
             "approot",
             json!({"nginx.ingress.kubernetes.io/app-root": "/app"}),
         ),
+        (
+            "temporal-307",
+            json!({"nginx.ingress.kubernetes.io/temporal-redirect": "https://maintenance.example/",
+                   "nginx.ingress.kubernetes.io/temporal-redirect-code": "307"}),
+        ),
     ];
     for (name, annotations) in &ingresses {
         objects.push(ingress(
@@ -808,6 +813,14 @@ fn redirect_annotations_answer_with_the_documented_status_and_location() {
         "temporal.test",
         "/",
         302,
+        "https://maintenance.example/",
+    );
+    expect(
+        &mut findings,
+        "temporal-redirect-code 307",
+        "temporal-307.test",
+        "/x",
+        307,
         "https://maintenance.example/",
     );
     expect(
@@ -1167,6 +1180,22 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
             "pair",
             json!({"haproxy.org/pod-maxconn": "1", "haproxy.org/timeout-queue": "5s"}),
         ),
+        (
+            "first-free",
+            "pair",
+            json!({"haproxy.org/load-balance": "first"}),
+        ),
+        (
+            "nginx-send",
+            "slow",
+            json!({"nginx.ingress.kubernetes.io/proxy-send-timeout": "1"}),
+        ),
+        (
+            "secure-affinity",
+            "pair",
+            json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
+                   "nginx.ingress.kubernetes.io/session-cookie-secure": "true"}),
+        ),
     ];
     for (name, service, annotations) in &ingresses {
         objects.push(ingress(
@@ -1189,6 +1218,12 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
     let r = get("nginx-impatient.test", "/sleep").send(port);
     findings.check(
         "proxy-read-timeout 1: a server silent for 2s gives 504",
+        r.status == 504,
+        &r,
+    );
+    let r = get("nginx-send.test", "/sleep").send(port);
+    findings.check(
+        "proxy-send-timeout 1 (without proxy-read-timeout): a server silent for 2s gives 504",
         r.status == 504,
         &r,
     );
@@ -1223,6 +1258,14 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
             "round robin (the default) reaches both servers, got {reached:?}"
         ));
     }
+    let reached: BTreeSet<String> = (0..8)
+        .map(|_| get("first-free.test", "/").send(port).backend().to_string())
+        .collect();
+    if reached.len() != 1 {
+        findings.0.push(format!(
+            "load-balance first: one request at a time always reaches the first server, got {reached:?}"
+        ));
+    }
 
     let first = get("sticky.test", "/").send(port);
     let cookie = first.header("set-cookie").unwrap_or_default().to_string();
@@ -1250,10 +1293,18 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
     let r = get("affinity.test", "/").send(port);
     let cookie = r.header("set-cookie").unwrap_or_default();
     findings.check(
-        "affinity cookie: the route cookie with Max-Age and SameSite",
+        "affinity cookie: the route cookie with Max-Age and SameSite, not Secure",
         cookie.starts_with("route=")
             && cookie.contains("Max-Age=3600")
-            && cookie.contains("SameSite=Lax"),
+            && cookie.contains("SameSite=Lax")
+            && !cookie.contains("Secure"),
+        &r,
+    );
+    let r = get("secure-affinity.test", "/").send(port);
+    let cookie = r.header("set-cookie").unwrap_or_default();
+    findings.check(
+        "session-cookie-secure: the INGRESSCOOKIE cookie is Secure",
+        cookie.starts_with("INGRESSCOOKIE=") && cookie.contains("Secure"),
         &r,
     );
 
@@ -1524,6 +1575,16 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
         "nginx.ingress.kubernetes.io/canary-by-header": "X-Canary",
         "nginx.ingress.kubernetes.io/canary-by-cookie": "canary"}),
     ));
+    objects.push(ingress("all", "all.test", "stable", json!({})));
+    objects.push(ingress(
+        "all-canary",
+        "all.test",
+        "canary",
+        json!({
+        "nginx.ingress.kubernetes.io/canary": "true",
+        "nginx.ingress.kubernetes.io/canary-weight": "3",
+        "nginx.ingress.kubernetes.io/canary-weight-total": "3"}),
+    ));
     objects.push(ingress("api", "api.test", "stable", json!({})));
     objects.push(ingress(
         "api-canary",
@@ -1572,6 +1633,7 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
             .header("cookie", "canary=always")
             .send(port)
     });
+    let whole_weight = backends(&|| get("all.test", "/").send(port));
     let by_value = backends(&|| get("api.test", "/").header("x-version", "v2").send(port));
     let other_value = backends(&|| get("api.test", "/").header("x-version", "v1").send(port));
     let expected = |name: &str| BTreeSet::from([name.to_string()]);
@@ -1585,6 +1647,11 @@ fn canary_ingresses_take_requests_by_header_then_cookie_then_weight() {
             expected("stable"),
         ),
         ("canary-by-header-value v2", by_value, expected("canary2")),
+        (
+            "canary-weight 3 of canary-weight-total 3: always the canary",
+            whole_weight,
+            expected("canary"),
+        ),
         (
             "another header value, no weight: never the canary",
             other_value,
