@@ -2329,3 +2329,161 @@ fn server_crt_presents_the_client_certificate_a_mutual_tls_server_requires() {
     }
     findings.assert_none(&local);
 }
+
+#[test]
+fn regular_expression_paths_route_and_rewrite_with_their_groups_as_ingress_nginx_documents() {
+    let (web, other) = (
+        echo("web", EchoOptions::default()),
+        echo("other", EchoOptions::default()),
+    );
+    let mut objects = service("web", &[web.port]);
+    objects.extend(service("other", &[other.port]));
+    objects.extend(secrets());
+    let with_path = |mut ingress: Value, path: &str, path_type: &str| {
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["path"] = json!(path);
+        ingress["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!(path_type);
+        ingress
+    };
+    // ingress-nginx's rewrite example, beside a Prefix and an Exact path other Ingresses give
+    // the same host.
+    objects.push(with_path(
+        ingress(
+            "rewrite",
+            "rewrite.test",
+            "web",
+            json!({"nginx.ingress.kubernetes.io/use-regex": "true",
+                   "nginx.ingress.kubernetes.io/rewrite-target": "/$2"}),
+        ),
+        "/something(/|$)(.*)",
+        "ImplementationSpecific",
+    ));
+    objects.push(with_path(
+        ingress("prefixed", "rewrite.test", "other", json!({})),
+        "/something/else",
+        "Prefix",
+    ));
+    objects.push(with_path(
+        ingress("exact", "rewrite.test", "other", json!({})),
+        "/something/exact",
+        "Exact",
+    ));
+    objects.push(with_path(
+        ingress(
+            "versions",
+            "*.api.test",
+            "web",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/$1"}),
+        ),
+        "/v[0-9]+/(.*)",
+        "Prefix",
+    ));
+    objects.push(ingress("ready", "ready.test", "other", json!({})));
+    let local = start(&objects, "ready.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+    for (what, host, path, backend, received) in [
+        (
+            "the prefix alone becomes /",
+            "rewrite.test",
+            "/something",
+            "web",
+            "GET / HTTP/1.1",
+        ),
+        (
+            "a trailing slash too",
+            "rewrite.test",
+            "/something/",
+            "web",
+            "GET / HTTP/1.1",
+        ),
+        (
+            "case-insensitive, the group kept and the query string too",
+            "rewrite.test",
+            "/SOMETHING/new?x=1",
+            "web",
+            "GET /new?x=1 HTTP/1.1",
+        ),
+        (
+            "the regular expression wins over a Prefix path of the host",
+            "rewrite.test",
+            "/something/else",
+            "web",
+            "GET /else HTTP/1.1",
+        ),
+        (
+            "the regular expression wins over another Ingress's Exact path of the host too",
+            "rewrite.test",
+            "/something/exact",
+            "web",
+            "GET /exact HTTP/1.1",
+        ),
+        (
+            "a wildcard host's regular expression, its group in the target (no use-regex needed)",
+            "v.api.test",
+            "/v2/users/7",
+            "web",
+            "GET /users/7 HTTP/1.1",
+        ),
+    ] {
+        let r = get(host, path).send(port);
+        findings.check(
+            &format!("{what}: {host}{path}"),
+            r.status == 200 && r.backend() == backend && r.received_request_line() == received,
+            &r,
+        );
+    }
+    for (what, host, path) in [
+        (
+            "(/|$) needs a slash or the end",
+            "rewrite.test",
+            "/somethingelse",
+        ),
+        (
+            "the expression is anchored at the path's start",
+            "rewrite.test",
+            "/x/something",
+        ),
+        ("v[0-9]+ needs a digit", "v.api.test", "/vx/users"),
+    ] {
+        let r = get(host, path).send(port);
+        findings.check(&format!("{what}: {host}{path}"), r.status == 404, &r);
+    }
+
+    // A new regular-expression path to a Service that already has a backend changes only
+    // the two maps: HAProxy takes it live, without a reload.
+    let before = local::worker_and_reloads(&local.work());
+    let mut added = with_path(
+        ingress(
+            "added",
+            "added.test",
+            "other",
+            json!({"nginx.ingress.kubernetes.io/use-regex": "true"}),
+        ),
+        "/v[0-9]+",
+        "Prefix",
+    );
+    // No TLS entry: a new certificate list would rightly need a reload.
+    if let Some(spec) = added["spec"].as_object_mut() {
+        spec.remove("tls");
+    }
+    local.write("added.yaml", &added.to_string());
+    let r = eventually(
+        "the added regular-expression path",
+        Duration::from_secs(30),
+        || {
+            let r = get("added.test", "/V7/z").send(port);
+            (r.status == 200).then_some(r)
+        },
+    );
+    findings.check(
+        "the added path is served as it arrived",
+        r.backend() == "other" && r.received_request_line() == "GET /V7/z HTTP/1.1",
+        &r,
+    );
+    if local::worker_and_reloads(&local.work()) != before {
+        findings
+            .0
+            .push("adding a regular-expression path reloaded HAProxy".into());
+    }
+    findings.assert_none(&local);
+}

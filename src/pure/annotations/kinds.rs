@@ -68,6 +68,10 @@ pub enum ValueKind {
     PathRewrite,
     /// An ingress-nginx `upstream-hash-by` variable → an HAProxy `balance` algorithm.
     UpstreamHash,
+    /// An ingress-nginx rewrite target: an absolute path that may name the groups of a
+    /// regular-expression path (`$1` … `$9`) → `{target, captures}`: the target as an HAProxy
+    /// log-format replacement (`\1` … `\9`, `%` doubled) and whether it names a group.
+    RewriteTarget,
     /// Configuration lines for the object's own section → the lines.
     ConfigLines,
     /// Request samples HAProxy captures (headers, cookies, query parameters and a few
@@ -199,6 +203,7 @@ impl ValueKind {
             "balance" => ValueKind::Balance,
             "path-rewrite" => ValueKind::PathRewrite,
             "upstream-hash" => ValueKind::UpstreamHash,
+            "rewrite-target" => ValueKind::RewriteTarget,
             "config-lines" => ValueKind::ConfigLines,
             "samples" => ValueKind::Samples,
             "pattern" => match Regex::new(&format!("^(?:{rest})$")) {
@@ -209,8 +214,8 @@ impl ValueKind {
                 return refuse(format!(
                     "'{accepts}' names no kind of value (bool, duration, seconds, integer [MIN..MAX], size, \
                      redirect-code, status-code, statuses A|B, one-of A|B, addresses, headers, header-name, text, host, path, \
-                     url, secret-name, origins, tokens, balance, path-rewrite, upstream-hash, config-lines, \
-                     samples, pattern REGEX)"
+                     url, secret-name, origins, tokens, balance, path-rewrite, upstream-hash, rewrite-target, \
+                     config-lines, samples, pattern REGEX)"
                 ));
             }
         };
@@ -253,6 +258,7 @@ impl ValueKind {
             ValueKind::Balance => "`roundrobin`, `static-rr`, `leastconn`, `first`, `source`, `random`, `random(N)`, `uri`, `uri whole`, `url_param NAME`, `hdr(NAME)`, `rdp-cookie[(NAME)]`".into(),
             ValueKind::PathRewrite => "`REPLACEMENT` (the whole path) or `REGEX REPLACEMENT` (`\\1`… for groups)".into(),
             ValueKind::UpstreamHash => "`$request_uri`, `$uri`, `$remote_addr`, `$binary_remote_addr`, `$host`, `$http_NAME`, `$arg_NAME` or `$cookie_NAME`".into(),
+            ValueKind::RewriteTarget => "an absolute URL path, which may name the groups of a regular-expression path as `$1` … `$9`".into(),
             ValueKind::ConfigLines => "HAProxy configuration lines (no section keyword)".into(),
             ValueKind::Samples => "request samples, one per line (up to 16): `hdr(NAME)`, `req.hdr(NAME)`, `req.fhdr(NAME)`, `cook(NAME)`, `req.cook(NAME)`, `url_param(NAME)`, `urlp(NAME)`, `path`, `url`, `query`, `method`, `base`, `src`, `ssl_fc_sni` or `req.ver`, each optionally followed by converters among `,lower`, `,upper`, `,base64`, `,hex`, `,url_dec`".into(),
             ValueKind::Pattern(regex) => {
@@ -386,6 +392,7 @@ impl ValueKind {
             }
             ValueKind::PathRewrite => path_rewrite(value),
             ValueKind::UpstreamHash => upstream_hash(value).map(|b| json!(b)),
+            ValueKind::RewriteTarget => rewrite_target(value),
             ValueKind::ConfigLines => config_lines(raw).map(|lines| json!(lines)),
             ValueKind::Samples => samples(raw).map(Value::from),
             ValueKind::Pattern(regex) => {
@@ -467,6 +474,26 @@ fn addresses(value: &str) -> Result<Vec<String>, KindError> {
         return refuse("an empty list of addresses");
     }
     Ok(list)
+}
+
+/// An absolute path whose `$` only ever names a group (`$1` … `$9`).
+static REWRITE_TARGET: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^/([A-Za-z0-9._~!&'()*+,;=:@%/-]|\$[1-9])*$").expect("a valid constant regex")
+});
+static GROUP: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\$([1-9])").expect("a valid constant regex"));
+
+fn rewrite_target(value: &str) -> Result<Value, KindError> {
+    if !REWRITE_TARGET.is_match(value) {
+        return refuse(
+            "not an absolute path without spaces or quotes whose `$` only names a group ($1 … $9)",
+        );
+    }
+    let escaped = value.replace('%', "%%");
+    Ok(json!({
+        "target": GROUP.replace_all(&escaped, r"\$1").into_owned(),
+        "captures": GROUP.is_match(value),
+    }))
 }
 
 fn samples(raw: &str) -> Result<Vec<String>, KindError> {

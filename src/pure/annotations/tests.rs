@@ -113,6 +113,18 @@ fn each_kind_hands_out_a_checked_form_and_refuses_what_it_cannot_place_safely() 
         check("config-lines", "timeout server 5s\n\nretries 2"),
         Ok(json!("timeout server 5s\n  retries 2"))
     );
+    assert_eq!(
+        check("rewrite-target", "/$2/x%20$1"),
+        Ok(json!({"target": "/\\2/x%%20\\1", "captures": true}))
+    );
+    assert_eq!(
+        check("rewrite-target", "/app"),
+        Ok(json!({"target": "/app", "captures": false}))
+    );
+    assert!(check("rewrite-target", "/$x").is_err());
+    assert!(check("rewrite-target", "/$0").is_err());
+    assert!(check("rewrite-target", "/${HOME}").is_err());
+    assert!(check("rewrite-target", "relative/$1").is_err());
     assert_eq!(check("pattern [a-z]+", "abc"), Ok(json!("abc")));
     assert!(check("pattern [a-z]+", "abc1").is_err());
     assert!(ValueKind::parse("colour").is_err());

@@ -339,8 +339,8 @@ pub struct AnnotationDefinition {
     /// The kind of value: `bool`, `duration`, `seconds`, `integer [MIN..MAX]`, `size`,
     /// `redirect-code`, `status-code`, `statuses A|B`, `one-of A|B`, `addresses`, `headers`,
     /// `header-name`, `text`, `host`, `path`, `url`, `secret-name`, `origins`, `tokens`,
-    /// `balance`, `path-rewrite`, `upstream-hash`, `config-lines`, `samples` or
-    /// `pattern REGEX`.
+    /// `balance`, `path-rewrite`, `upstream-hash`, `rewrite-target`, `config-lines`,
+    /// `samples` or `pattern REGEX`.
     #[serde(default = "default_accepts")]
     pub accepts: String,
     /// What applies when the annotation is absent (documentation).

@@ -1,7 +1,8 @@
 //! The stateless template helpers: collections (`sort_by`, `group_by`, `join`, `keys`,
 //! `first`, `last`, `dig`, `default`/`fallback`, `seq`), strings (`lower`, `upper`,
 //! `replace`, `trim`, `contains`, `starts_with`, `ends_with`, `split`, `concat`,
-//! `regex_match`, `regex_replace`, `glob_match`, `sanitize`, `indent`), encodings
+//! `regex_match`, `regex_replace`, `is_regex`, `regex_escape`, `glob_match`, `sanitize`,
+//! `indent`), encodings
 //! (`b64decode`, `b64encode`, `to_json`, `to_int`), arithmetic (`add`, `sub`, `mul`, `div`,
 //! `mod`), versions (`version_at_least haproxy.version "3.0"`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
 //! handlebars' own `eq`, `ne`, `lt`, `lte`, `gt`, `gte`, `and`, `or`, `not` and `len` are
@@ -290,6 +291,10 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
         ))
     }),
     ("contains", contains),
+    ("is_regex", is_regex),
+    ("regex_escape", |a| {
+        Ok(Value::String(regex::escape(&a.text(0)?)))
+    }),
     ("starts_with", |a| {
         Ok(Value::Bool(a.text(0)?.starts_with(a.text(1)?.as_ref())))
     }),
@@ -587,6 +592,24 @@ fn dig(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
         }
     }
     Ok(value.clone())
+}
+
+/// The largest compiled program `is_regex` accepts: a text that compiles into more is not
+/// one a template should hand on to HAProxy.
+const IS_REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// `is_regex text`: whether `text` is a regular expression (the `regex` crate's syntax, which
+/// HAProxy's PCRE2 also reads: no look-around or back-references) of a bounded size. Lets a
+/// template refuse a user's pattern with a reason instead of failing the render or
+/// `haproxy -c`.
+fn is_regex(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let text = args.text(0)?;
+    Ok(Value::Bool(
+        regex::RegexBuilder::new(&text)
+            .size_limit(IS_REGEX_SIZE_LIMIT)
+            .build()
+            .is_ok(),
+    ))
 }
 
 /// The longest list `seq` builds; guards against a typo rendering gigabytes.

@@ -641,6 +641,22 @@ fn regex_helpers_match_and_replace() {
 }
 
 #[test]
+fn is_regex_tells_a_usable_pattern_and_regex_escape_quotes_a_literal() {
+    assert_eq!(
+        with_data(
+            r#"{{is_regex "/something(/|$)(.*)"}} {{is_regex "/a(b"}} {{is_regex "(?=x)"}} {{is_regex d}}"#,
+            json!("a{1000}{1000}")
+        ),
+        "true false false false",
+        "unbalanced, look-around and oversized patterns are not regexes a template passes on"
+    );
+    assert_eq!(
+        with_data("{{regex_escape d}}", json!("shop.example")),
+        r"shop\.example"
+    );
+}
+
+#[test]
 fn sanitize_makes_a_safe_haproxy_identifier() {
     let out = with_data("{{sanitize d}}", json!("shop/web svc#1"));
     assert!(
