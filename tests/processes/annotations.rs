@@ -1211,7 +1211,14 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
             "secure-affinity",
             "pair",
             json!({"nginx.ingress.kubernetes.io/affinity": "cookie",
-                   "nginx.ingress.kubernetes.io/session-cookie-secure": "true"}),
+                   "nginx.ingress.kubernetes.io/session-cookie-secure": "true",
+                   "nginx.ingress.kubernetes.io/session-cookie-path": "/shop",
+                   "nginx.ingress.kubernetes.io/session-cookie-expires": "7200"}),
+        ),
+        (
+            "least-busy",
+            "pair",
+            json!({"nginx.ingress.kubernetes.io/load-balance": "least_conn"}),
         ),
     ];
     for (name, service, annotations) in &ingresses {
@@ -1319,11 +1326,34 @@ fn backend_annotations_shape_how_haproxy_talks_to_the_servers() {
     );
     let r = get("secure-affinity.test", "/").send(port);
     let cookie = r.header("set-cookie").unwrap_or_default();
+    // HAProxy writes `path=/` first; a cookie's last Path attribute is the one a browser
+    // keeps (RFC 6265, 5.3).
     findings.check(
-        "session-cookie-secure: the INGRESSCOOKIE cookie is Secure",
-        cookie.starts_with("INGRESSCOOKIE=") && cookie.contains("Secure"),
+        "session-cookie-secure, -path and -expires: a Secure INGRESSCOOKIE for /shop living 7200 s",
+        cookie.starts_with("INGRESSCOOKIE=")
+            && cookie.contains("Secure")
+            && cookie.ends_with("Path=/shop")
+            && cookie.contains("Max-Age=7200"),
         &r,
     );
+
+    // least_conn: while one server is busy with a slow request, the next ones go to the
+    // other; round robin (spread.test) would alternate.
+    let slow_one = std::thread::spawn(move || get("least-busy.test", "/sleep").send(port));
+    std::thread::sleep(Duration::from_millis(500));
+    let during: BTreeSet<String> = (0..4)
+        .map(|_| get("least-busy.test", "/").send(port).backend().to_string())
+        .collect();
+    let busy = slow_one
+        .join()
+        .expect("the slow request")
+        .backend()
+        .to_string();
+    if during.len() != 1 || during.contains(&busy) {
+        findings.0.push(format!(
+            "load-balance least_conn: requests beside a slow one on {busy} reach the other server, got {during:?}"
+        ));
+    }
 
     let r = get("proxy.test", "/").send(port);
     findings.check(
