@@ -2517,3 +2517,135 @@ fn regular_expression_paths_route_and_rewrite_with_their_groups_as_ingress_nginx
     }
     findings.assert_none(&local);
 }
+
+/// An external authentication service for nginx auth-url: `Authorization: Bearer good` gets
+/// 200 with `X-Auth-User: alice`, `Bearer forbidden` 403, anything else 401. It keeps the
+/// request heads it received.
+fn auth_service() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the auth service");
+    let port = listener.local_addr().expect("its address").port();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let received = Arc::clone(&heads);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&request).to_lowercase();
+            received.lock().expect("the log").push(head.clone());
+            let answer = if head.contains("authorization: bearer good") {
+                "200 OK\r\nx-auth-user: alice\r\nx-other: not-copied"
+            } else if head.contains("authorization: bearer forbidden") {
+                "403 Forbidden"
+            } else {
+                "401 Unauthorized"
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {answer}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    (port, heads)
+}
+
+#[test]
+fn auth_url_asks_the_external_service_and_passes_denies_or_sends_to_sign_in() {
+    let web = echo("web", EchoOptions::default());
+    let (auth_port, asked) = auth_service();
+    let mut objects = service("web", &[web.port]);
+    objects.extend(secrets());
+    let auth_url = format!("http://127.0.0.1:{auth_port}/auth");
+    objects.push(ingress(
+        "guarded",
+        "guarded.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/auth-url": auth_url,
+               "nginx.ingress.kubernetes.io/auth-response-headers": "X-Auth-User"}),
+    ));
+    objects.push(ingress(
+        "signin",
+        "signin.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/auth-url": auth_url,
+               "nginx.ingress.kubernetes.io/auth-signin": "https://login.example/start"}),
+    ));
+    objects.push(ingress(
+        "unreachable",
+        "unreachable.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/auth-url": "http://127.0.0.1:1/auth"}),
+    ));
+    objects.push(ingress(
+        "misconfigured",
+        "misconfigured.test",
+        "web",
+        json!({"nginx.ingress.kubernetes.io/auth-url": "ftp://auth.example/"}),
+    ));
+    objects.push(ingress("open", "open.test", "web", json!({})));
+    let local = start(&objects, "open.test");
+    let port = local.http;
+    let mut findings = Findings::default();
+    let r = get("guarded.test", "/private?x=1")
+        .header("authorization", "Bearer good")
+        .send(port);
+    findings.check(
+        "a 2xx answer lets the request pass with the listed answer headers only",
+        r.status == 200
+            && r.backend() == "web"
+            && r.received_header("x-auth-user", "alice")
+            && !r.received_any("x-other"),
+        &r,
+    );
+    let heads = asked.lock().expect("the log").clone();
+    if !heads.iter().any(|h| {
+        h.contains("x-original-url: http://guarded.test/private?x=1")
+            && h.contains("x-original-method: get")
+            && h.contains("x-forwarded-host: guarded.test")
+    }) {
+        findings.0.push(format!(
+            "the auth service is told the original request, got {heads:?}"
+        ));
+    }
+    for (what, token, status) in [
+        ("403 from the service answers 403", "Bearer forbidden", 403),
+        ("401 from the service answers 401", "Bearer wrong", 401),
+    ] {
+        let r = get("guarded.test", "/private")
+            .header("authorization", token)
+            .send(port);
+        findings.check(what, r.status == status && web_untouched(&r), &r);
+    }
+    let r = get("signin.test", "/p?q=1").send(port);
+    findings.check(
+        "with auth-signin a 401 redirects there with rd= the request's URL",
+        r.status == 302
+            && r.header("location")
+                == Some("https://login.example/start?rd=http%3A%2F%2Fsignin.test%2Fp%3Fq%3D1"),
+        &r,
+    );
+    let r = get("unreachable.test", "/").send(port);
+    findings.check(
+        "an auth service that does not answer: 500, never a pass",
+        r.status == 500 && web_untouched(&r),
+        &r,
+    );
+    let r = get("misconfigured.test", "/").send(port);
+    findings.check(
+        "an auth-url that is no http(s) URL denies every request (fail closed)",
+        r.status == 500 && web_untouched(&r),
+        &r,
+    );
+    let r = get("open.test", "/").send(port);
+    findings.check(
+        "an Ingress without auth-url is not asked about",
+        r.status == 200,
+        &r,
+    );
+    findings.assert_none(&local);
+}
