@@ -52,7 +52,7 @@ use crate::pure::annotations::{AnnotationTable, Judged};
 use crate::pure::rendered::{
     AuxFile, AuxKind, ObjectKey, Outcome, Outcomes, PathResolver, record_outcome,
 };
-use crate::pure::store::{StoreSnapshot, StoresSnapshot, normalise_numbers};
+use crate::pure::store::{SnapshotEntry, StoreSnapshot, StoresSnapshot, normalise_numbers};
 
 /// Context keys haptor fills itself; `values` and `extra_context` cannot use them.
 pub(crate) const RESERVED_KEYS: &[&str] = &["resources", "paths"];
@@ -496,15 +496,26 @@ impl HelperDef for StoreHelper<'_> {
     ) -> Result<ScopedJson<'rc>, RenderError> {
         let (snapshot, range) = self.lookup(helper)?;
         let entries = &snapshot.entries()[range];
+        let mentioning = mentioning(helper)?;
         let result = match self.op {
-            StoreOp::Resources | StoreOp::Fetch => {
-                Value::Array(entries.iter().map(|e| e.value()).collect())
-            }
+            StoreOp::Resources | StoreOp::Fetch => Value::Array(
+                entries
+                    .iter()
+                    .filter(|e| mentions(e, mentioning.as_deref()))
+                    .map(|e| e.value())
+                    .collect(),
+            ),
             StoreOp::GetSingle => entries.first().map_or(Value::Null, |e| e.value()),
         };
         Ok(ScopedJson::Derived(result))
     }
 
+    /// With `mentioning="WORD ..."` only the objects whose JSON text holds one of the
+    /// (space-separated) words are taken, before any is turned into a tree: a pass that
+    /// wants the few objects carrying an annotation (`mentioning="example.com/flag"`)
+    /// skips the rest at the cost of a text search. It narrows, never decides: the
+    /// template still checks what it reads.
+    ///
     /// As a block (`{{#fetch "endpointslices" ns svc as |slice|}}...{{else}}...{{/fetch}}`,
     /// likewise `{{#resources "x"}}`), iterates the matches, each as a fresh tree that lives
     /// for its iteration only: the block parameter when there is one, `this` otherwise.
@@ -527,13 +538,17 @@ impl HelperDef for StoreHelper<'_> {
             return Ok(());
         };
         let (snapshot, range) = self.lookup(helper)?;
-        if range.is_empty() {
+        let mentioning = mentioning(helper)?;
+        let entries: Vec<&SnapshotEntry> = snapshot.entries()[range]
+            .iter()
+            .filter(|e| mentions(e, mentioning.as_deref()))
+            .collect();
+        if entries.is_empty() {
             return match helper.inverse() {
                 Some(inverse) => inverse.render(registry, ctx, rc, out),
                 None => Ok(()),
             };
         }
-        let entries = &snapshot.entries()[range];
         let count = entries.len();
         for (n, entry) in entries.iter().enumerate() {
             self.state.check_time()?;
@@ -568,6 +583,27 @@ impl HelperDef for StoreHelper<'_> {
         }
         Ok(())
     }
+}
+
+/// The words of a store helper's `mentioning=` (see [`StoreHelper`]), if it has one.
+fn mentioning(helper: &Helper<'_>) -> Result<Option<Vec<String>>, HelperFailure> {
+    match helper.hash_get("mentioning").map(|v| v.value()) {
+        None => Ok(None),
+        Some(Value::String(words)) if !words.trim().is_empty() => {
+            Ok(Some(words.split_whitespace().map(str::to_string).collect()))
+        }
+        Some(other) => Err(misuse(format!(
+            "mentioning={other} is not words separated by spaces"
+        ))),
+    }
+}
+
+/// Whether `entry` passes `mentioning` (no words: every entry does).
+fn mentions(entry: &SnapshotEntry, words: Option<&[String]>) -> bool {
+    words.is_none_or(|words| {
+        let json = entry.object().json();
+        words.iter().any(|word| json.contains(word.as_str()))
+    })
 }
 
 /// `server_slots "endpointslices" namespace service port_name slots=10 params="check"

@@ -798,6 +798,31 @@ fn server_slots_keep_an_endpoint_in_its_slot_across_renders() {
 }
 
 #[test]
+fn resources_mentioning_a_word_iterate_only_the_objects_whose_text_holds_it() {
+    let set = TemplateSet::compile(input(
+        "{{#resources \"svc\" mentioning=\"example.com/flag example.com/other\" as |o|}}{{o.metadata.name}}@{{@index}}{{#if @last}}.{{/if}} {{/resources}}|{{#resources \"svc\" mentioning=\"nowhere\"}}x{{else}}none{{/resources}}|{{len (resources \"svc\" mentioning=\"example.com/other\")}}",
+    ))
+    .unwrap();
+    let (_, store) = slice_and_service_stores();
+    for (name, annotations) in [
+        ("a", json!({"example.com/flag": "1"})),
+        ("b", json!({})),
+        ("c", json!({"example.com/other": "yes"})),
+    ] {
+        store
+            .apply(json!({"metadata": {"name": name, "annotations": annotations}}))
+            .unwrap();
+    }
+    let mut stores = StoresSnapshot::new();
+    stores.insert(store.snapshot());
+    let out = set
+        .render(&RenderContext::new(stores, PathResolver::default()))
+        .unwrap()
+        .haproxy_cfg;
+    assert_eq!(out, "a@0 c@1. |none|1");
+}
+
+#[test]
 fn an_updated_object_is_seen_by_the_next_render_when_the_store_keeps_its_shape() {
     let set = TemplateSet::compile(input(
         "{{#each (resources \"svc\")}}{{metadata.name}}={{spec.port}} {{/each}}",
