@@ -332,26 +332,32 @@ impl Driver {
         }
     }
 
-    /// What the Ingress carries now, its resourceVersion and uid; `None` when it is gone.
-    async fn read(&self, ingress: &IngressRef) -> Result<Option<Read>, Failure> {
-        let api = self.api(&ingress.namespace);
-        let read = tokio::time::timeout(REQUEST_TIMEOUT, api.get_opt(&ingress.name))
+    /// `call`, a read described by `request`, bounded by [`REQUEST_TIMEOUT`].
+    async fn reading<T>(
+        &self,
+        request: Request,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Failure> {
+        tokio::time::timeout(REQUEST_TIMEOUT, call)
             .await
             .map_err(|_| Failure::TimedOut("reading it"))?
             .map_err(|e| Failure::Kube {
                 what: "reading it",
-                failure: Box::new(ApiFailure::of(
-                    &self.server,
-                    &Request::new(
-                        "get",
-                        "ingresses",
-                        "networking.k8s.io",
-                        Some(&ingress.namespace),
-                    )
-                    .named(&ingress.name),
-                    &e,
-                )),
-            })?;
+                failure: Box::new(ApiFailure::of(&self.server, &request, &e)),
+            })
+    }
+
+    /// What the Ingress carries now, its resourceVersion and uid; `None` when it is gone.
+    async fn read(&self, ingress: &IngressRef) -> Result<Option<Read>, Failure> {
+        let api = self.api(&ingress.namespace);
+        let request = Request::new(
+            "get",
+            "ingresses",
+            "networking.k8s.io",
+            Some(&ingress.namespace),
+        )
+        .named(&ingress.name);
+        let read = self.reading(request, api.get_opt(&ingress.name)).await?;
         Ok(read.map(|object| {
             let meta = object.meta();
             (
@@ -371,18 +377,9 @@ impl Driver {
     ) -> Result<Option<Option<String>>, Failure> {
         let api: Api<Service> = Api::namespaced(self.client.clone(), &object.namespace);
         let params = ListParams::default().fields(&format!("metadata.name={}", object.name));
-        let list = tokio::time::timeout(REQUEST_TIMEOUT, api.list_metadata(&params))
-            .await
-            .map_err(|_| Failure::TimedOut("reading it"))?
-            .map_err(|e| Failure::Kube {
-                what: "reading it",
-                failure: Box::new(ApiFailure::of(
-                    &self.server,
-                    &Request::new("list", "services", "", Some(&object.namespace))
-                        .named(&object.name),
-                    &e,
-                )),
-            })?;
+        let request =
+            Request::new("list", "services", "", Some(&object.namespace)).named(&object.name);
+        let list = self.reading(request, api.list_metadata(&params)).await?;
         Ok(list
             .items
             .into_iter()
