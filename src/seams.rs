@@ -45,6 +45,11 @@ pub trait PublishSink: Send + Sync {
     /// or ignored (`served`, `ignored`); called on every publication of a render, before
     /// [`PublishSink::publish`]. Nothing by default.
     fn outcomes(&self, _outcomes: &Outcomes) {}
+
+    /// What the templates of each published render recorded about Gateway API status
+    /// (`condition`, `listener_kinds`, `attached_route`); called with
+    /// [`PublishSink::outcomes`]. Nothing by default.
+    fn gateway_statuses(&self, _records: &[crate::pure::gateway_status::StatusRecord]) {}
 }
 
 /// Keeps the last published resource in memory (local mode, tests).

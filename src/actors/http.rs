@@ -41,7 +41,14 @@ pub const DEFAULT_DEBUG_ADDR: &str = "0.0.0.0:8080";
 /// How long an actor may handle one message before `/healthz` reports it stalled.
 pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(60);
 /// The names `/debug/vars/{name}` answers.
-pub const DEBUG_VARS: [&str; 5] = ["config", "rendered", "resources", "state", "errors"];
+pub const DEBUG_VARS: [&str; 6] = [
+    "config",
+    "rendered",
+    "resources",
+    "state",
+    "errors",
+    "status",
+];
 /// The supervisor child name of the metrics server.
 pub const METRICS_SERVER_NAME: &str = "metrics-server";
 /// The supervisor child name of the debug server.
@@ -287,6 +294,14 @@ async fn debug_var(State(state): State<DebugState>, Path(name): Path<String>) ->
         "resources" => json!(introspection.resources()),
         "state" => json!(introspection.state()),
         "errors" => json!(introspection.errors()),
+        // The Gateway API status the last deployed render decided (what `haptor run`'s
+        // leader writes; without lastTransitionTime or addresses).
+        "status" => match introspection.rendered() {
+            Some(rendered) => json!(crate::pure::gateway_status::statuses(
+                &rendered.status_records
+            )),
+            None => json!([]),
+        },
         other => {
             return json_error(
                 StatusCode::NOT_FOUND,

@@ -55,6 +55,7 @@ impl Actor for ConfigPublisher {
         match msg {
             ConfigPublisherMsg::Publish(render) => {
                 self.sink.outcomes(&render.rendered.outcomes);
+                self.sink.gateway_statuses(&render.rendered.status_records);
                 let (path, base_dir) = self.iteration.with_latest(|l| {
                     let dataplane = &l.compiled.spec.dataplane;
                     (

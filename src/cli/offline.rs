@@ -299,6 +299,15 @@ fn load_fixture_dir(
 }
 
 fn print_rendered(rendered: &RenderedConfig) {
+    // The Gateway API status the templates decided, first: it is not a deployed file.
+    let statuses = crate::pure::gateway_status::statuses(&rendered.status_records);
+    if !statuses.is_empty() {
+        outln!("# ---- status (Gateway API status haptor run would write; not deployed)");
+        match serde_yaml_ng::to_string(&statuses) {
+            Ok(text) => out!("{text}"),
+            Err(e) => outln!("# cannot print the status: {e}"),
+        }
+    }
     outln!("# ---- haproxy.cfg");
     out!("{}", rendered.haproxy_cfg);
     for (path, file) in &rendered.aux_files {

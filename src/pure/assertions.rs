@@ -175,10 +175,16 @@ pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<Cow
     if target == OUTCOMES_TARGET {
         return Ok(Cow::Owned(outcomes_text(rendered)));
     }
+    if target == STATUS_TARGET {
+        let statuses = crate::pure::gateway_status::statuses(&rendered.status_records);
+        return serde_yaml_ng::to_string(&statuses)
+            .map(Cow::Owned)
+            .map_err(|e| format!("the status does not print: {e}"));
+    }
     let (kind, name) = target
         .split_once(':')
         .and_then(|(k, n)| AuxKind::parse(k).map(|kind| (kind, n)))
-        .ok_or_else(|| format!("unknown target '{target}' (use haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME or outcomes)"))?;
+        .ok_or_else(|| format!("unknown target '{target}' (use haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME, outcomes or status)"))?;
     rendered
         .aux(kind, name)
         .map(|f| Cow::Borrowed(f.content.as_str()))
@@ -199,6 +205,10 @@ pub fn target_text<'r>(rendered: &'r RenderedConfig, target: &str) -> Result<Cow
             )
         })
 }
+
+/// The target whose text is the Gateway API status the render decided, as YAML (the
+/// `status` section of `haptor render`).
+pub const STATUS_TARGET: &str = "status";
 
 /// The target whose text is what the render recorded about objects (`served`, `ignored`
 /// and the annotation helpers).

@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod election;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod gateway_status;
 pub mod haproxy;
 pub mod ingress_status;
 pub mod kube_events;

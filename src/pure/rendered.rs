@@ -185,6 +185,10 @@ pub struct RenderedConfig {
     pub aux_files: BTreeMap<String, AuxFile>,
     #[serde(skip)]
     pub outcomes: Outcomes,
+    /// What the templates recorded about Gateway API status (`condition`, ...), in the
+    /// order recorded; [`crate::pure::gateway_status::statuses`] shapes it.
+    #[serde(skip)]
+    pub status_records: Vec<crate::pure::gateway_status::StatusRecord>,
     /// The lines the `HAProxyTemplateConfig`'s templates wrote literally, set by
     /// `CompiledConfig::render`: the schema phase accepts a directive that runs code only on
     /// one of them (see [`crate::pure::haproxy::guard`]). A render built any other way trusts

@@ -220,8 +220,8 @@ impl AssertionEnvironment for RunnerEnvironment<'_> {
         let rendered = RenderedConfig {
             haproxy_cfg: haproxy_cfg.to_string(),
             aux_files: BTreeMap::new(),
-            outcomes: Default::default(),
             trusted_lines: self.config.trusted_lines().clone(),
+            ..Default::default()
         };
         let parsed = check_offline_for(&rendered, self.validator.haproxy_version())
             .map_err(|e| e.to_string())?;

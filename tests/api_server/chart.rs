@@ -5,7 +5,10 @@
 //! accepts every object it renders (defaults, every optional feature on, a namespaced
 //! install) in a server-side dry run; its NetworkPolicies and Services select the pods they
 //! are meant for; its pods are hardened; its webhook configuration is what the controller
-//! serves.
+//! serves. With `gateway.enabled` (the Gateway API CRDs of `scripts/test-peers
+//! gateway-api-crds` installed in the kit), its config holds the Gateway API library alone or
+//! beside the Ingress library, and its RBAC lets the controller's ServiceAccount watch the
+//! Gateway API kinds and write their status.
 
 use crate::dataplane_peer;
 use crate::helm;
@@ -308,12 +311,27 @@ fn check_selectors(documents: &[Value], api_server_cidrs: &[&str]) {
         &config["spec"]["podSelector"],
         &haproxy,
     );
-    for (service, port, deployment) in [
+    // The Gateway listeners' ports (gateway.enabled), named gw-PORT.
+    let gateway_ports: Vec<String> = find(documents, "Service", "haptor-haproxy")["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|name| name.starts_with("gw-"))
+        .map(str::to_string)
+        .collect();
+    let mut service_ports = vec![
         ("haptor-webhook", "webhook", pods.controller),
         ("haptor-metrics", "metrics", pods.controller),
         ("haptor-haproxy", "http", pods.haproxy),
         ("haptor-haproxy", "https", pods.haproxy),
-    ] {
+    ];
+    service_ports.extend(
+        gateway_ports
+            .iter()
+            .map(|port| ("haptor-haproxy", port.as_str(), pods.haproxy)),
+    );
+    for (service, port, deployment) in service_ports {
         let ports = &find(documents, "Service", service)["spec"]["ports"];
         let target = ports
             .as_array()
@@ -421,12 +439,20 @@ fn check_selectors(documents: &[Value], api_server_cidrs: &[&str]) {
         .filter(|r| r.get("from").is_none())
         .flat_map(ports_of)
         .collect();
+    let mut traffic = vec![
+        "http".to_string(),
+        "https".to_string(),
+        "status".to_string(),
+    ];
+    traffic.extend(gateway_ports.iter().cloned());
     assert_eq!(
-        open,
-        ["http", "https", "status"],
-        "traffic and status are open"
+        open, traffic,
+        "traffic (the Gateway listeners' too) and status are open"
     );
-    for port in ["http", "https", "status", "dataplane"] {
+    for port in ["http", "https", "status", "dataplane"]
+        .into_iter()
+        .chain(gateway_ports.iter().map(String::as_str))
+    {
         assert!(
             container_port(pods.haproxy, port).is_some(),
             "the HAProxy NetworkPolicy's port {port} is a port of the HAProxy pods"
@@ -1076,6 +1102,16 @@ async fn install_foreign_crds(client: &kube::Client) {
 /// Server-side dry-run applies every document of `rendering` (namespaced ones already in
 /// their namespace); the refusals, by object.
 async fn dry_run(client: &kube::Client, rendering: &[Value]) -> Vec<String> {
+    server_side_apply(client, rendering, true).await
+}
+
+/// Server-side applies every document of `rendering` (namespaced ones already in their
+/// namespace), for real or as a dry run; the refusals, by object.
+async fn server_side_apply(
+    client: &kube::Client,
+    rendering: &[Value],
+    dry_run: bool,
+) -> Vec<String> {
     let mut refused = Vec::new();
     for document in rendering {
         let api_version = document["apiVersion"].as_str().expect("an apiVersion");
@@ -1104,7 +1140,8 @@ async fn dry_run(client: &kube::Client, rendering: &[Value]) -> Vec<String> {
                 Api::all_with(client.clone(), &resource)
             }
         };
-        let params = PatchParams::apply("haptor-chart-test").dry_run().force();
+        let mut params = PatchParams::apply("haptor-chart-test").force();
+        params.dry_run = dry_run;
         if let Err(e) = api
             .patch(name_of(document), &params, &Patch::Apply(document))
             .await
@@ -1120,6 +1157,8 @@ async fn the_api_server_accepts_every_object_the_chart_renders_in_a_server_side_
     let kit = Kit::shared();
     let client = kit.admin().await;
     install_foreign_crds(&client).await;
+    // The all-options values run the Gateway API library: its GatewayClass needs the CRDs.
+    kit.install_gateway_api_crds().await;
     for (prefix, values) in [
         ("chart-defaults", None),
         ("chart-all", Some(ALL_OPTIONS)),
@@ -1131,7 +1170,8 @@ async fn the_api_server_accepts_every_object_the_chart_renders_in_a_server_side_
         // the watched namespace exists.
         let watch = format!("watchNamespace={watched}");
         let class = format!("ingressClass.name={ns}");
-        let mut extra = vec!["--set", &class];
+        let gateway_class = format!("gateway.className={ns}");
+        let mut extra = vec!["--set", &class, "--set", &gateway_class];
         if let Some(values) = values {
             extra.extend(["--values", values]);
         }
@@ -1160,6 +1200,7 @@ async fn the_api_server_accepts_every_object_the_chart_renders_in_a_server_side_
                 "Certificate",
                 "Issuer",
                 "ConfigMap",
+                "GatewayClass",
             ] {
                 assert!(kinds.contains(&kind), "{prefix} renders a {kind}");
             }
@@ -1250,7 +1291,7 @@ fn the_haproxy_pods_configmap_carries_the_chart_files_the_tests_pods_run_unchang
     let data = find(&documents, "ConfigMap", "haptor-haproxy")["data"]
         .as_object()
         .expect("the ConfigMap's data");
-    // Every file of files/ but the Ingress library (the default config's), byte for byte.
+    // Every file of files/ but the libraries (the config's), byte for byte.
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(repo(dataplane_peer::CHART_FILES)).expect("files/") {
         let name = entry
@@ -1258,7 +1299,7 @@ fn the_haproxy_pods_configmap_carries_the_chart_files_the_tests_pods_run_unchang
             .file_name()
             .into_string()
             .expect("a UTF-8 name");
-        if name != "ingress-library.yaml" {
+        if !["ingress-library.yaml", "gateway-library.yaml"].contains(&name.as_str()) {
             let text = dataplane_peer::chart_file(&name);
             files.insert(name, text);
         }
@@ -1428,6 +1469,447 @@ fn the_config_the_chart_creates_passes_its_own_validation_tests_whatever_the_por
             output.status.success(),
             "the chart's config (values {extra:?}) fails its validation tests:\n{}",
             crate::support::text(&output)
+        );
+    }
+}
+
+/// The Gateway API library, of which the chart carries a copy.
+const GATEWAY_LIBRARY: &str = "deploy/library/gateway.yaml";
+/// The chart's copy of it.
+const CHART_GATEWAY_LIBRARY: &str = "deploy/chart/haptor/files/gateway-library.yaml";
+/// Values that run both libraries (the Gateway listeners on ports apart from the Ingress
+/// library's 80 and 443 on the HAProxy Service).
+const BOTH_LIBRARIES: [&str; 4] = [
+    "--set",
+    "gateway.enabled=true",
+    "--set",
+    "gateway.ports={8080,8443}",
+];
+
+#[test]
+fn the_charts_gateway_library_is_deploy_library_gateway_yaml() {
+    let library = std::fs::read_to_string(repo(GATEWAY_LIBRARY)).unwrap_or_else(|e| {
+        panic!("{GATEWAY_LIBRARY}: {e} (the Gateway API library {CHART_GATEWAY_LIBRARY} copies)")
+    });
+    assert!(
+        read(CHART_GATEWAY_LIBRARY) == library,
+        "{CHART_GATEWAY_LIBRARY} is not {GATEWAY_LIBRARY}; copy it: cp {GATEWAY_LIBRARY} {CHART_GATEWAY_LIBRARY}"
+    );
+}
+
+/// The spec of a library file (its HAProxyTemplateConfig).
+fn library_spec(path: &str) -> Value {
+    let library: Value =
+        serde_yaml_ng::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    library["spec"].clone()
+}
+
+/// The names of a map of the spec (watchedResources, templateSnippets, ...).
+fn names(spec: &Value, key: &str) -> Vec<String> {
+    spec[key]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The HAProxy Service's port named `name` and the HAProxy container port it targets.
+fn service_and_container_port(documents: &[Value], name: &str) -> (u64, u64) {
+    let service = find(documents, "Service", "haptor-haproxy")["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("the HAProxy Service has no port {name}"))
+        .clone();
+    let target = service["targetPort"].as_str().expect("a named targetPort");
+    let pods = Pods::of(documents);
+    let container = container_port(pods.haproxy, target)
+        .unwrap_or_else(|| panic!("the HAProxy pods have no port {target}"));
+    (service["port"].as_u64().expect("a port"), container)
+}
+
+#[test]
+fn the_config_holds_the_ingress_library_the_gateway_api_library_or_both_as_ingress_and_gateway_enabled_say()
+ {
+    let ingress = library_spec("deploy/chart/haptor/files/ingress-library.yaml");
+    let gateway = library_spec(CHART_GATEWAY_LIBRARY);
+    let config_of = |documents: &[Value]| -> Value {
+        find(documents, "HAProxyTemplateConfig", "haptor-config")["spec"].clone()
+    };
+
+    // The Gateway API library alone.
+    let alone = documents(&template(
+        "haptor",
+        "haptor",
+        &[
+            "--set",
+            "gateway.enabled=true",
+            "--set",
+            "ingress.enabled=false",
+        ],
+    ));
+    let spec = config_of(&alone);
+    assert_eq!(spec["haproxyConfig"], gateway["haproxyConfig"]);
+    assert_eq!(spec["watchedResources"], gateway["watchedResources"]);
+    assert_eq!(spec["templateSnippets"], gateway["templateSnippets"]);
+    let context = &spec["extraContext"];
+    assert_eq!(context["gateway_bind_address"], "\"${POD_IP}\"");
+    assert_eq!(context["gateway_port_offset"], 10000);
+    assert_eq!(
+        context["gateway_controller_name"],
+        "haptor.dev/gateway-controller"
+    );
+    assert_eq!(context["runtime_socket"], "/etc/haproxy/runtime.sock");
+    for key in ["http_bind", "https_bind", "ingress_class"] {
+        assert!(
+            context.get(key).is_none(),
+            "no Ingress library, no extraContext.{key}: {context}"
+        );
+    }
+    assert!(all(&alone, "IngressClass").is_empty(), "no IngressClass");
+    let class = find(&alone, "GatewayClass", "haptor");
+    assert_eq!(
+        class["spec"]["controllerName"], context["gateway_controller_name"],
+        "the GatewayClass is the library's"
+    );
+    for port in [80, 443] {
+        assert_eq!(
+            service_and_container_port(&alone, &format!("gw-{port}")),
+            (port, port + 10000),
+            "a listener on port {port}"
+        );
+    }
+    let service_ports = &find(&alone, "Service", "haptor-haproxy")["spec"]["ports"];
+    assert_eq!(
+        service_ports.as_array().map(Vec::len),
+        Some(2),
+        "the Gateway listeners' ports only: {service_ports}"
+    );
+    // Other values reach the config and the pods; no GatewayClass without createClass.
+    let other = documents(&template(
+        "haptor",
+        "haptor",
+        &[
+            "--set",
+            "gateway.enabled=true",
+            "--set",
+            "ingress.enabled=false",
+            "--set",
+            "gateway.portOffset=20000",
+            "--set",
+            "gateway.ports={8000}",
+            "--set",
+            "gateway.controllerName=example.com/edge",
+            "--set",
+            "gateway.createClass=false",
+        ],
+    ));
+    let context = config_of(&other)["extraContext"].clone();
+    assert_eq!(context["gateway_port_offset"], 20000);
+    assert_eq!(context["gateway_controller_name"], "example.com/edge");
+    assert_eq!(service_and_container_port(&other, "gw-8000"), (8000, 28000));
+    assert!(all(&other, "GatewayClass").is_empty(), "createClass=false");
+
+    // Both: the Ingress library's config with the Gateway API library's added.
+    let both = documents(&template("haptor", "haptor", &BOTH_LIBRARIES));
+    let spec = config_of(&both);
+    assert_eq!(spec["haproxyConfig"], ingress["haproxyConfig"]);
+    assert_eq!(spec["validationTests"], ingress["validationTests"]);
+    for key in [
+        "watchedResources",
+        "templateSnippets",
+        "maps",
+        "files",
+        "extraContext",
+    ] {
+        for library in [&ingress, &gateway] {
+            for name in names(library, key) {
+                assert!(
+                    spec[key].get(&name).is_some(),
+                    "spec.{key}.{name} is in the config of both libraries"
+                );
+                if key != "extraContext" {
+                    assert_eq!(spec[key][&name], library[key][&name], "spec.{key}.{name}");
+                }
+            }
+        }
+    }
+    let context = &spec["extraContext"];
+    assert_eq!(context["gateway_bind_address"], "\"${POD_IP}\"");
+    assert!(
+        context["http_bind"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("\"${POD_IP}:")),
+        "{context}"
+    );
+    assert_eq!(all(&both, "IngressClass").len(), 1);
+    assert_eq!(all(&both, "GatewayClass").len(), 1);
+    assert_eq!(service_and_container_port(&both, "http").0, 80);
+    assert_eq!(service_and_container_port(&both, "gw-8080"), (8080, 18080));
+    // The Ingress library's Service ports are not the listeners' to take.
+    let refused = run_helm_failing(&[
+        "template",
+        "haptor",
+        CHART,
+        "--namespace",
+        "haptor",
+        "--set",
+        "gateway.enabled=true",
+    ]);
+    assert!(
+        refused.contains("gateway.ports 80 is a port of the Ingress library"),
+        "{refused}"
+    );
+
+    // Neither: no config.
+    let neither = documents(&template(
+        "haptor",
+        "haptor",
+        &["--set", "ingress.enabled=false"],
+    ));
+    assert!(all(&neither, "HAProxyTemplateConfig").is_empty());
+    assert!(all(&neither, "GatewayClass").is_empty());
+    // The default installs nothing of the Gateway API (a cluster without its CRDs).
+    assert!(
+        !read(MANIFEST).contains("gateway.networking.k8s.io"),
+        "the default rendering holds nothing of gateway.networking.k8s.io"
+    );
+}
+
+/// Whether `user` (a ServiceAccount: its groups too) may `verb` the `resource` (and
+/// `subresource`) of `group` in `namespace` (empty: cluster-wide), by a SubjectAccessReview.
+async fn may(
+    admin: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    let ns = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split(':').next())
+        .expect("a ServiceAccount");
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"),
+                       "system:authenticated"],
+            "resourceAttributes": {
+                "verb": verb, "group": group, "resource": resource,
+                "subresource": subresource, "namespace": namespace,
+            },
+        }
+    }))
+    .expect("a SubjectAccessReview");
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+#[tokio::test]
+async fn with_the_gateway_api_enabled_the_controllers_service_account_may_watch_its_kinds_and_write_their_status()
+ {
+    let kit = Kit::shared();
+    // The chart's GatewayClass is applied for real: the Gateway API CRDs first.
+    kit.install_gateway_api_crds().await;
+    let admin = kit.admin().await;
+    let ns = kit.temp_ns("chart-gateway").await;
+    let elsewhere = kit.temp_ns("chart-gateway-apps").await;
+    let release = format!("haptor-{ns}");
+    let (class, gateway_class) = (
+        format!("ingressClass.name={ns}"),
+        format!("gateway.className={ns}"),
+    );
+    let mut extra = vec!["--set", &class, "--set", &gateway_class];
+    extra.extend(BOTH_LIBRARIES);
+    let rendering = documents(&template(&release, &ns, &extra));
+    let applied: Vec<Value> = rendering
+        .iter()
+        .filter(|d| {
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "GatewayClass",
+            ]
+            .contains(&kind_of(d))
+        })
+        .cloned()
+        .collect();
+    let refused = server_side_apply(&admin, &applied, false).await;
+    assert!(
+        refused.is_empty(),
+        "the API server refused:\n{}",
+        refused.join("\n")
+    );
+    let classes = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "GatewayClass"),
+            "gatewayclasses",
+        ),
+    );
+    let stored = classes.get(&ns).await.expect("the chart's GatewayClass");
+    assert_eq!(
+        stored.data["spec"]["controllerName"],
+        "haptor.dev/gateway-controller"
+    );
+
+    let user = format!("system:serviceaccount:{ns}:{release}");
+    const GROUP: &str = "gateway.networking.k8s.io";
+    let mut wanted: Vec<(&str, &str, &str, &str)> = Vec::new(); // verb, group, resource, ns
+    for resource in [
+        "gateways",
+        "httproutes",
+        "grpcroutes",
+        "tlsroutes",
+        "tcproutes",
+        "referencegrants",
+    ] {
+        for verb in ["get", "list", "watch"] {
+            wanted.push((verb, GROUP, resource, elsewhere.as_str()));
+        }
+        // Watched cluster-wide (no watchNamespace).
+        for verb in ["list", "watch"] {
+            wanted.push((verb, GROUP, resource, ""));
+        }
+    }
+    for resource in [
+        "gateways/status",
+        "httproutes/status",
+        "grpcroutes/status",
+        "tlsroutes/status",
+        "tcproutes/status",
+    ] {
+        for verb in ["get", "patch", "update"] {
+            wanted.push((verb, GROUP, resource, elsewhere.as_str()));
+        }
+    }
+    for verb in ["get", "list", "watch"] {
+        wanted.push((verb, GROUP, "gatewayclasses", ""));
+    }
+    for verb in ["get", "patch", "update"] {
+        wanted.push((verb, GROUP, "gatewayclasses/status", ""));
+    }
+    for verb in ["list", "watch"] {
+        wanted.push((verb, "", "namespaces", ""));
+    }
+    // Every watched resource of the config (both libraries'), cluster-wide.
+    let config = find(&rendering, "HAProxyTemplateConfig", "haptor-config");
+    let watched = config["spec"]["watchedResources"]
+        .as_object()
+        .expect("watchedResources");
+    for library in [
+        library_spec("deploy/chart/haptor/files/ingress-library.yaml"),
+        library_spec(CHART_GATEWAY_LIBRARY),
+    ] {
+        for name in names(&library, "watchedResources") {
+            assert!(watched.contains_key(&name), "the config watches {name}");
+        }
+    }
+    let watched: Vec<(String, String)> = watched
+        .values()
+        .map(|w| {
+            let api_version = w["apiVersion"].as_str().expect("an apiVersion");
+            let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let resource = w["resources"].as_str().expect("resources");
+            (group.to_string(), resource.to_string())
+        })
+        .collect();
+    for (group, resource) in &watched {
+        for verb in ["list", "watch"] {
+            wanted.push((verb, group, resource, ""));
+        }
+    }
+
+    // RBAC reaches the authorizer through its informers: the first answer may lag.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (verb, group, resource, namespace) in &wanted {
+        while !may(&admin, &user, verb, group, resource, namespace).await {
+            assert!(
+                Instant::now() < deadline,
+                "the chart's ServiceAccount may not {verb} {group}/{resource} (namespace \
+                 {namespace:?}) with gateway.enabled"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // Nothing more than that of the Gateway API: no writes of the objects themselves.
+    for (verb, resource) in [
+        ("delete", "gateways"),
+        ("create", "httproutes"),
+        ("update", "httproutes"),
+        ("patch", "gatewayclasses"),
+        ("create", "referencegrants"),
+        ("list", "udproutes"),
+    ] {
+        assert!(
+            !may(&admin, &user, verb, GROUP, resource, &elsewhere).await,
+            "the chart's ServiceAccount may {verb} {resource}"
+        );
+    }
+
+    // Without gateway.enabled a release's ServiceAccount may do none of it.
+    let plain_ns = kit.temp_ns("chart-no-gateway").await;
+    let plain_release = format!("haptor-{plain_ns}");
+    let plain_class = format!("ingressClass.name={plain_ns}");
+    let plain: Vec<Value> = documents(&template(
+        &plain_release,
+        &plain_ns,
+        &["--set", &plain_class],
+    ))
+    .into_iter()
+    .filter(|d| {
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ]
+        .contains(&kind_of(d))
+    })
+    .collect();
+    let refused = server_side_apply(&admin, &plain, false).await;
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+    let plain_user = format!("system:serviceaccount:{plain_ns}:{plain_release}");
+    // Its Ingress rules are in force (the same informer lag), its Gateway API ones absent.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !may(
+        &admin,
+        &plain_user,
+        "list",
+        "networking.k8s.io",
+        "ingresses",
+        "",
+    )
+    .await
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the default RBAC is not in force"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for resource in [
+        "gateways",
+        "httproutes",
+        "gatewayclasses",
+        "httproutes/status",
+    ] {
+        assert!(
+            !may(&admin, &plain_user, "list", GROUP, resource, "").await,
+            "without gateway.enabled the ServiceAccount may list {resource}"
         );
     }
 }

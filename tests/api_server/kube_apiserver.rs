@@ -707,6 +707,7 @@ async fn after_etcd_compaction_a_broken_watch_gets_410_and_the_watcher_relists_a
     let kit = Kit::start_with(KitOptions {
         watch_cache: false,
         crds: None,
+        gateway_api: false,
     });
     let admin = kit.admin().await;
     let ns = kit.temp_ns("compaction").await;

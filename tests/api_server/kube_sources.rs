@@ -863,6 +863,7 @@ async fn after_etcd_compaction_the_source_relists_and_the_store_converges_on_the
     let kit = Kit::start_with(KitOptions {
         watch_cache: false,
         crds: None,
+        gateway_api: false,
     });
     let admin = kit.admin().await;
     let ns = kit.temp_ns("compaction").await;

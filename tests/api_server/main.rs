@@ -20,6 +20,7 @@ mod support;
 
 mod chart;
 mod fault_injection;
+mod gateway_api;
 mod kube_apiserver;
 mod kube_discovery;
 mod kube_events;

@@ -3,7 +3,8 @@
 //! `TEST_ASSET_KUBE_APISERVER`, or by running that script when they are unset) started on
 //! free loopback ports in a temp dir, the way controller-runtime's envtest runs them: no
 //! kubelet, no controller-manager. A [`Kit`] waits for `/readyz`, installs haptor's CRDs
-//! from `deploy/crds/` and waits until they are established, writes a kubeconfig for an
+//! from `deploy/crds/` (and, with [`KitOptions::gateway_api`], the Gateway API's: see
+//! [`gateway_api_crds`]) and waits until they are established, writes a kubeconfig for an
 //! admin and for a restricted identity (a user with no RBAC bindings, so a test can show a
 //! 403 until it binds a role) and hands out `kube::Client`s built from those files, which
 //! trust the apiserver's self-signed certificate and nothing else.
@@ -146,6 +147,35 @@ fn find_peers() -> Peers {
     }
 }
 
+/// The environment variable naming the Gateway API CRDs (`scripts/test-peers
+/// gateway-api-crds` prints it).
+const GATEWAY_API_CRDS_VAR: &str = "TEST_ASSET_GATEWAY_API_CRDS";
+
+/// The Gateway API's CRDs, experimental channel (GatewayClass, Gateway, HTTPRoute,
+/// GRPCRoute, ReferenceGrant, TLSRoute, TCPRoute, UDPRoute, ...), as one multi-document
+/// file: `TEST_ASSET_GATEWAY_API_CRDS`, which `scripts/test-peers gateway-api-crds` prints
+/// after copying them out of `sigs.k8s.io/gateway-api` at the version `tools/gateway-api`
+/// pins (`./scripts/test` exports it). Never skipped: without it the test fails, naming that
+/// command.
+pub fn gateway_api_crds() -> PathBuf {
+    let path = std::env::var_os(GATEWAY_API_CRDS_VAR)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{GATEWAY_API_CRDS_VAR} is not set: this test needs the Gateway API CRDs; run \
+                 `export $(./scripts/test-peers gateway-api-crds)` (./scripts/test does)"
+            )
+        });
+    let path = PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "{GATEWAY_API_CRDS_VAR}={} names no file: run `export $(./scripts/test-peers \
+         gateway-api-crds)`",
+        path.display()
+    );
+    path
+}
+
 /// How to start a kit.
 #[derive(Debug, Clone)]
 pub struct KitOptions {
@@ -155,6 +185,8 @@ pub struct KitOptions {
     pub watch_cache: bool,
     /// The CRD manifests installed before the kit is handed out (none: `None`).
     pub crds: Option<PathBuf>,
+    /// Also install the Gateway API's CRDs ([`gateway_api_crds`]), after `crds`.
+    pub gateway_api: bool,
 }
 
 impl Default for KitOptions {
@@ -162,6 +194,7 @@ impl Default for KitOptions {
         KitOptions {
             watch_cache: true,
             crds: Some(repo("deploy/crds/haptor.dev_crds.yaml")),
+            gateway_api: false,
         }
     }
 }
@@ -328,6 +361,9 @@ impl Kit {
         kit.ready_in = started.elapsed();
         if let Some(crds) = &options.crds {
             block_on(kit.install_crds(crds));
+        }
+        if options.gateway_api {
+            block_on(kit.install_crds(&gateway_api_crds()));
         }
         kit.crds_in = started.elapsed() - kit.ready_in;
         eprintln!(
@@ -689,10 +725,18 @@ impl Kit {
         }
     }
 
-    /// Creates every CRD in `path` and waits until each is established and its resource
-    /// answers a list. A CRD the apiserver does not accept (names taken, a non-structural
-    /// schema) fails at once with the apiserver's condition.
-    async fn install_crds(&self, path: &Path) {
+    /// Installs the Gateway API's CRDs ([`gateway_api_crds`]) in a running kit, e.g. the
+    /// shared one, unless they are there: [`Kit::install_crds`].
+    pub async fn install_gateway_api_crds(&self) {
+        self.install_crds(&gateway_api_crds()).await;
+    }
+
+    /// Creates every CRD in `path` (a multi-document YAML file of CRDs only) and waits until
+    /// each is established and its resource answers a list. A CRD that already exists (a
+    /// shared kit: another test installed it) is left as it is and waited for the same way.
+    /// A CRD the apiserver does not accept (names taken, a non-structural schema) fails at
+    /// once with the apiserver's condition.
+    pub async fn install_crds(&self, path: &Path) {
         let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("reading CRDs {}: {e}", path.display()));
         let documents: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
@@ -708,11 +752,11 @@ impl Kit {
         for value in documents {
             let crd: CustomResourceDefinition = serde_json::from_value(value)
                 .unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
-            api.create(&PostParams::default(), &crd)
-                .await
-                .unwrap_or_else(|e| {
-                    panic!("the apiserver refused CRD {:?}: {e}", crd.metadata.name)
-                });
+            match api.create(&PostParams::default(), &crd).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(e) => panic!("the apiserver refused CRD {:?}: {e}", crd.metadata.name),
+            }
             crds.push(crd);
         }
         assert!(!crds.is_empty(), "{} holds no CRD", path.display());
@@ -750,8 +794,16 @@ impl Kit {
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            // Established means served, but a handler may lag a moment behind it.
-            let version = &crd.spec.versions[0].name;
+            // Established means served, but a handler may lag a moment behind it. (A
+            // version may be defined but not served: the Gateway API's standard channel
+            // keeps its older route versions so.)
+            let version = &crd
+                .spec
+                .versions
+                .iter()
+                .find(|v| v.served)
+                .unwrap_or_else(|| panic!("CRD {name} serves no version"))
+                .name;
             let gvk = GroupVersionKind::gvk(&crd.spec.group, version, &crd.spec.names.kind);
             let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
             let objects = Api::<DynamicObject>::all_with(client.clone(), &resource);

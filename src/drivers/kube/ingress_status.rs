@@ -39,15 +39,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::drivers::AbortOnDrop;
+use crate::drivers::kube::gateway_status::{GatewayStatusFailure, GatewayStatusWriter};
 use crate::drivers::kube::{KubeApi, tell_watch_failure, tell_watch_resumed};
 use crate::messages::Leadership;
 use crate::pure::api_failure::{ApiFailure, ApiServer, Cause, FailureLog, Request};
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus};
+use crate::pure::gateway_status::{ObjectStatus, StatusRecord};
 use crate::pure::ingress_status::{
     Addresses, IngressRef, IngressStatusBook, LEFT_OUT_ACTION, LeftOutReport, ReportedKind,
     ReportedObject, StatusWrite, service_addresses,
 };
-use crate::pure::rendered::Outcomes;
+use crate::pure::rendered::{ObjectKey, Outcomes};
 use crate::seams::PublishSink;
 
 /// How long one request (a read, a status patch, an Event) may take.
@@ -72,6 +74,8 @@ pub enum PublishAddress {
 #[derive(Clone)]
 pub struct IngressStatus {
     outcomes: Arc<watch::Sender<Option<Arc<Outcomes>>>>,
+    /// The Gateway API status of the latest published render.
+    gateway: Arc<watch::Sender<Option<Arc<Vec<ObjectStatus>>>>>,
 }
 
 impl IngressStatus {
@@ -82,6 +86,19 @@ impl IngressStatus {
                 return false;
             }
             *latest = Some(Arc::new(outcomes.clone()));
+            true
+        });
+    }
+
+    /// The Gateway API status records of the latest published render; an unchanged status
+    /// wakes nothing.
+    pub fn gateway_statuses(&self, records: &[StatusRecord]) {
+        let statuses = crate::pure::gateway_status::statuses(records);
+        self.gateway.send_if_modified(|latest| {
+            if latest.as_deref() == Some(&statuses) {
+                return false;
+            }
+            *latest = Some(Arc::new(statuses));
             true
         });
     }
@@ -102,6 +119,11 @@ impl<S: PublishSink> PublishSink for WithIngressStatus<S> {
         self.inner.outcomes(outcomes);
         self.status.outcomes(outcomes);
     }
+
+    fn gateway_statuses(&self, records: &[StatusRecord]) {
+        self.inner.gateway_statuses(records);
+        self.status.gateway_statuses(records);
+    }
 }
 
 impl IngressStatus {
@@ -110,6 +132,7 @@ impl IngressStatus {
     pub fn new() -> IngressStatus {
         IngressStatus {
             outcomes: Arc::new(watch::channel(None).0),
+            gateway: Arc::new(watch::channel(None).0),
         }
     }
 
@@ -127,6 +150,7 @@ impl IngressStatus {
     ) -> JoinHandle<()> {
         let KubeApi { client, server } = client.into();
         let outcomes_rx = self.outcomes.subscribe();
+        let gateway_rx = self.gateway.subscribe();
         let (addresses_tx, addresses_rx) = watch::channel(None);
         let service_task = match publish {
             PublishAddress::Nothing => None,
@@ -142,6 +166,7 @@ impl IngressStatus {
             ))),
         };
         let driver = Driver {
+            gateway: GatewayStatusWriter::new(client.clone(), server.clone()),
             client,
             server,
             reporter,
@@ -153,7 +178,9 @@ impl IngressStatus {
             let _addresses = addresses_tx;
             // The Service watch ends with this task, however it ends.
             let _service = service_task.map(|t| AbortOnDrop(t.abort_handle()));
-            driver.run(outcomes_rx, leadership, addresses_rx).await;
+            driver
+                .run(outcomes_rx, gateway_rx, leadership, addresses_rx)
+                .await;
         })
     }
 }
@@ -165,6 +192,8 @@ impl Default for IngressStatus {
 }
 
 struct Driver {
+    /// The Gateway API status writes, in the same term and with the same address.
+    gateway: GatewayStatusWriter,
     client: Client,
     server: ApiServer,
     reporter: Reporter,
@@ -177,6 +206,7 @@ impl Driver {
     async fn run(
         mut self,
         mut outcomes: watch::Receiver<Option<Arc<Outcomes>>>,
+        mut gateway: watch::Receiver<Option<Arc<Vec<ObjectStatus>>>>,
         mut leadership: watch::Receiver<Leadership>,
         mut addresses: watch::Receiver<Option<Addresses>>,
     ) {
@@ -187,10 +217,12 @@ impl Driver {
             let now = *leadership.borrow_and_update();
             let latest = outcomes.borrow_and_update().clone();
             let address = addresses.borrow_and_update().clone();
+            let statuses = gateway.borrow_and_update().clone();
             if now.is_leader {
                 if term != Some(now.epoch) {
                     term = Some(now.epoch);
                     self.book.new_term();
+                    self.gateway.new_term();
                 }
                 if let Some(latest) = latest
                     && !applied.as_ref().is_some_and(|a| Arc::ptr_eq(a, &latest))
@@ -204,16 +236,28 @@ impl Driver {
                         self.report_left_out(&report).await;
                     }
                 }
-                retry = match address.filter(|a| !a.is_empty()) {
+                retry = match address.clone().filter(|a| !a.is_empty()) {
                     Some(address) => !self.write_statuses(&address, &leadership).await,
                     None => false,
                 };
+                if let Some(statuses) = statuses {
+                    let publish = address.filter(|a| !a.is_empty());
+                    let failures = self.gateway.write(&statuses, publish.as_ref()).await;
+                    retry |= !failures.is_empty();
+                    if failures.is_empty() {
+                        self.succeeded();
+                    }
+                    for (object, failure) in failures {
+                        self.warn_gateway_once(&object, failure);
+                    }
+                }
             } else {
                 term = None;
                 retry = false;
             }
             tokio::select! {
                 changed = outcomes.changed() => if changed.is_err() { break },
+                changed = gateway.changed() => if changed.is_err() { break },
                 changed = leadership.changed() => if changed.is_err() { break },
                 changed = addresses.changed() => if changed.is_err() { break },
                 () = tokio::time::sleep(RETRY_AFTER), if retry => {}
@@ -459,6 +503,23 @@ impl Driver {
         if !self.logged.is_empty() {
             tracing::info!("Ingress status writes and Events succeed again");
             self.logged.clear();
+        }
+    }
+
+    /// Logs a Gateway API status write failure once per kind (403, timeout, ...), later
+    /// repeats at debug level.
+    fn warn_gateway_once(&mut self, object: &ObjectKey, failure: GatewayStatusFailure) {
+        let fingerprint = match &failure {
+            GatewayStatusFailure::TimedOut(what) => format!("gateway timeout {what}"),
+            GatewayStatusFailure::Kube(failure) => format!("gateway {}", failure.cause),
+        };
+        if self.logged.len() >= 64 {
+            self.logged.clear();
+        }
+        if self.logged.insert(fingerprint) {
+            tracing::warn!(object = %object, error = %failure, "a Gateway API status write failed; it is retried (haptor's service account needs get on the kind and patch on its status)");
+        } else {
+            tracing::debug!(object = %object, error = %failure, "a Gateway API status write failed again");
         }
     }
 

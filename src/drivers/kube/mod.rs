@@ -41,6 +41,7 @@ pub mod dataplane_secret;
 pub mod default_certificate;
 pub mod discovery;
 pub mod events;
+pub mod gateway_status;
 pub mod ingress_status;
 pub mod lease;
 pub mod publish;

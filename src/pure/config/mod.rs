@@ -504,7 +504,8 @@ pub struct Assertion {
     pub kind: AssertionKind,
     /// `haproxy.cfg` (default), `map:NAME`, `file:NAME`, `cert:NAME`, `crt-list:NAME`, or
     /// `outcomes`: one line per object the templates recorded (`<Kind> <ns>/<name>: served`,
-    /// `<Kind> <ns>/<name>: left out: <reason>`).
+    /// `<Kind> <ns>/<name>: left out: <reason>`), or `status`: the Gateway API status the
+    /// templates recorded (`condition`, `listener_kinds`, `attached_route`), as YAML.
     #[serde(default = "default_assertion_target")]
     pub target: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -362,7 +362,10 @@ impl Problems {
     }
 
     fn assertion_target(&mut self, path: &str, target: &str) {
-        if target == "haproxy.cfg" || target == crate::pure::assertions::OUTCOMES_TARGET {
+        if target == "haproxy.cfg"
+            || target == crate::pure::assertions::OUTCOMES_TARGET
+            || target == crate::pure::assertions::STATUS_TARGET
+        {
             return;
         }
         let known = match target.split_once(':') {
@@ -370,7 +373,7 @@ impl Problems {
             // name need not match a template; the assertion reports a file the render lacks.
             Some(("map" | "file" | "cert" | "crt-list", name)) => !name.is_empty(),
             _ => {
-                self.push(&format!("{path}.target"), &format!("'{target}' is not haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME or outcomes"));
+                self.push(&format!("{path}.target"), &format!("'{target}' is not haproxy.cfg, map:NAME, file:NAME, cert:NAME, crt-list:NAME, outcomes or status"));
                 return;
             }
         };

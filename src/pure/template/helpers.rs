@@ -274,6 +274,14 @@ type HelperFn = fn(&Args<'_, '_>) -> Result<Value, HelperFailure>;
 const FN_HELPERS: &[(&str, HelperFn)] = &[
     ("sort_by", sort_by),
     ("group_by", group_by),
+    ("nested", nested),
+    ("items", items),
+    ("sum", sum),
+    ("filter", filter),
+    ("pluck", pluck),
+    ("zero_pad", zero_pad),
+    ("hostname_intersection", hostname_intersection),
+    ("selector_matches", selector_matches),
     ("join", join),
     ("keys", keys),
     ("first", first),
@@ -359,11 +367,12 @@ pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     FN_HELPERS
         .iter()
         .map(|(name, _)| *name)
-        .chain(["regex_match", "regex_replace"])
+        .chain(["regex_match", "regex_replace", "sort_lines"])
 }
 
 /// Registers every stateless helper.
 pub(crate) fn register(registry: &mut Handlebars<'static>) {
+    registry.register_helper("sort_lines", Box::new(SortLines));
     for (name, run) in FN_HELPERS {
         registry.register_helper(name, Box::new(FnHelper { name, run: *run }));
     }
@@ -519,6 +528,284 @@ fn group_by(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
             .map(|(key, members)| (key, Value::Array(members)))
             .collect::<Map<_, _>>(),
     ))
+}
+
+/// `sum list "field.path" [default=N] [first=N]`: the sum of the integer field over the
+/// list's items (or only its first N), counting an item without the field as `default`
+/// (0 unless given): e.g. the weight before a backend reference, for cumulative ranges.
+fn sum(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let path = path_segments(&args.text(1)?);
+    let hash_int = |key: &str| -> Result<Option<i64>, HelperFailure> {
+        match args.helper.hash_get(key).map(|v| v.value()) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => as_int(value)
+                .map(Some)
+                .ok_or_else(|| misuse(format!("sum: {key}={value} is not an integer"))),
+        }
+    };
+    let missing = hash_int("default")?.unwrap_or(0);
+    let count = hash_int("first")?.map_or(items.len(), |n| n.clamp(0, i64::MAX) as usize);
+    let mut total: i64 = 0;
+    for item in items.iter().take(count) {
+        let value = match walk(item, &path) {
+            None | Some(Value::Null) => missing,
+            Some(value) => as_int(value)
+                .ok_or_else(|| misuse(format!("sum: {} is not an integer", describe(value))))?,
+        };
+        total = total
+            .checked_add(value)
+            .ok_or_else(|| misuse("sum: the total overflows"))?;
+    }
+    Ok(Value::from(total))
+}
+
+/// `items value`: the list `value` is, or the empty list when it is null or missing, so
+/// `{{#each (items (dig obj "spec" "optional"))}}` needs no `{{else}}` in strict mode.
+fn items(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    match args.optional(0) {
+        None => Ok(Value::Array(Vec::new())),
+        Some(Value::Array(list)) => Ok(Value::Array(list.clone())),
+        Some(other) => Err(misuse(format!(
+            "items: the argument is {}, not a list",
+            kind_of(other)
+        ))),
+    }
+}
+
+/// `nested list "field.path"`: every item of the lists found at the path in each item of
+/// `list`, as `{"parent": item, "item": nested, "index": position}` (position in its own
+/// list), in order: e.g. every listener of every Gateway, each with its Gateway.
+fn nested(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let path = path_segments(&args.text(1)?);
+    let mut out = Vec::new();
+    for item in items {
+        if let Some(Value::Array(children)) = walk(item, &path) {
+            for (index, child) in children.iter().enumerate() {
+                let mut entry = Map::new();
+                entry.insert("parent".into(), item.clone());
+                entry.insert("item".into(), child.clone());
+                entry.insert("index".into(), Value::from(index));
+                out.push(Value::Object(entry));
+            }
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// `filter list "field.path" value`: the items whose field equals `value` (printed as
+/// text), or, when `value` is a list, equals one of its members.
+fn filter(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let path = path_segments(&args.text(1)?);
+    let wanted: Vec<String> = match args.value(2)? {
+        Value::Array(values) => values
+            .iter()
+            .filter_map(|v| as_text(v).map(Cow::into_owned))
+            .collect(),
+        other => vec![as_text(other).map(Cow::into_owned).ok_or_else(|| {
+            misuse("filter: argument 3 must be text, a number, a boolean or a list of them")
+        })?],
+    };
+    Ok(Value::Array(
+        items
+            .iter()
+            .filter(|item| {
+                walk(item, &path)
+                    .and_then(as_text)
+                    .is_some_and(|text| wanted.iter().any(|w| *w == text))
+            })
+            .cloned()
+            .collect(),
+    ))
+}
+
+/// `pluck list "field.path"`: the field of each item that has it.
+fn pluck(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let items = args.list(0)?;
+    let path = path_segments(&args.text(1)?);
+    Ok(Value::Array(
+        items
+            .iter()
+            .filter_map(|item| walk(item, &path).cloned())
+            .collect(),
+    ))
+}
+
+/// `zero_pad number width`: the integer printed with leading zeros to `width` digits (for
+/// sort keys that compare as text); a negative number is an error.
+fn zero_pad(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let number = args.int(0)?;
+    let width = args.int(1)?.clamp(0, 32) as usize;
+    if number < 0 {
+        return Err(misuse(format!("zero_pad: {number} is negative")));
+    }
+    Ok(Value::String(format!("{number:0width$}")))
+}
+
+/// `hostname_intersection a b`: the host names both Gateway API hostname patterns admit, as
+/// one pattern: the more specific of the two when one admits the other (`*.example.com`
+/// and `foo.example.com` give `foo.example.com`; `*` or an empty or null value admits
+/// every host), `*` when both admit every host, and null when they share no host. A
+/// wildcard `*.example.com` admits one or more labels before `.example.com`, not
+/// `example.com` itself; names compare case-insensitively.
+fn hostname_intersection(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let pattern = |index: usize| -> Result<Option<String>, HelperFailure> {
+        let text = args
+            .optional(index)
+            .map(as_text)
+            .unwrap_or(Some(Cow::Borrowed("")));
+        let text = text.ok_or_else(|| {
+            misuse(format!(
+                "hostname_intersection: argument {} must be a host name",
+                index + 1
+            ))
+        })?;
+        let text = text.trim().to_ascii_lowercase();
+        Ok((!text.is_empty() && text != "*").then_some(text))
+    };
+    Ok(match intersect_hostnames(pattern(0)?, pattern(1)?) {
+        Intersection::Everything => Value::String("*".into()),
+        Intersection::Host(host) => Value::String(host),
+        Intersection::Nothing => Value::Null,
+    })
+}
+
+enum Intersection {
+    Everything,
+    Host(String),
+    Nothing,
+}
+
+/// Whether wildcard pattern `*.suffix` admits `host` (itself a name or a wildcard).
+fn wildcard_admits(suffix: &str, host: &str) -> bool {
+    let bare = host.strip_prefix("*.").unwrap_or(host);
+    host.len() > suffix.len() + 1
+        && bare.len() >= suffix.len()
+        && host.ends_with(&format!(".{suffix}"))
+}
+
+fn intersect_hostnames(a: Option<String>, b: Option<String>) -> Intersection {
+    match (a, b) {
+        (None, None) => Intersection::Everything,
+        (Some(one), None) | (None, Some(one)) => Intersection::Host(one),
+        (Some(a), Some(b)) => {
+            let admits = |pattern: &str, other: &str| match pattern.strip_prefix("*.") {
+                Some(suffix) => other == pattern || wildcard_admits(suffix, other),
+                None => other == pattern,
+            };
+            if admits(&a, &b) {
+                Intersection::Host(b)
+            } else if admits(&b, &a) {
+                Intersection::Host(a)
+            } else {
+                Intersection::Nothing
+            }
+        }
+    }
+}
+
+/// `selector_matches selector labels`: whether a Kubernetes label selector object
+/// (`matchLabels`, `matchExpressions` with In, NotIn, Exists, DoesNotExist) selects an
+/// object with `labels`; an empty or null selector selects everything.
+fn selector_matches(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    let selector = args.optional(0).cloned().unwrap_or(Value::Null);
+    let labels = args.optional(1).cloned().unwrap_or(Value::Null);
+    let label = |key: &str| labels.get(key).and_then(Value::as_str);
+    if let Some(Value::Object(wanted)) = selector.get("matchLabels") {
+        for (key, value) in wanted {
+            if label(key) != value.as_str() {
+                return Ok(Value::Bool(false));
+            }
+        }
+    }
+    if let Some(Value::Array(expressions)) = selector.get("matchExpressions") {
+        for expression in expressions {
+            let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
+            let values: Vec<&str> = expression
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let operator = expression
+                .get("operator")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let holds = match operator {
+                "In" => label(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => label(key).is_some(),
+                "DoesNotExist" => label(key).is_none(),
+                other => {
+                    return Err(misuse(format!(
+                        "selector_matches: unknown operator '{other}' (In, NotIn, Exists, DoesNotExist)"
+                    )));
+                }
+            };
+            if !holds {
+                return Ok(Value::Bool(false));
+            }
+        }
+    }
+    Ok(Value::Bool(true))
+}
+
+/// `{{#sort_lines}}KEY<tab>LINE ...{{/sort_lines}}`: renders the block, then prints its
+/// non-blank lines ordered by the text before each line's first separator (a tab, or the
+/// `separator=` text; compared as text; equal keys keep their order; a line without one has
+/// the empty key), without the key and the separator; with `unique=true`, a line whose key
+/// and text repeat the line before it is printed once.
+/// Lets a template emit rules in an order it computes, e.g. by precedence.
+struct SortLines;
+
+impl HelperDef for SortLines {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        registry: &'reg Handlebars<'reg>,
+        context: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+        out: &mut dyn handlebars::Output,
+    ) -> handlebars::HelperResult {
+        use handlebars::Renderable;
+        let Some(template) = helper.template() else {
+            return Ok(());
+        };
+        let mut buffer = handlebars::StringOutput::new();
+        template.render(registry, context, rc, &mut buffer)?;
+        let text = buffer.into_string()?;
+        let separator = match helper.hash_get("separator").map(|v| v.value()) {
+            Some(Value::String(text)) if !text.is_empty() => text.clone(),
+            Some(other) => {
+                return Err(misuse(format!(
+                    "sort_lines: separator={other} is not a non-empty text"
+                ))
+                .into());
+            }
+            None => "\t".to_string(),
+        };
+        let mut lines: Vec<(&str, &str)> = text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| match line.split_once(separator.as_str()) {
+                Some((key, rest)) => (key.trim(), rest),
+                None => ("", line),
+            })
+            .collect();
+        lines.sort_by(|a, b| a.0.cmp(b.0));
+        if helper
+            .hash_get("unique")
+            .is_some_and(|v| v.value().as_bool() == Some(true))
+        {
+            lines.dedup();
+        }
+        for (_, line) in lines {
+            out.write(line)?;
+            out.write("\n")?;
+        }
+        Ok(())
+    }
 }
 
 /// `join list [separator]`: items printed and joined (default separator `,`).

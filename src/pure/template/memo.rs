@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::slots::SlotEntry;
+use crate::pure::gateway_status::StatusRecord;
 use crate::pure::rendered::{AuxFile, Outcomes};
 use crate::pure::store::{StoreSnapshot, StoresSnapshot};
 
@@ -33,6 +34,9 @@ pub(crate) struct TemplateTrace {
     pub(crate) slot_keys: Vec<String>,
     /// The `served`/`ignored` outcomes recorded, merged as the render merges them.
     pub(crate) outcomes: Outcomes,
+    /// The Gateway API status records (`condition`, `listener_kinds`, `attached_route`),
+    /// in the order recorded.
+    pub(crate) statuses: Vec<StatusRecord>,
 }
 
 /// One template's last successful render: what it read and everything it produced.
@@ -43,6 +47,7 @@ pub(crate) struct TemplateMemo {
     pub(crate) registered: Vec<AuxFile>,
     pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
     pub(crate) outcomes: Outcomes,
+    pub(crate) statuses: Vec<StatusRecord>,
 }
 
 impl TemplateMemo {

@@ -477,6 +477,7 @@ impl TemplateSet {
         }
         let slots = state.take_slots();
         let outcomes = state.take_outcomes();
+        let status_records = state.take_statuses();
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
                 Some(existing) if existing.content == file.content => {}
@@ -509,6 +510,7 @@ impl TemplateSet {
             haproxy_cfg,
             aux_files,
             outcomes,
+            status_records,
             ..Default::default()
         })
     }

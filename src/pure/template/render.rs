@@ -49,6 +49,7 @@ use super::memo::{TemplateMemo, TemplateTrace, next_context_generation};
 use super::slots::SlotMemory;
 use super::{RenderContext, TemplateError};
 use crate::pure::annotations::{AnnotationTable, Judged};
+use crate::pure::gateway_status::{ParentRef, RecordedCondition, Scope, StatusRecord};
 use crate::pure::rendered::{
     AuxFile, AuxKind, ObjectKey, Outcome, Outcomes, PathResolver, record_outcome,
 };
@@ -69,9 +70,13 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "register_file",
     "render",
     "render_glob",
+    "with_rendered",
     "server_slots",
     "served",
     "ignored",
+    "condition",
+    "listener_kinds",
+    "attached_route",
     "annotation",
     "annotated",
     "with_backend_annotations",
@@ -184,6 +189,8 @@ pub(crate) struct RenderState<'a> {
     slots: Mutex<SlotMemory>,
     /// The `served`/`ignored` outcomes recorded so far in this render.
     outcomes: Mutex<Outcomes>,
+    /// The Gateway API status records of this render, in the order recorded.
+    statuses: Mutex<Vec<StatusRecord>>,
     /// What the template being rendered has read and produced so far.
     trace: Mutex<TemplateTrace>,
 }
@@ -209,6 +216,7 @@ impl<'a> RenderState<'a> {
             previous_slots,
             slots: Mutex::new(SlotMemory::new()),
             outcomes: Mutex::new(Outcomes::new()),
+            statuses: Mutex::new(Vec::new()),
             trace: Mutex::new(TemplateTrace::default()),
         }
     }
@@ -278,6 +286,7 @@ impl<'a> RenderState<'a> {
             registered,
             slots,
             outcomes: trace.outcomes,
+            statuses: trace.statuses,
         }
     }
 
@@ -311,12 +320,31 @@ impl<'a> RenderState<'a> {
         for (key, outcome) in &memo.outcomes {
             record_outcome(&mut outcomes, key.clone(), outcome.clone());
         }
+        self.statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(memo.statuses.iter().cloned());
         true
     }
 
     /// The `served`/`ignored` outcomes this render recorded.
     pub(crate) fn take_outcomes(&self) -> Outcomes {
         std::mem::take(&mut *self.outcomes.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The Gateway API status records of this render.
+    pub(crate) fn take_statuses(&self) -> Vec<StatusRecord> {
+        std::mem::take(&mut *self.statuses.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Records a status record for the render and for the trace of the template being
+    /// rendered.
+    fn record_status(&self, record: StatusRecord) {
+        self.with_trace(|trace| trace.statuses.push(record.clone()));
+        self.statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record);
     }
 
     /// Records an outcome for the render and for the trace of the template being rendered.
@@ -400,12 +428,34 @@ impl<'a> RenderState<'a> {
                 ignored: true,
             }),
         );
+        rc.register_local_helper(
+            "condition",
+            Box::new(RecordStatus {
+                state: self,
+                what: StatusHelper::Condition,
+            }),
+        );
+        rc.register_local_helper(
+            "listener_kinds",
+            Box::new(RecordStatus {
+                state: self,
+                what: StatusHelper::ListenerKinds,
+            }),
+        );
+        rc.register_local_helper(
+            "attached_route",
+            Box::new(RecordStatus {
+                state: self,
+                what: StatusHelper::AttachedRoute,
+            }),
+        );
         rc.register_local_helper("annotation", Box::new(AnnotationValue { state: self }));
         rc.register_local_helper("annotated", Box::new(Annotated { state: self }));
         rc.register_local_helper(
             "with_backend_annotations",
             Box::new(WithBackendAnnotations { state: self }),
         );
+        rc.register_local_helper("with_rendered", Box::new(WithRendered { state: self }));
         rc.register_local_helper(
             "render",
             Box::new(RenderSnippets {
@@ -836,6 +886,150 @@ impl HelperDef for RecordOutcome<'_> {
     }
 }
 
+/// The Gateway API status helpers.
+#[derive(Clone, Copy)]
+enum StatusHelper {
+    Condition,
+    ListenerKinds,
+    AttachedRoute,
+}
+
+impl StatusHelper {
+    fn name(self) -> &'static str {
+        match self {
+            StatusHelper::Condition => "condition",
+            StatusHelper::ListenerKinds => "listener_kinds",
+            StatusHelper::AttachedRoute => "attached_route",
+        }
+    }
+}
+
+/// The controller name a Route's parent status carries when `condition` is not given one.
+pub(crate) const DEFAULT_GATEWAY_CONTROLLER: &str = "haptor.dev/gateway-controller";
+
+/// What templates record about Gateway API status (see `pure::gateway_status`), rendering
+/// nothing:
+/// - `condition OBJ TYPE STATUS REASON MESSAGE [priority=N] [listener=NAME | parent=REF
+///   controller=NAME]`: a condition of OBJ, of its listener NAME, or of its parent REF (the
+///   parentRef object as the Route wrote it); per scope and type the highest priority
+///   (default 0) wins, the first recorded among equals;
+/// - `listener_kinds GATEWAY LISTENER "Kind Kind"`: the Route kinds a listener accepts;
+/// - `attached_route ROUTE GATEWAY LISTENER`: ROUTE is attached to that listener.
+struct RecordStatus<'s> {
+    state: &'s RenderState<'s>,
+    what: StatusHelper,
+}
+
+impl HelperDef for RecordStatus<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        self.state.check_time()?;
+        let name = self.what.name();
+        let args = Args { name, helper };
+        let object = args.value(0)?;
+        let key = object_key(name, object)?;
+        let generation = object
+            .get("metadata")
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64);
+        let hash_text = |key: &str| {
+            helper
+                .hash_get(key)
+                .map(|v| v.value())
+                .filter(|v| !v.is_null())
+                .and_then(|v| super::helpers::as_text(v).map(|t| t.into_owned()))
+        };
+        let record = match self.what {
+            StatusHelper::Condition => {
+                let type_ = args.text(1)?.into_owned();
+                let status = args.text(2)?.into_owned();
+                if !matches!(status.as_str(), "True" | "False" | "Unknown") {
+                    return Err(misuse(format!(
+                        "condition: the status (argument 3) is '{status}', not True, False or Unknown"
+                    ))
+                    .into());
+                }
+                let reason = args.text(3)?.into_owned();
+                if type_.is_empty() || reason.is_empty() {
+                    return Err(
+                        misuse("condition: the type and the reason must not be empty").into(),
+                    );
+                }
+                let message = if args.count() > 4 {
+                    args.text(4)?.into_owned()
+                } else {
+                    String::new()
+                };
+                let priority = match hash_text("priority") {
+                    Some(text) => text.trim().parse::<i64>().map_err(|_| {
+                        misuse(format!("condition: priority={text} is not an integer"))
+                    })?,
+                    None => 0,
+                };
+                let scope = match (helper.hash_get("parent"), hash_text("listener")) {
+                    (Some(parent), None) => {
+                        let parent = ParentRef::from_spec(parent.value(), &key.namespace)
+                            .ok_or_else(|| {
+                                misuse("condition: parent= is not a parentRef with a name")
+                            })?;
+                        Scope::Parent {
+                            parent,
+                            controller: hash_text("controller")
+                                .unwrap_or_else(|| DEFAULT_GATEWAY_CONTROLLER.to_string()),
+                        }
+                    }
+                    (None, Some(listener)) => Scope::Listener(listener),
+                    (None, None) => Scope::Object,
+                    (Some(_), Some(_)) => {
+                        return Err(misuse("condition: give parent= or listener=, not both").into());
+                    }
+                };
+                StatusRecord::Condition {
+                    object: key,
+                    generation,
+                    scope,
+                    condition: RecordedCondition {
+                        type_,
+                        status,
+                        reason,
+                        message,
+                        priority,
+                    },
+                }
+            }
+            StatusHelper::ListenerKinds => StatusRecord::ListenerKinds {
+                gateway: key,
+                generation,
+                listener: args.text(1)?.into_owned(),
+                kinds: args
+                    .text(2)?
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect(),
+            },
+            StatusHelper::AttachedRoute => {
+                let gateway = args.value(1)?;
+                StatusRecord::Attached {
+                    gateway: object_key(name, gateway)?,
+                    generation: gateway
+                        .get("metadata")
+                        .and_then(|m| m.get("generation"))
+                        .and_then(Value::as_i64),
+                    listener: args.text(2)?.into_owned(),
+                    route: key,
+                }
+            }
+        };
+        self.state.record_status(record);
+        Ok(ScopedJson::Derived(Value::String(String::new())))
+    }
+}
+
 /// The key of a Kubernetes object given to `served` or `ignored`.
 fn object_key(helper: &str, object: &Value) -> Result<ObjectKey, HelperFailure> {
     let text = |path: &[&str]| {
@@ -1091,6 +1285,110 @@ impl RenderSnippets<'_> {
             result?;
         }
         Ok(())
+    }
+}
+
+/// `{{#with_rendered "snippet" as |text|}}...{{/with_rendered}}`: renders the snippet in
+/// the current scope (it sees the caller's block parameters, as `{{> snippet}}` does),
+/// with the helper's hash arguments as further block parameters (`from="HTTPRoute"`),
+/// trims the text, and renders the block with it as the block parameter (the hash
+/// arguments stay block parameters there too), or the
+/// `{{else}}` block when the text is empty. Lets a library decide something once, in one
+/// snippet, and act on the decision in several places (a listener's conflict, a route's
+/// attachment), where handlebars has no variables.
+struct WithRendered<'s> {
+    state: &'s RenderState<'s>,
+}
+
+impl HelperDef for WithRendered<'_> {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        registry: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut HbRenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        self.state.check_time()?;
+        let args = Args {
+            name: "with_rendered",
+            helper,
+        };
+        let wanted = args.text(0)?;
+        if !self.state.snippets.iter().any(|s| *s == wanted) {
+            return Err(misuse(format!(
+                "with_rendered: no template snippet named '{wanted}' (known: {})",
+                self.state.snippets.join(", ")
+            ))
+            .into());
+        }
+        let Some(name) = helper.block_param() else {
+            return Err(misuse("with_rendered needs a block parameter: `as |text|`").into());
+        };
+        let template = registry.get_template(&wanted).ok_or_else(|| {
+            RenderError::from(RenderErrorReason::PartialNotFound(wanted.to_string()))
+        })?;
+        let depth = self.state.depth.fetch_add(1, Ordering::Relaxed);
+        let text = if depth >= RENDER_DEPTH_LIMIT {
+            Err(misuse(format!(
+                "with_rendered '{wanted}' nests deeper than {RENDER_DEPTH_LIMIT} levels; does a snippet render itself?"
+            ))
+            .into())
+        } else {
+            let current = rc.get_current_template_name();
+            let mut buffer = handlebars::StringOutput::new();
+            // The hash arguments are block parameters the snippet reads by name.
+            let given = !helper.hash().is_empty();
+            if given {
+                let mut block = BlockContext::new();
+                if let Some(enclosing) = rc.block() {
+                    *block.base_path_mut() = enclosing.base_path().clone();
+                    if let Some(value) = enclosing.base_value() {
+                        block.set_base_value(value.clone());
+                    }
+                }
+                let mut params = BlockParams::new();
+                for (key, value) in helper.hash() {
+                    params.add_value(key, value.value().clone())?;
+                }
+                block.set_block_params(params);
+                rc.push_block(block);
+            }
+            let result = template.render(registry, ctx, rc, &mut buffer);
+            if given {
+                rc.pop_block();
+            }
+            rc.set_current_template_name(current);
+            result.and_then(|()| buffer.into_string().map_err(RenderError::from))
+        };
+        self.state.depth.fetch_sub(1, Ordering::Relaxed);
+        let text = text?.trim().to_string();
+        if text.is_empty() {
+            return match helper.inverse() {
+                Some(inverse) => inverse.render(registry, ctx, rc, out),
+                None => Ok(()),
+            };
+        }
+        let Some(body) = helper.template() else {
+            return Ok(());
+        };
+        let mut block = BlockContext::new();
+        if let Some(enclosing) = rc.block() {
+            *block.base_path_mut() = enclosing.base_path().clone();
+            if let Some(value) = enclosing.base_value() {
+                block.set_base_value(value.clone());
+            }
+        }
+        let mut params = BlockParams::new();
+        for (key, value) in helper.hash() {
+            params.add_value(key, value.value().clone())?;
+        }
+        params.add_value(name, Value::String(text))?;
+        block.set_block_params(params);
+        rc.push_block(block);
+        let result = body.render(registry, ctx, rc, out);
+        rc.pop_block();
+        result
     }
 }
 

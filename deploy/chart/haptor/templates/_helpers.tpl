@@ -241,6 +241,25 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["list", "watch"]
+{{- if .Values.gateway.enabled }}
+# The Gateway API library (gateway.enabled): its watchedResources gateways, httproutes,
+# grpcroutes, tlsroutes and tcproutes (resources.rs: list and watch); get: the Gateway API
+# status writer reads an object before writing its status, so the write carries the
+# resourceVersion it read. referencegrants: the library reads them to allow a route's
+# backendRef or a Gateway's certificateRef into another namespace (list, watch; get as
+# above, for a ReferenceGrant a status condition names).
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "referencegrants"]
+  verbs: ["get", "list", "watch"]
+# status.conditions, status.listeners and status.addresses of the Gateways, and
+# status.parents of the routes, the Gateway API library served: the status writer gets the
+# status subresource, then patches it (server-side apply or a merge patch) or updates it (a
+# PUT with the resourceVersion it read, where a patch cannot remove another controller's
+# entry).
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways/status", "httproutes/status", "grpcroutes/status", "tlsroutes/status", "tcproutes/status"]
+  verbs: ["get", "patch", "update"]
+{{- end }}
 {{- end }}
 
 {{/* The rules on cluster-scoped resources: always a ClusterRole. */}}
@@ -255,4 +274,55 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]
+{{- if .Values.gateway.enabled }}
+# The Gateway API library (gateway.enabled): its watchedResources.gatewayclasses
+# (resources.rs: list and watch; get: the status writer reads one before writing its
+# status). The Namespaces rule above also serves its listeners' allowedRoutes namespace
+# selectors (the library reads the Namespaces' labels from that watch).
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gatewayclasses"]
+  verbs: ["get", "list", "watch"]
+# status.conditions (Accepted) of the GatewayClasses of gateway.controllerName: got, then
+# patched or updated, as the Gateways' status.
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gatewayclasses/status"]
+  verbs: ["get", "patch", "update"]
 {{- end }}
+{{- end }}
+
+{{/*
+Fails unless gateway.ports can be served: each a port 1..65535 given once, whose container
+port (P + gateway.portOffset) is one the non-root HAProxy pods can bind (1024..65535) and no
+other port of theirs; with ingress.enabled none may be a Service port of the Ingress library
+(haproxy.service.httpPort, httpsPort): one Service cannot send a port to two.
+*/}}
+{{- define "haptor.checkGatewayPorts" -}}
+{{- $offset := int .Values.gateway.portOffset -}}
+{{- $h := .Values.haproxy -}}
+{{- $taken := dict (toString (int $h.ports.status)) "haproxy.ports.status" (toString (int $h.dataplane.port)) "haproxy.dataplane.port" -}}
+{{- if .Values.ingress.enabled -}}
+{{- $_ := set $taken (toString (int $h.ports.http)) "haproxy.ports.http" -}}
+{{- $_ := set $taken (toString (int $h.ports.https)) "haproxy.ports.https" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $p := .Values.gateway.ports -}}
+{{- $port := int $p -}}
+{{- if or (lt $port 1) (gt $port 65535) -}}
+{{- fail (printf "gateway.ports: %v is not a port (1..65535)" $p) }}
+{{- end -}}
+{{- if hasKey $seen (toString $port) -}}
+{{- fail (printf "gateway.ports lists %d twice" $port) }}
+{{- end -}}
+{{- $_ := set $seen (toString $port) true -}}
+{{- $container := add $port $offset -}}
+{{- if or (lt $container 1024) (gt $container 65535) -}}
+{{- fail (printf "gateway.ports %d + gateway.portOffset %d = %d: the HAProxy pods (non-root) bind 1024..65535 only" $port $offset $container) }}
+{{- end -}}
+{{- with get $taken (toString $container) -}}
+{{- fail (printf "gateway.ports %d + gateway.portOffset %d = %d is %s already" $port $offset $container .) }}
+{{- end -}}
+{{- if and $.Values.ingress.enabled (or (eq $port (int $h.service.httpPort)) (eq $port (int $h.service.httpsPort))) -}}
+{{- fail (printf "gateway.ports %d is a port of the Ingress library on the HAProxy Service (haproxy.service.httpPort %d, httpsPort %d): with ingress.enabled and gateway.enabled, give the Gateway listeners other ports (e.g. gateway.ports={8080,8443}) or move the Ingress ones" $port (int $h.service.httpPort) (int $h.service.httpsPort)) }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
