@@ -284,9 +284,10 @@ pub struct LintArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
-    /// The configuration the instance runs now.
+    /// The configuration the instance runs now: a haproxy.cfg, or a folder `haptor render
+    /// --out` wrote (haproxy.cfg with its maps, certificates and files).
     pub from: PathBuf,
-    /// The configuration to deploy.
+    /// The configuration to deploy (a haproxy.cfg or a `render --out` folder).
     pub to: PathBuf,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]

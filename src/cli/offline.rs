@@ -15,7 +15,7 @@ use crate::output::{out, outln};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
 use crate::pure::haproxy::{check_schema_for, parse_config, view};
 use crate::pure::pipeline::{CompiledConfig, PipelineError};
-use crate::pure::rendered::{AuxFile, RenderedConfig};
+use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
 use crate::pure::validate::semantic::{HaproxyMessage, Severity, parse_haproxy_output};
@@ -451,17 +451,69 @@ fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessag
     }
 }
 
+/// A configuration as `plan` compares it: a haproxy.cfg file alone, or a folder `haptor
+/// render --out` wrote (its haproxy.cfg and, by the default layout, its maps under `maps/`,
+/// certificates under `ssl/`, crt-lists (`*.crtlist`) and other files under `general/`), so
+/// a change that only touches a map shows as the runtime operations it is.
+fn read_rendered(path: &Path) -> Result<RenderedConfig, String> {
+    let cannot = |p: &Path, e: std::io::Error| format!("{}: cannot read: {e}", p.display());
+    if !path.is_dir() {
+        let haproxy_cfg = std::fs::read_to_string(path).map_err(|e| cannot(path, e))?;
+        return Ok(RenderedConfig {
+            haproxy_cfg,
+            ..Default::default()
+        });
+    }
+    let cfg = path.join("haproxy.cfg");
+    let haproxy_cfg = std::fs::read_to_string(&cfg).map_err(|e| cannot(&cfg, e))?;
+    let mut aux_files = std::collections::BTreeMap::new();
+    for (dir, kind) in [
+        ("maps", AuxKind::Map),
+        ("ssl", AuxKind::Cert),
+        ("general", AuxKind::File),
+    ] {
+        let Ok(entries) = std::fs::read_dir(path.join(dir)) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        for name in names {
+            let file = path.join(dir).join(&name);
+            let content = std::fs::read_to_string(&file).map_err(|e| cannot(&file, e))?;
+            let kind = if kind == AuxKind::File && name.ends_with(".crtlist") {
+                AuxKind::CrtList
+            } else {
+                kind
+            };
+            let relative = format!("{dir}/{name}");
+            aux_files.insert(
+                relative.clone(),
+                AuxFile {
+                    kind,
+                    name,
+                    path: relative,
+                    content,
+                },
+            );
+        }
+    }
+    Ok(RenderedConfig {
+        haproxy_cfg,
+        aux_files,
+        ..Default::default()
+    })
+}
+
 pub fn plan(args: &PlanArgs) -> ExitCode {
     let read = |path: &Path| -> Result<RenderedConfig, ExitCode> {
-        std::fs::read_to_string(path)
-            .map(|haproxy_cfg| RenderedConfig {
-                haproxy_cfg,
-                ..Default::default()
-            })
-            .map_err(|e| {
-                eprintln!("{}: cannot read: {e}", path.display());
-                ExitCode::from(EXIT_UNUSABLE)
-            })
+        read_rendered(path).map_err(|e| {
+            eprintln!("{e}");
+            ExitCode::from(EXIT_UNUSABLE)
+        })
     };
     let (from, to) = match (read(&args.from), read(&args.to)) {
         (Ok(from), Ok(to)) => (from, to),

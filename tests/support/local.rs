@@ -213,6 +213,24 @@ fn spawn_haptor(
 }
 
 impl Local {
+    /// Starts `haptor local` on `dir` (a folder inside `tmp`, which the `Local` keeps) as it
+    /// is laid out, with its debug and metrics servers on free ports.
+    pub fn start_in(tmp: tempfile::TempDir, dir: PathBuf) -> Local {
+        let (debug, metrics) = (free_port(), free_port());
+        let child = spawn_haptor(&dir, metrics, debug, &[], &[]);
+        Local {
+            child,
+            dir,
+            http: 0,
+            https: 0,
+            debug,
+            metrics,
+            env: Vec::new(),
+            args: Vec::new(),
+            _tmp: tmp,
+        }
+    }
+
     /// Starts haptor again on the same folder (after the previous one exited or was
     /// killed), with the same addresses.
     pub fn respawn(&mut self) {

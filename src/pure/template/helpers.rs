@@ -755,7 +755,9 @@ fn selector_matches(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 /// non-blank lines ordered by the text before each line's first separator (a tab, or the
 /// `separator=` text; compared as text; equal keys keep their order; a line without one has
 /// the empty key), without the key and the separator; with `unique=true`, a line whose key
-/// and text repeat the line before it is printed once.
+/// and text repeat the line before it is printed once; with `unique_by="SEP"`, only the
+/// first line (in the sorted order) of each text before SEP is printed (a map's first entry
+/// for a key wins).
 /// Lets a template emit rules in an order it computes, e.g. by precedence.
 struct SortLines;
 
@@ -800,7 +802,25 @@ impl HelperDef for SortLines {
         {
             lines.dedup();
         }
+        let unique_by = match helper.hash_get("unique_by").map(|v| v.value()) {
+            Some(Value::String(text)) if !text.is_empty() => Some(text.clone()),
+            None => None,
+            Some(other) => {
+                return Err(misuse(format!(
+                    "sort_lines: unique_by={other} is not a non-empty text"
+                ))
+                .into());
+            }
+        };
+        let mut seen = std::collections::HashSet::new();
         for (_, line) in lines {
+            if let Some(separator) = &unique_by {
+                let head = line.trim_start();
+                let head = head.split_once(separator.as_str()).map_or(head, |(h, _)| h);
+                if !seen.insert(head.to_string()) {
+                    continue;
+                }
+            }
             out.write(line)?;
             out.write("\n")?;
         }
