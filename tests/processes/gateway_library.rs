@@ -420,3 +420,133 @@ spec:
     assert!(text.contains("runtime: replace map maps/gw_any_"), "{text}");
     assert!(text.contains("reload: no"), "{text}");
 }
+
+/// An HTTP/2-only cleartext server (a second HAProxy with `proto h2` on its bind: it
+/// refuses HTTP/1) answering every request with `name` and the path it got.
+struct H2cBackend {
+    port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl H2cBackend {
+    fn start(name: &str) -> H2cBackend {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let config = format!(
+            "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend h2c\n  bind 127.0.0.1:{port} proto h2\n  http-request return status 200 content-type text/plain lf-string \"served by {name} %[path] over HTTP/%[req.ver]\\n\"\n"
+        );
+        let file = dir.path().join("h2c.cfg");
+        std::fs::write(&file, config).expect("the h2c backend's config");
+        let child = std::process::Command::new(super::support::haproxy_binary())
+            .args(["-db", "-f"])
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy starts");
+        H2cBackend {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for H2cBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gRPC-shaped call (HTTP/2 with prior knowledge, POST, content-type application/grpc) to
+/// 127.0.0.1:`port` for `host` and `path`: (status, body).
+fn grpc_call(port: u16, host: &str, path: &str, headers: &[&str]) -> Option<(u16, String)> {
+    let mut command = std::process::Command::new("curl");
+    command
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            "--http2-prior-knowledge",
+            "-X",
+            "POST",
+        ])
+        .args(["-H", "content-type: application/grpc", "-H"])
+        .arg(format!("host: {host}"))
+        .args(["-o", "-", "-w", "\n%{http_code}"]);
+    for header in headers {
+        command.args(["-H", header]);
+    }
+    let output = command
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n')?;
+    Some((code.trim().parse().ok()?, body.to_string()))
+}
+
+#[test]
+fn a_grpc_route_routes_by_service_method_and_header_to_backends_over_h2c() {
+    let (cart, beta) = (H2cBackend::start("cart"), H2cBackend::start("beta"));
+    let port = free_port();
+    let manifests = format!(
+        "{CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: haptor
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: shop, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [grpc.example]
+  rules:
+  - matches: [{{method: {{service: shop.Cart, method: Add}}, headers: [{{name: x-track, value: beta}}]}}]
+    backendRefs: [{{name: beta, port: 9000}}]
+  - matches: [{{method: {{service: shop.Cart}}}}]
+    backendRefs: [{{name: cart, port: 9000}}]
+---
+{}---
+{}",
+        service("cart", cart.port),
+        service("beta", beta.port)
+    );
+    let _local = start(&manifests);
+    let (code, body) = eventually("the GRPCRoute to answer", Duration::from_secs(20), || {
+        grpc_call(port, "grpc.example", "/shop.Cart/Add", &[]).filter(|(code, _)| *code == 200)
+    });
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "served by cart /shop.Cart/Add over HTTP/2.0\n")
+    );
+    assert_eq!(
+        grpc_call(port, "grpc.example", "/shop.Cart/Add", &["x-track: beta"]),
+        Some((
+            200,
+            "served by beta /shop.Cart/Add over HTTP/2.0\n".to_string()
+        ))
+    );
+    assert_eq!(
+        grpc_call(
+            port,
+            "grpc.example",
+            "/shop.Cart/Remove",
+            &["x-track: beta"]
+        ),
+        Some((
+            200,
+            "served by cart /shop.Cart/Remove over HTTP/2.0\n".to_string()
+        ))
+    );
+    assert_eq!(
+        grpc_call(port, "grpc.example", "/shop.Orders/List", &[]).map(|(code, _)| code),
+        Some(404)
+    );
+}

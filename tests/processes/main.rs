@@ -7,6 +7,8 @@
 mod controller;
 #[path = "../support/dataplane_stub.rs"]
 mod dataplane_stub;
+#[path = "../support/echo.rs"]
+mod echo;
 #[path = "../support/local.rs"]
 mod local;
 #[path = "../support/mod.rs"]
@@ -19,6 +21,8 @@ mod code_running_directives;
 mod controller_wiring;
 mod dataplane_target;
 mod dockerfile;
+mod gateway_conformance;
+mod gateway_library;
 mod haproxy_corpus;
 mod haproxy_versions;
 mod ingress_library;
