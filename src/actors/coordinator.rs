@@ -172,10 +172,14 @@ impl Coordinator {
                 if state.last_checksum == Some(done.checksum) {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
                     // The same bytes may come with other outcomes (`served`/`ignored`: an
-                    // Ingress of another class appeared): only the publisher hears of them.
+                    // Ingress of another class appeared) or another Gateway API status (a
+                    // Route whose matches an older one shadows, a reference refused for
+                    // another reason): only the publisher hears of them.
                     let changed = self.iteration.with_latest(|l| {
                         let last = l.last_render.as_mut()?;
-                        if last.rendered.outcomes == done.rendered.outcomes {
+                        if last.rendered.outcomes == done.rendered.outcomes
+                            && last.rendered.status_records == done.rendered.status_records
+                        {
                             return None;
                         }
                         last.rendered = Arc::clone(&done.rendered);

@@ -29,6 +29,7 @@ mod kube_sources;
 mod leader_election;
 mod migrate_cluster;
 mod pod_networks;
+mod run_gateway_status;
 mod run_ingress_status;
 mod run_mode;
 mod run_rbac;
