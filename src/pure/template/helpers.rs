@@ -1,10 +1,12 @@
-//! The stateless template helpers: collections (`sort_by`, `group_by`, `join`, `keys`,
-//! `first`, `last`, `dig`, `default`/`fallback`, `seq`), strings (`lower`, `upper`,
+//! The stateless template helpers: collections (`sort_by`, `group_by`, `nested`, `filter`,
+//! `pluck`, `sum`, `items`, `join`, `keys`, `first`, `last`, `dig`, `default`/`fallback`,
+//! `seq`, and the block `sort_lines`), Kubernetes matching (`hostname_intersection`,
+//! `selector_matches`), strings (`lower`, `upper`,
 //! `replace`, `trim`, `contains`, `starts_with`, `ends_with`, `split`, `concat`,
 //! `regex_match`, `regex_replace`, `is_regex`, `regex_escape`, `glob_match`, `sanitize`,
 //! `indent`), encodings
 //! (`b64decode`, `b64encode`, `to_json`, `to_int`), arithmetic (`add`, `sub`, `mul`, `div`,
-//! `mod`), versions (`version_at_least haproxy.version "3.0"`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
+//! `mod`, `zero_pad`), versions (`version_at_least haproxy.version "3.0"`) and `fail`. They are registered once per [`TemplateSet`](super::TemplateSet).
 //! handlebars' own `eq`, `ne`, `lt`, `lte`, `gt`, `gte`, `and`, `or`, `not` and `len` are
 //! used as they are.
 //!

@@ -7,10 +7,13 @@
 //! and line) and with HTML escaping switched off. Snippets are partials (`{{> name}}`); the
 //! helpers are listed in `helpers.rs` (stateless) and `render.rs` (per-render:
 //! `resources`, `fetch`, `get_single`, `path_for`, `register_file`, `render`,
-//! `render_glob`, `server_slots`, `served`/`ignored`, which record what a template did
-//! with a Kubernetes object into [`RenderedConfig::outcomes`] and render nothing, and the
-//! annotation helpers `annotation`, `annotated` and `with_backend_annotations`, which judge
-//! values against `spec.annotations` and record what they leave out the same way).
+//! `render_glob`, `with_rendered` (a snippet's text as a block parameter: a decision made
+//! once and used in several places), `server_slots`, `served`/`ignored`, which record what
+//! a template did with a Kubernetes object into [`RenderedConfig::outcomes`] and render
+//! nothing, `condition`/`listener_kinds`/`attached_route`, which record Gateway API status
+//! into [`RenderedConfig::status_records`] the same way, and the annotation helpers
+//! `annotation`, `annotated` and `with_backend_annotations`, which judge values against
+//! `spec.annotations` and record what they leave out).
 //!
 //! The context of a render holds `paths` (`base_dir`, `maps_dir`, `files_dir`,
 //! `certs_dir`), the caller's extra values (e.g. `dataplane`) and the user's

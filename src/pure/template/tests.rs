@@ -1250,3 +1250,124 @@ fn version_at_least_compares_dotted_versions_number_by_number() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------- Gateway API helpers
+
+#[test]
+fn hostname_intersection_gives_the_more_specific_pattern_or_null() {
+    let cases = [
+        (
+            r#"(hostname_intersection "*.example.com" "foo.example.com")"#,
+            "foo.example.com",
+        ),
+        (
+            r#"(hostname_intersection "foo.bar.example.com" "*.example.com")"#,
+            "foo.bar.example.com",
+        ),
+        (
+            r#"(hostname_intersection "*.example.com" "example.com")"#,
+            "null",
+        ),
+        (
+            r#"(hostname_intersection "*.example.com" "*.foo.example.com")"#,
+            "*.foo.example.com",
+        ),
+        (
+            r#"(hostname_intersection null "Web.Example")"#,
+            "web.example",
+        ),
+        (r#"(hostname_intersection "" null)"#, "*"),
+        (r#"(hostname_intersection "a.example" "b.example")"#, "null"),
+    ];
+    for (expression, wanted) in cases {
+        let text = render_ok(&format!(
+            "{{{{#with {expression} as |h|}}}}{{{{h}}}}{{{{else}}}}null{{{{/with}}}}"
+        ));
+        assert_eq!(text, wanted, "{expression}");
+    }
+}
+
+#[test]
+fn sort_lines_orders_by_key_drops_repeats_and_keeps_the_first_of_each_head() {
+    let text = render_ok(
+        "{{#sort_lines separator=\" => \" unique_by=\" \"}}\nb => x 2\na => y 1\nc => x 3\n{{/sort_lines}}",
+    );
+    assert_eq!(text, "y 1\nx 2\n");
+    let text =
+        render_ok("{{#sort_lines unique=true}}\n2\tsame\n1\tfirst\n2\tsame\n{{/sort_lines}}");
+    assert_eq!(text, "first\nsame\n");
+}
+
+#[test]
+fn sum_nested_filter_and_pluck_compute_over_lists() {
+    let text = render_ok(
+        r#"{{sum (resources "services") "spec.ports.0.port"}} {{sum (resources "services") "missing" default=2 first=2}} {{len (nested (resources "services") "spec.ports")}} {{join (pluck (filter (resources "services") "metadata.name" "web") "metadata.namespace") ","}}"#,
+    );
+    assert_eq!(text, "11160 4 3 blog,shop");
+}
+
+/// A render over one Gateway, with selectors in its spec for `selector_matches`.
+fn render_over_a_gateway(template: &str) -> Result<RenderedConfig, TemplateError> {
+    let snapshot = StoreSnapshot::from_objects(
+        "gateways",
+        vec!["metadata.namespace".into(), "metadata.name".into()],
+        vec![json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"namespace": "infra", "name": "gw", "generation": 4, "labels": {"team": "web"}},
+            "spec": {
+                "same": {"matchLabels": {"team": "web"}},
+                "other": {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["web"]}]},
+                "exists": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}
+            }
+        })],
+    )
+    .unwrap();
+    let mut stores = StoresSnapshot::new();
+    stores.insert(Arc::new(snapshot));
+    TemplateSet::compile(input(template))?
+        .render(&RenderContext::new(stores, PathResolver::default()))
+}
+
+#[test]
+fn selector_matches_reads_match_labels_and_expressions() {
+    let rendered = render_over_a_gateway(
+        r#"{{#each (resources "gateways") as |g|}}{{selector_matches g.spec.same g.metadata.labels}} {{selector_matches g.spec.other g.metadata.labels}} {{selector_matches g.spec.exists g.metadata.labels}} {{selector_matches null g.metadata.labels}}{{/each}}"#,
+    )
+    .expect("renders");
+    assert_eq!(rendered.haproxy_cfg, "true false true true");
+}
+
+#[test]
+fn with_rendered_hands_a_snippets_text_to_its_block_and_its_else_when_empty() {
+    let mut set = input(
+        r#"{{#with_rendered "verdict" word="yes" as |v|}}[{{v}} {{word}}]{{/with_rendered}}{{#with_rendered "empty" as |v|}}{{v}}{{else}}none{{/with_rendered}}"#,
+    );
+    set.snippets
+        .insert("verdict".into(), "\n  said {{word}}  \n".into());
+    set.snippets.insert("empty".into(), "  \n".into());
+    let compiled = TemplateSet::compile(set).expect("compiles");
+    let text = compiled
+        .render(&RenderContext::new(services(), PathResolver::default()))
+        .expect("renders")
+        .haproxy_cfg;
+    assert_eq!(text, "[said yes yes]none");
+}
+
+#[test]
+fn condition_records_status_by_scope_and_renders_nothing() {
+    let rendered = render_over_a_gateway(
+        r#"{{#each (resources "gateways") as |g|}}{{condition g "Programmed" "True" "Programmed" "ok" listener="http"}}{{listener_kinds g "http" "HTTPRoute"}}{{/each}}"#,
+    )
+    .expect("renders");
+    assert_eq!(rendered.haproxy_cfg, "");
+    let statuses = crate::pure::gateway_status::statuses(&rendered.status_records);
+    let listener = &statuses[0].status["listeners"][0];
+    assert_eq!(listener["name"], "http");
+    assert_eq!(listener["conditions"][0]["observedGeneration"], 4);
+    assert_eq!(listener["supportedKinds"][0]["kind"], "HTTPRoute");
+    let failed = render_over_a_gateway(
+        r#"{{#each (resources "gateways") as |g|}}{{condition g "Accepted" "Maybe" "Accepted"}}{{/each}}"#,
+    );
+    assert!(failed.is_err_and(|e| e.to_string().contains("not True, False or Unknown")));
+}
