@@ -53,6 +53,10 @@ const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayPort8080",
     "HTTPRouteBackendRequestHeaderModification",
     "TLSRoute",
+    "HTTPRouteBackendURLRewrite",
+    "HTTPRouteBackendRequestRedirect",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "HTTPRouteCORS",
 ];
 
 /// The features of the GATEWAY-HTTP profile's core support level; a test needing only these

@@ -550,3 +550,75 @@ spec:
         Some(404)
     );
 }
+
+#[test]
+fn a_tls_listener_in_terminate_mode_ends_tls_and_forwards_the_bytes_by_sni() {
+    let (plain, other) = (tcp_backend("plain"), tcp_backend("other"));
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let certificate = rcgen::CertificateParams::new(vec!["term.example".to_string()])
+        .expect("certificate parameters")
+        .self_signed(&key)
+        .expect("a certificate");
+    let b64 = |text: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    let port = free_port();
+    let manifests = format!(
+        "{CLASS}---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata: {{name: term-tls, namespace: default}}
+data: {{tls.crt: {}, tls.key: {}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: haptor
+  listeners: [{{name: tls, port: {port}, protocol: TLS, tls: {{mode: Terminate, certificateRefs: [{{name: term-tls}}]}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: term, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [term.example]
+  rules: [{{backendRefs: [{{name: plain, port: 9000}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: elsewhere, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [elsewhere.example]
+  rules: [{{backendRefs: [{{name: other, port: 9000}}]}}]
+---
+{}---
+{}",
+        b64(&certificate.pem()),
+        b64(&key.serialize_pem()),
+        service("plain", plain),
+        service("other", other)
+    );
+    let _local = start(&manifests);
+    // What a TLS client with SNI `name` reads: HAProxy ends TLS and the backend's bytes come
+    // back inside it.
+    let read = |name: &str| {
+        let output = std::process::Command::new("openssl")
+            .args(["s_client", "-quiet", "-connect"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["-servername", name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        (!text.is_empty()).then_some(text)
+    };
+    let text = eventually("the TLS listener to answer", Duration::from_secs(20), || {
+        read("term.example")
+    });
+    assert_eq!(text, "plain");
+    assert_eq!(read("elsewhere.example").as_deref(), Some("other"));
+}
