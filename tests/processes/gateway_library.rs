@@ -616,9 +616,11 @@ spec:
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         (!text.is_empty()).then_some(text)
     };
-    let text = eventually("the TLS listener to answer", Duration::from_secs(20), || {
-        read("term.example")
-    });
+    let text = eventually(
+        "the TLS listener to answer",
+        Duration::from_secs(20),
+        || read("term.example"),
+    );
     assert_eq!(text, "plain");
     assert_eq!(read("elsewhere.example").as_deref(), Some("other"));
 }
