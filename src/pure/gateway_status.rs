@@ -334,16 +334,29 @@ pub fn plural(kind: &str) -> String {
     }
 }
 
+/// The `controllerName`s of a Route status's parents.
+pub fn parent_controllers(status: &Value) -> BTreeSet<String> {
+    status
+        .get("parents")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|parent| parent.get("controllerName").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The status to write over `current` (the object's status as read, or null): `desired`'s
 /// conditions, each keeping the `lastTransitionTime` of the condition of its type and
 /// status in the same place of `current`, else stamped `now`; a Route's parents of other
-/// controllers (another `controllerName`) kept before haptor's; a Gateway's `addresses` set
-/// to `addresses` when given. Everything else of `current` that haptor does not write is
+/// controllers kept before haptor's, where haptor's are those of a `controllerName` in
+/// `ours` (the names haptor writes, and wrote before); a Gateway's `addresses` set to
+/// `addresses` when given. Everything else of `current` that haptor does not write is
 /// dropped, as the status is haptor's to apply whole.
 pub fn merged_status(
     current: &Value,
     desired: &Value,
-    controller: &str,
+    ours: &BTreeSet<String>,
     now: &str,
     addresses: Option<&Value>,
 ) -> Value {
@@ -402,7 +415,11 @@ pub fn merged_status(
         let mut parents: Vec<Value> = before
             .into_iter()
             .flatten()
-            .filter(|parent| parent["controllerName"] != json!(controller))
+            .filter(|parent| {
+                !parent["controllerName"]
+                    .as_str()
+                    .is_some_and(|name| ours.contains(name))
+            })
             .cloned()
             .collect();
         for parent in desired
@@ -455,6 +472,11 @@ impl GatewayStatusBook {
             .filter(|key| key.kind.ends_with("Route") && !named.contains(*key))
             .cloned()
             .collect()
+    }
+
+    /// What was last written to `key` this term.
+    pub fn written(&self, key: &ObjectKey) -> Option<&Value> {
+        self.written.get(key)
     }
 
     /// `desired` was written (or found in place) for `key`.
@@ -546,24 +568,13 @@ mod tests {
                 {"type": "ResolvedRefs", "status": "False"}
             ]}
         ]});
-        let merged = merged_status(
-            &current,
-            &desired,
-            "haptor.dev/gateway-controller",
-            "T1",
-            None,
-        );
+        let haptor = BTreeSet::from(["haptor.dev/gateway-controller".to_string()]);
+        let merged = merged_status(&current, &desired, &haptor, "T1", None);
         assert_eq!(merged["parents"][0]["controllerName"], "other.io/x");
         let ours = &merged["parents"][1]["conditions"];
         assert_eq!(ours[0]["lastTransitionTime"], "T0");
         assert_eq!(ours[1]["lastTransitionTime"], "T1");
-        let cleared = merged_status(
-            &current,
-            &json!({}),
-            "haptor.dev/gateway-controller",
-            "T1",
-            None,
-        );
+        let cleared = merged_status(&current, &json!({}), &haptor, "T1", None);
         assert_eq!(cleared["parents"].as_array().map(Vec::len), Some(1));
     }
 

@@ -20,15 +20,12 @@ use serde_json::{Value, json};
 
 use crate::pure::api_failure::{ApiFailure, ApiServer, Request};
 use crate::pure::gateway_status::{
-    GATEWAY_GROUP, GatewayStatusBook, ObjectStatus, merged_status, plural,
+    GATEWAY_GROUP, GatewayStatusBook, ObjectStatus, merged_status, parent_controllers, plural,
 };
 use crate::pure::ingress_status::Addresses;
 use crate::pure::rendered::ObjectKey;
 
 use super::ingress_status::{FIELD_MANAGER, REQUEST_TIMEOUT};
-
-/// The controller name haptor's Route parents carry (the library's default).
-pub const CONTROLLER_NAME: &str = "haptor.dev/gateway-controller";
 
 /// Why one Gateway API status write failed.
 #[derive(Debug, thiserror::Error)]
@@ -70,14 +67,26 @@ impl GatewayStatusWriter {
         let due: Vec<ObjectStatus> = self.book.due(desired).into_iter().cloned().collect();
         for status in due {
             let key = status.key();
-            match self.apply(&key, &status.status, publish).await {
+            let mut ours = parent_controllers(&status.status);
+            ours.extend(
+                self.book
+                    .written(&key)
+                    .map(parent_controllers)
+                    .unwrap_or_default(),
+            );
+            match self.apply(&key, &status.status, &ours, publish).await {
                 Ok(true) => self.book.wrote(key, status.status.clone()),
                 Ok(false) => self.book.forget(&key),
                 Err(failure) => failures.push((key, failure)),
             }
         }
         for key in self.book.dropped(desired) {
-            match self.apply(&key, &json!({}), None).await {
+            let ours = self
+                .book
+                .written(&key)
+                .map(parent_controllers)
+                .unwrap_or_default();
+            match self.apply(&key, &json!({}), &ours, None).await {
                 Ok(_) => self.book.forget(&key),
                 Err(failure) => failures.push((key, failure)),
             }
@@ -121,6 +130,7 @@ impl GatewayStatusWriter {
         &self,
         key: &ObjectKey,
         desired: &Value,
+        ours: &std::collections::BTreeSet<String>,
         publish: Option<&Addresses>,
     ) -> Result<bool, GatewayStatusFailure> {
         let (api, resource) = self.api(key);
@@ -136,13 +146,7 @@ impl GatewayStatusWriter {
         let now = jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string());
-        let merged = merged_status(
-            &current,
-            desired,
-            CONTROLLER_NAME,
-            &now,
-            addresses.flatten().as_ref(),
-        );
+        let merged = merged_status(&current, desired, ours, &now, addresses.flatten().as_ref());
         if without_times(&merged) == without_times(&current) {
             return Ok(true);
         }
