@@ -8,7 +8,9 @@
 //! (`tests/support/echo.rs`) that answers like the upstream `echo-basic`. The status checks
 //! read what haptor would write from `/debug/vars/status`; the requests go through `curl`
 //! and their answers are compared as the corpus README defines. A case needing a feature not
-//! in [`SUPPORTED_FEATURES`] is skipped. The results are written as an upstream-shaped
+//! in [`SUPPORTED_FEATURES`] is skipped. The corpus reading and the status checks are
+//! `tests/support/gateway_checks.rs`, which the API server tier's
+//! `gateway_conformance_status.rs` shares. The results are written as an upstream-shaped
 //! `ConformanceReport` to `target/gateway-conformance.yaml` (and to
 //! `docs/gateway-conformance.yaml` with `HAPTOR_UPDATE_CONFORMANCE_REPORT=1`), and every case
 //! the committed report lists as passed must still pass. `HAPTOR_CONFORMANCE_CASES=a,b`
@@ -23,48 +25,18 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::echo::{self, EchoServer};
+use super::gateway_checks::{
+    CONTROLLER_NAME, Case, CheckContext, GATEWAY_CLASS, SUPPORTED_FEATURES, endpoint_slice,
+    gateway_ip, load_cases, mutate, nn, read_manifests, selected_cases, status_check, status_of,
+    str_of, strings, text, tls_secret, truncate,
+};
 use super::local::{Local, get, repo};
 use super::support::free_port;
-
-/// The features the Gateway library supports (upstream feature names). A case needing any
-/// other is skipped, naming the missing ones.
-const SUPPORTED_FEATURES: &[&str] = &[
-    "Gateway",
-    "HTTPRoute",
-    "ReferenceGrant",
-    "HTTPRouteQueryParamMatching",
-    "HTTPRouteMethodMatching",
-    "HTTPRouteResponseHeaderModification",
-    "HTTPRoutePortRedirect",
-    "HTTPRouteSchemeRedirect",
-    "HTTPRoutePathRedirect",
-    "HTTPRouteHostRewrite",
-    "HTTPRoutePathRewrite",
-    "HTTPRoute303RedirectStatusCode",
-    "HTTPRoute307RedirectStatusCode",
-    "HTTPRoute308RedirectStatusCode",
-    "HTTPRouteRequestTimeout",
-    "HTTPRouteBackendTimeout",
-    "HTTPRouteParentRefPort",
-    "HTTPRouteDestinationPortMatching",
-    "HTTPRouteBackendProtocolH2C",
-    "HTTPRouteBackendProtocolWebSocket",
-    "HTTPRouteNamedRouteRule",
-    "GatewayPort8080",
-    "HTTPRouteBackendRequestHeaderModification",
-    "TLSRoute",
-    "HTTPRouteBackendURLRewrite",
-    "HTTPRouteBackendRequestRedirect",
-    "GatewayHTTPSListenerDetectMisdirectedRequests",
-    "HTTPRouteCORS",
-];
 
 /// The features of the GATEWAY-HTTP profile's core support level; a test needing only these
 /// is a core test, any other an extended one.
 const CORE_FEATURES: &[&str] = &["Gateway", "HTTPRoute", "ReferenceGrant"];
 
-const GATEWAY_CLASS: &str = "haptor";
-const CONTROLLER_NAME: &str = "haptor.dev/gateway-controller";
 const CORPUS_COMMIT: &str = "4564255ac2c35d582249b3cdf261bdf51c8bca32";
 /// Every listener port a corpus Gateway declares; the offset leaves them all free.
 const LISTENER_PORTS: &[u16] = &[80, 443, 8080, 8090, 8443];
@@ -79,14 +51,6 @@ fn library_path() -> PathBuf {
     std::env::var_os("HAPTOR_GATEWAY_LIBRARY")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo("deploy/library/gateway.yaml"))
-}
-
-fn corpus() -> PathBuf {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/corpus/kubernetes/gateway-conformance"
-    ))
-    .to_path_buf()
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -110,82 +74,6 @@ impl Outcome {
             Outcome::Skip(reason) | Outcome::Fail(reason) => reason,
         }
     }
-}
-
-/// One `<name>.expect.yaml`.
-struct Case {
-    stem: String,
-    test: String,
-    features: Vec<String>,
-    provisional: bool,
-    expect: Value,
-}
-
-fn load_cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus())
-        .expect("the Gateway API conformance corpus (../shared/corpus/kubernetes)")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".expect.yaml"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).expect("read an expectation file");
-            let expect: Value = serde_yaml_ng::from_str(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let stem = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".expect.yaml"))
-                .expect("a name")
-                .to_string();
-            Case {
-                test: str_of(&expect, "test").unwrap_or(&stem).to_string(),
-                features: strings(&expect["features"]),
-                provisional: expect["provisional"].as_bool().unwrap_or(false),
-                stem,
-                expect,
-            }
-        })
-        .collect()
-}
-
-fn str_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
-    value.get(key).and_then(Value::as_str)
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| match v {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Null => None,
-                    other => Some(other.to_string()),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A value as text (numbers and booleans too, as YAML leaves `'True'` a string but `8080` a
-/// number).
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// `namespace/name` split.
-fn nn(reference: &str) -> (String, String) {
-    let (ns, name) = reference.split_once('/').unwrap_or(("default", reference));
-    (ns.to_string(), name.to_string())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -216,25 +104,6 @@ impl Shared {
     fn echo_by_pod(&self, pod: &str) -> Option<&EchoServer> {
         self.echoes.values().find(|e| e.pod == pod)
     }
-}
-
-/// The self-signed certificate the upstream suite creates at run time, as its Secret.
-fn tls_secret() -> Value {
-    use base64::Engine;
-    let key = rcgen::KeyPair::generate().expect("a key");
-    let mut params =
-        rcgen::CertificateParams::new(vec!["*".into(), "*.org".into(), "*.wildcard.org".into()])
-            .expect("certificate params");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "*");
-    let cert = params.self_signed(&key).expect("a self-signed certificate");
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-        "metadata": {"name": "tls-validity-checks-certificate", "namespace": "gateway-conformance-infra"},
-        "data": {"tls.crt": b64(&cert.pem()), "tls.key": b64(&key.serialize_pem())},
-    })
 }
 
 /// A port offset in 12000..24000 (a multiple of 100) whose listener ports are all free on
@@ -329,16 +198,29 @@ impl Run {
         self.local.write(name, &yaml_docs(docs));
     }
 
+    /// `/debug/vars/status`, each entry given the `generation` of its object as the folder
+    /// holds it (1 unless a `mutate_route` raised it).
     fn status(&self) -> Result<Vec<Value>, String> {
         let (code, body) = get(self.local.debug, "localhost", "/debug/vars/status")
             .ok_or("GET /debug/vars/status got no answer")?;
         if code != 200 {
             return Err(format!("GET /debug/vars/status answered {code}: {body}"));
         }
-        match serde_json::from_str(&body) {
-            Ok(Value::Array(list)) => Ok(list),
-            _ => Err(format!("GET /debug/vars/status is not a JSON list: {body}")),
+        let Ok(Value::Array(mut list)) = serde_json::from_str(&body) else {
+            return Err(format!("GET /debug/vars/status is not a JSON list: {body}"));
+        };
+        for entry in &mut list {
+            let generation = self
+                .object(
+                    str_of(entry, "kind").unwrap_or_default(),
+                    str_of(entry, "namespace").unwrap_or("default"),
+                    str_of(entry, "name").unwrap_or_default(),
+                )
+                .and_then(|o| o["metadata"]["generation"].as_i64())
+                .unwrap_or(1);
+            entry["generation"] = json!(generation);
         }
+        Ok(list)
     }
 }
 
@@ -358,39 +240,6 @@ fn yaml_docs(docs: &[Value]) -> String {
         .join("---\n")
 }
 
-fn read_manifests(file: &str) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(corpus().join(file)).map_err(|e| format!("{file}: {e}"))?;
-    let text = text.replace("{GATEWAY_CLASS_NAME}", GATEWAY_CLASS);
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let mut value: Value =
-            serde::Deserialize::deserialize(doc).map_err(|e| format!("{file}: {e}"))?;
-        if value.is_object() {
-            // Upstream, every Gateway gets an address of its own; here it asks for one on
-            // loopback (spec.addresses), which the library binds its listeners to.
-            if value["kind"] == "Gateway" && value["spec"]["addresses"].is_null() {
-                let namespace = str_of(&value["metadata"], "namespace").unwrap_or("default");
-                let name = str_of(&value["metadata"], "name").unwrap_or_default();
-                value["spec"]["addresses"] =
-                    json!([{"type": "IPAddress", "value": gateway_ip(namespace, name)}]);
-            }
-            docs.push(value);
-        }
-    }
-    Ok(docs)
-}
-
-/// The loopback address the runner gives Gateway `namespace/name` (127.X.Y.1, from a
-/// stable hash of the name, so the status checks and the requests agree without asking).
-fn gateway_ip(namespace: &str, name: &str) -> String {
-    let hash = format!("{namespace}/{name}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("127.{}.{}.1", 1 + hash % 250, 1 + (hash / 250) % 250)
-}
-
 /// The app whose pods a Service selects (its `app` label, else its name).
 fn service_app(service: &Value) -> String {
     let selector = &service["spec"]["selector"];
@@ -403,41 +252,6 @@ fn service_app(service: &Value) -> String {
         .or_else(|| str_of(&service["metadata"], "name"))
         .unwrap_or_default()
         .to_string()
-}
-
-/// An EndpointSlice for a Service with a selector: one ready endpoint on 127.0.0.1 whose
-/// ports (named as the Service's) are the echo backend's.
-fn endpoint_slice(service: &Value, echo_port: u16) -> Value {
-    let name = str_of(&service["metadata"], "name").unwrap_or_default();
-    let namespace = str_of(&service["metadata"], "namespace").unwrap_or("default");
-    let ports: Vec<Value> = service["spec"]["ports"]
-        .as_array()
-        .map(|ports| {
-            ports
-                .iter()
-                .map(|p| {
-                    let mut port = json!({
-                        "name": str_of(p, "name").unwrap_or(""),
-                        "port": echo_port,
-                        "protocol": str_of(p, "protocol").unwrap_or("TCP"),
-                    });
-                    if let Some(app) = str_of(p, "appProtocol") {
-                        port["appProtocol"] = json!(app);
-                    }
-                    port
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{name}-echo"), "namespace": namespace,
-                     "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["127.0.0.1"],
-                       "conditions": {"ready": true, "serving": true, "terminating": false}}],
-        "ports": ports,
-    })
 }
 
 /// Starts haptor local on a new folder for `case`.
@@ -484,7 +298,7 @@ fn start(case: &Case, library: &str, shared: &mut Shared) -> Result<Run, String>
             }
             let namespace = str_of(&service["metadata"], "namespace").unwrap_or("default");
             let port = shared.echo(namespace, &service_app(service)).port;
-            slices.push(endpoint_slice(service, port));
+            slices.push(endpoint_slice(service, "127.0.0.1", port));
         }
     }
     write("endpointslices.yaml", &yaml_docs(&slices))?;
@@ -586,359 +400,12 @@ fn log_tail(local: &Local, lines: usize) -> String {
     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes)", &text[..end], text.len())
-}
-
 // ---------------------------------------------------------------------------------------
 // Status checks
 // ---------------------------------------------------------------------------------------
 
-/// The status haptor would write for `kind` `namespace/name` (GatewayClasses have no
-/// namespace).
-fn status_of<'a>(list: &'a [Value], kind: &str, namespace: &str, name: &str) -> Option<&'a Value> {
-    list.iter()
-        .find(|o| {
-            o["kind"] == kind
-                && o["name"] == name
-                && (kind == "GatewayClass" || o["namespace"].as_str().unwrap_or("") == namespace)
-        })
-        .map(|o| &o["status"])
-}
-
-fn condition<'a>(conditions: &'a Value, kind: &str) -> Option<&'a Value> {
-    conditions.as_array()?.iter().find(|c| c["type"] == kind)
-}
-
-/// Whether `conditions` has `kind` at `status` (and `reason`, when given).
-fn has_condition(conditions: &Value, kind: &str, status: &str, reason: Option<&str>) -> bool {
-    condition(conditions, kind)
-        .is_some_and(|c| c["status"] == status && reason.is_none_or(|r| c["reason"] == r))
-}
-
-/// The route's parent statuses for Gateway `gateway` (`namespace/name`).
-fn parents_for<'a>(route_status: &'a Value, route_ns: &str, gateway: &str) -> Vec<&'a Value> {
-    let (ns, name) = nn(gateway);
-    route_status["parents"]
-        .as_array()
-        .map(|parents| {
-            parents
-                .iter()
-                .filter(|p| {
-                    let r = &p["parentRef"];
-                    r["name"] == name.as_str()
-                        && r["namespace"].as_str().unwrap_or(route_ns) == ns
-                        && r["kind"].as_str().unwrap_or("Gateway") == "Gateway"
-                        && r["group"].as_str().unwrap_or("gateway.networking.k8s.io")
-                            == "gateway.networking.k8s.io"
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// One status check against one read of the status; Err says what differs.
-fn status_check(
-    run: &Run,
-    check: &Value,
-    list: &[Value],
-    original_generations: &HashMap<String, i64>,
-) -> Result<(), String> {
-    let kind = str_of(check, "check").unwrap_or_default();
-    let route_status = |route: &str| -> Result<(&Value, String), String> {
-        let (ns, name) = nn(route);
-        status_of(list, "HTTPRoute", &ns, &name)
-            .map(|s| (s, ns))
-            .ok_or(format!("no status for HTTPRoute {route}"))
-    };
-    match kind {
-        "gateway_programmed_and_routes_accepted" => {
-            let gateway = str_of(check, "gateway").unwrap_or_default();
-            let (ns, name) = nn(gateway);
-            let status = status_of(list, "Gateway", &ns, &name)
-                .ok_or(format!("no status for Gateway {gateway}"))?;
-            // (The upstream check also wants a status address; haptor local has none.)
-            for wanted in ["Accepted", "Programmed"] {
-                if !has_condition(&status["conditions"], wanted, "True", None) {
-                    return Err(format!("Gateway {gateway} is not {wanted}=True: {status}"));
-                }
-            }
-            let listeners = strings(&check["listeners"]);
-            let all: Vec<&Value> = status["listeners"]
-                .as_array()
-                .map(|l| l.iter().collect())
-                .unwrap_or_default();
-            let chosen: Vec<&Value> = if listeners.is_empty() {
-                all.clone()
-            } else {
-                all.iter()
-                    .copied()
-                    .filter(|l| listeners.iter().any(|n| l["name"] == n.as_str()))
-                    .collect()
-            };
-            if chosen.len() < listeners.len().max(1) {
-                return Err(format!(
-                    "Gateway {gateway} has no status for listener(s) {listeners:?}: {status}"
-                ));
-            }
-            for listener in chosen {
-                for wanted in ["Accepted", "ResolvedRefs", "Programmed"] {
-                    if !has_condition(&listener["conditions"], wanted, "True", None) {
-                        return Err(format!(
-                            "Gateway {gateway} listener {} is not {wanted}=True: {listener}",
-                            listener["name"]
-                        ));
-                    }
-                }
-            }
-            for route in strings(&check["routes"]) {
-                let (status, route_ns) = route_status(&route)?;
-                let parents = parents_for(status, &route_ns, gateway);
-                let accepted = |p: &&Value| {
-                    has_condition(&p["conditions"], "Accepted", "True", Some("Accepted"))
-                        && p["controllerName"] == CONTROLLER_NAME
-                };
-                if listeners.is_empty() {
-                    if !parents.iter().any(accepted) {
-                        return Err(format!(
-                            "HTTPRoute {route} has no parent {gateway} Accepted=True (reason Accepted, controller {CONTROLLER_NAME}): {status}"
-                        ));
-                    }
-                } else {
-                    // A parentRef naming no section (or attaching by port) may stand
-                    // for each listener.
-                    for listener in &listeners {
-                        if !parents
-                            .iter()
-                            .filter(|p| {
-                                let section = &p["parentRef"]["sectionName"];
-                                section.is_null() || *section == listener.as_str()
-                            })
-                            .any(accepted)
-                        {
-                            return Err(format!(
-                                "HTTPRoute {route} has no parent {gateway} section {listener} Accepted=True: {status}"
-                            ));
-                        }
-                    }
-                }
-            }
-            Ok(())
-        }
-        "route_condition" => {
-            let route = str_of(check, "route").unwrap_or_default();
-            let parent = str_of(check, "parent").unwrap_or_default();
-            let (wanted, want_status) = (
-                str_of(check, "type").unwrap_or_default(),
-                text(&check["status"]).unwrap_or_default(),
-            );
-            let reason = str_of(check, "reason");
-            let (status, route_ns) = route_status(route)?;
-            let parents = parents_for(status, &route_ns, parent);
-            if parents
-                .iter()
-                .any(|p| has_condition(&p["conditions"], wanted, &want_status, reason))
-            {
-                Ok(())
-            } else {
-                Err(format!(
-                    "HTTPRoute {route} parent {parent}: wanted {wanted}={want_status}{}; status is {status}",
-                    reason.map(|r| format!(" reason {r}")).unwrap_or_default()
-                ))
-            }
-        }
-        "route_parents" => {
-            let route = str_of(check, "route").unwrap_or_default();
-            let (status, route_ns) = route_status(route)?;
-            let wanted = check["parents"].as_array().cloned().unwrap_or_default();
-            let actual = status["parents"].as_array().map(Vec::len).unwrap_or(0);
-            if actual != wanted.len() {
-                return Err(format!(
-                    "HTTPRoute {route} has {actual} parents, wanted {}: {status}",
-                    wanted.len()
-                ));
-            }
-            for parent in &wanted {
-                let gateway = str_of(parent, "parent").unwrap_or_default();
-                let found = parents_for(status, &route_ns, gateway);
-                let ok = found.iter().any(|p| {
-                    parent["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .all(|c| {
-                            has_condition(
-                                &p["conditions"],
-                                str_of(c, "type").unwrap_or_default(),
-                                &text(&c["status"]).unwrap_or_default(),
-                                str_of(c, "reason"),
-                            )
-                        })
-                        && p["controllerName"] == CONTROLLER_NAME
-                });
-                if !ok {
-                    return Err(format!(
-                        "HTTPRoute {route} parent {gateway}: wanted {} ; status is {status}",
-                        parent["conditions"]
-                    ));
-                }
-            }
-            Ok(())
-        }
-        "route_has_no_accepted_parents" => {
-            let route = str_of(check, "route").unwrap_or_default();
-            let (ns, name) = nn(route);
-            let Some(status) = status_of(list, "HTTPRoute", &ns, &name) else {
-                return Ok(());
-            };
-            let parents = status["parents"].as_array().cloned().unwrap_or_default();
-            match parents.as_slice() {
-                [] => Ok(()),
-                [one] if !has_condition(&one["conditions"], "Accepted", "True", None) => Ok(()),
-                _ => Err(format!(
-                    "HTTPRoute {route} should have no parent or one not Accepted: {status}"
-                )),
-            }
-        }
-        "gateway_has_zero_attached_routes" => {
-            let gateway = str_of(check, "gateway").unwrap_or_default();
-            let (ns, name) = nn(gateway);
-            let status = status_of(list, "Gateway", &ns, &name)
-                .ok_or(format!("no status for Gateway {gateway}"))?;
-            let listeners = status["listeners"].as_array().cloned().unwrap_or_default();
-            if listeners.iter().all(|l| l["attachedRoutes"] == 0) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "Gateway {gateway} should have no attached routes: {status}"
-                ))
-            }
-        }
-        "gateway_listener_status" => {
-            let gateway = str_of(check, "gateway").unwrap_or_default();
-            let (ns, name) = nn(gateway);
-            let status = status_of(list, "Gateway", &ns, &name)
-                .ok_or(format!("no status for Gateway {gateway}"))?;
-            for wanted in check["listeners"].as_array().into_iter().flatten() {
-                let name = str_of(wanted, "name").unwrap_or_default();
-                let actual = status["listeners"]
-                    .as_array()
-                    .and_then(|l| l.iter().find(|l| l["name"] == name))
-                    .ok_or(format!(
-                        "Gateway {gateway} has no listener {name}: {status}"
-                    ))?;
-                let kinds: BTreeSet<String> = actual["supportedKinds"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|k| {
-                        format!(
-                            "{}/{}",
-                            k["group"].as_str().unwrap_or("gateway.networking.k8s.io"),
-                            k["kind"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                let wanted_kinds: BTreeSet<String> =
-                    strings(&wanted["supported_kinds"]).into_iter().collect();
-                // As upstream's listener comparison: an HTTP listener of an implementation
-                // that serves GRPCRoute lists it too.
-                let mut kinds = kinds;
-                if !wanted_kinds.contains("gateway.networking.k8s.io/GRPCRoute") {
-                    kinds.remove("gateway.networking.k8s.io/GRPCRoute");
-                }
-                if kinds != wanted_kinds {
-                    return Err(format!(
-                        "Gateway {gateway} listener {name}: supportedKinds {kinds:?}, wanted {wanted_kinds:?}"
-                    ));
-                }
-                for c in wanted["conditions"].as_array().into_iter().flatten() {
-                    let (t, s) = (
-                        str_of(c, "type").unwrap_or_default(),
-                        text(&c["status"]).unwrap_or_default(),
-                    );
-                    if !has_condition(&actual["conditions"], t, &s, str_of(c, "reason")) {
-                        return Err(format!(
-                            "Gateway {gateway} listener {name}: wanted {t}={s}: {actual}"
-                        ));
-                    }
-                }
-                if let Some(n) = wanted["attached_routes"].as_i64()
-                    && actual["attachedRoutes"].as_i64() != Some(n)
-                {
-                    return Err(format!(
-                        "Gateway {gateway} listener {name}: attachedRoutes {}, wanted {n}",
-                        actual["attachedRoutes"]
-                    ));
-                }
-            }
-            Ok(())
-        }
-        "route_conditions_at_latest_generation" | "route_generation_changed" => {
-            let route = str_of(check, "route").unwrap_or_default();
-            let (ns, name) = nn(route);
-            let generation = run
-                .object("HTTPRoute", &ns, &name)
-                .and_then(|o| o["metadata"]["generation"].as_i64())
-                .unwrap_or(1);
-            if kind == "route_generation_changed"
-                && original_generations.get(route).copied().unwrap_or(1) == generation
-            {
-                return Err(format!("HTTPRoute {route} generation did not change"));
-            }
-            let (status, _) = route_status(route)?;
-            let parents = status["parents"].as_array().cloned().unwrap_or_default();
-            if parents.is_empty() {
-                return Err(format!("HTTPRoute {route} has no parents: {status}"));
-            }
-            for parent in &parents {
-                for c in parent["conditions"].as_array().into_iter().flatten() {
-                    if c["observedGeneration"].as_i64() != Some(generation) {
-                        return Err(format!(
-                            "HTTPRoute {route}: condition {} has observedGeneration {}, the route is at generation {generation}",
-                            c["type"], c["observedGeneration"]
-                        ));
-                    }
-                }
-            }
-            Ok(())
-        }
-        other => Err(format!("unknown status check {other}")),
-    }
-}
-
-/// Applies `path.to[0].field = value` to `object`.
-fn patch(object: &mut Value, expression: &str) -> Result<(), String> {
-    let (path, value) = expression
-        .split_once('=')
-        .ok_or(format!("a patch without `=`: {expression}"))?;
-    let mut at = object;
-    for segment in path.trim().split('.') {
-        let (key, indexes) = match segment.find('[') {
-            Some(i) => (&segment[..i], &segment[i..]),
-            None => (segment, ""),
-        };
-        at = at.get_mut(key).ok_or(format!("{expression}: no {key}"))?;
-        for index in indexes.split(['[', ']']).filter(|s| !s.is_empty()) {
-            let index: usize = index.parse().map_err(|_| format!("{expression}: index"))?;
-            at = at
-                .get_mut(index)
-                .ok_or(format!("{expression}: no [{index}]"))?;
-        }
-    }
-    *at = Value::String(value.trim().to_string());
-    Ok(())
-}
-
 fn run_status_checks(run: &mut Run, checks: &[Value]) -> Result<(), String> {
-    let mut original_generations = HashMap::new();
+    let mut context = CheckContext::default();
     for check in checks {
         if check["check"] == "mutate_route" {
             let route = str_of(check, "route").unwrap_or_default();
@@ -947,8 +414,10 @@ fn run_status_checks(run: &mut Run, checks: &[Value]) -> Result<(), String> {
                 "mutate_route: no HTTPRoute {route} in the manifests"
             ))?;
             let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
-            original_generations.insert(route.to_string(), generation);
-            patch(object, str_of(check, "patch").unwrap_or_default())?;
+            context
+                .original_generations
+                .insert(route.to_string(), generation);
+            mutate(object, check)?;
             object["metadata"]["generation"] = json!(generation + 1);
             run.rewrite(index);
             continue;
@@ -957,7 +426,7 @@ fn run_status_checks(run: &mut Run, checks: &[Value]) -> Result<(), String> {
         loop {
             let result = run
                 .status()
-                .and_then(|list| status_check(run, check, &list, &original_generations));
+                .and_then(|list| status_check(check, &list, &context));
             match result {
                 Ok(()) => break,
                 Err(e) if started.elapsed() > STATUS_PATIENCE => {
@@ -1606,12 +1075,7 @@ fn gateway_address(run: &Run, gateway: &str) -> String {
 
 /// Runs one corpus test from the start of haptor to its last request.
 fn run_case(case: &Case, library: Option<&str>, shared: &mut Shared) -> Outcome {
-    let missing: Vec<&str> = case
-        .features
-        .iter()
-        .map(String::as_str)
-        .filter(|f| !SUPPORTED_FEATURES.contains(f))
-        .collect();
+    let missing = case.missing_features();
     if !missing.is_empty() {
         return Outcome::Skip(format!("unsupported features: {}", missing.join(", ")));
     }
@@ -1653,10 +1117,7 @@ fn run_case(case: &Case, library: Option<&str>, shared: &mut Shared) -> Outcome 
     if let Err(e) = wait_ready(&mut run, Duration::from_secs(40)) {
         return Outcome::Fail(e);
     }
-    let checks = case.expect["status_checks"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let checks = case.status_checks();
     if let Err(e) = run_status_checks(&mut run, &checks) {
         return Outcome::Fail(e);
     }
@@ -1840,10 +1301,7 @@ fn committed_passes(path: &Path) -> BTreeSet<String> {
 fn the_gateway_api_conformance_cases_pass_through_haptor_local_as_the_committed_report_says() {
     let started = Instant::now();
     let library = std::fs::read_to_string(library_path()).ok();
-    let only: Option<Vec<String>> = std::env::var("HAPTOR_CONFORMANCE_CASES")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.split(',').map(|s| s.trim().to_string()).collect());
+    let only = selected_cases();
     let cases: Vec<Case> = load_cases()
         .into_iter()
         .filter(|c| {
