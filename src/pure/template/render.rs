@@ -1340,18 +1340,7 @@ impl HelperDef for WithRendered<'_> {
             // The hash arguments are block parameters the snippet reads by name.
             let given = !helper.hash().is_empty();
             if given {
-                let mut block = BlockContext::new();
-                if let Some(enclosing) = rc.block() {
-                    *block.base_path_mut() = enclosing.base_path().clone();
-                    if let Some(value) = enclosing.base_value() {
-                        block.set_base_value(value.clone());
-                    }
-                }
-                let mut params = BlockParams::new();
-                for (key, value) in helper.hash() {
-                    params.add_value(key, value.value().clone())?;
-                }
-                block.set_block_params(params);
+                let block = block_with_hash(helper, rc, None)?;
                 rc.push_block(block);
             }
             let result = template.render(registry, ctx, rc, &mut buffer);
@@ -1372,24 +1361,37 @@ impl HelperDef for WithRendered<'_> {
         let Some(body) = helper.template() else {
             return Ok(());
         };
-        let mut block = BlockContext::new();
-        if let Some(enclosing) = rc.block() {
-            *block.base_path_mut() = enclosing.base_path().clone();
-            if let Some(value) = enclosing.base_value() {
-                block.set_base_value(value.clone());
-            }
-        }
-        let mut params = BlockParams::new();
-        for (key, value) in helper.hash() {
-            params.add_value(key, value.value().clone())?;
-        }
-        params.add_value(name, Value::String(text))?;
-        block.set_block_params(params);
+        let block = block_with_hash(helper, rc, Some((name, Value::String(text))))?;
         rc.push_block(block);
         let result = body.render(registry, ctx, rc, out);
         rc.pop_block();
         result
     }
+}
+
+/// A block that keeps the enclosing `this` and has the helper's hash arguments, and `extra`,
+/// as block parameters.
+fn block_with_hash<'rc>(
+    helper: &Helper<'rc>,
+    rc: &HbRenderContext<'_, 'rc>,
+    extra: Option<(&'rc str, Value)>,
+) -> Result<BlockContext<'rc>, RenderError> {
+    let mut block = BlockContext::new();
+    if let Some(enclosing) = rc.block() {
+        *block.base_path_mut() = enclosing.base_path().clone();
+        if let Some(value) = enclosing.base_value() {
+            block.set_base_value(value.clone());
+        }
+    }
+    let mut params = BlockParams::new();
+    for (key, value) in helper.hash() {
+        params.add_value(key, value.value().clone())?;
+    }
+    if let Some((name, value)) = extra {
+        params.add_value(name, value)?;
+    }
+    block.set_block_params(params);
+    Ok(block)
 }
 
 /// Why an output stopped accepting writes.
