@@ -1646,6 +1646,21 @@ fn the_config_holds_the_ingress_library_the_gateway_api_library_or_both_as_ingre
     );
     assert_eq!(all(&both, "IngressClass").len(), 1);
     assert_eq!(all(&both, "GatewayClass").len(), 1);
+    // The merged config and the Gateway library alone pass their validation tests (what the
+    // admission webhook runs on a config change): the Gateway part renders nothing where no
+    // Gateway of its controller exists.
+    for (what, documents) in [("both libraries", &both), ("the Gateway library", &alone)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("config.yaml");
+        let config = find(documents, "HAProxyTemplateConfig", "haptor-config");
+        std::fs::write(&file, serde_json::to_string(&config).expect("JSON")).expect("write");
+        let output = crate::support::haptor(&["validate", "-f", file.to_str().expect("utf-8")]);
+        assert!(
+            output.status.success(),
+            "{what}: {}",
+            crate::support::text(&output)
+        );
+    }
     assert_eq!(service_and_container_port(&both, "http").0, 80);
     assert_eq!(service_and_container_port(&both, "gw-8080"), (8080, 18080));
     // The Ingress library's Service ports are not the listeners' to take.
