@@ -463,6 +463,15 @@ impl GatewayStatusBook {
             .collect()
     }
 
+    /// Forgets the objects other than Routes that the desired statuses no longer name (a
+    /// Gateway deleted, or of another class now): nothing is written to them, and one that
+    /// comes back is written again.
+    pub fn forget_absent(&mut self, desired: &[ObjectStatus]) {
+        let named: BTreeSet<ObjectKey> = desired.iter().map(ObjectStatus::key).collect();
+        self.written
+            .retain(|key, _| key.kind.ends_with("Route") || named.contains(key));
+    }
+
     /// The Routes written this term that the desired statuses no longer name: their
     /// parents of haptor are to be removed.
     pub fn dropped(&self, desired: &[ObjectStatus]) -> Vec<ObjectKey> {
@@ -594,6 +603,22 @@ mod tests {
         assert_eq!(book.dropped(&[]), vec![route.key()]);
         book.new_term();
         assert_eq!(book.due(std::slice::from_ref(&route)).len(), 1);
+    }
+
+    #[test]
+    fn a_gateway_that_leaves_and_comes_back_is_written_again() {
+        let gateway = ObjectStatus {
+            api_version: "gateway.networking.k8s.io/v1".into(),
+            kind: "Gateway".into(),
+            namespace: "ns".into(),
+            name: "gw".into(),
+            status: json!({"conditions": []}),
+        };
+        let mut book = GatewayStatusBook::default();
+        book.wrote(gateway.key(), gateway.status.clone());
+        book.forget_absent(&[]);
+        assert!(book.dropped(&[]).is_empty(), "only Routes lose parents");
+        assert_eq!(book.due(std::slice::from_ref(&gateway)).len(), 1);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 
 #[path = "../support/dataplaneapi.rs"]
 mod dataplane_peer;
+#[path = "../support/gateway_checks.rs"]
+mod gateway_checks;
 #[path = "../support/haptor_run.rs"]
 mod haptor_run;
 #[path = "../support/helm.rs"]
@@ -21,6 +23,7 @@ mod support;
 mod chart;
 mod fault_injection;
 mod gateway_api;
+mod gateway_conformance_status;
 mod kube_apiserver;
 mod kube_discovery;
 mod kube_events;

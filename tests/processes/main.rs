@@ -9,6 +9,8 @@ mod controller;
 mod dataplane_stub;
 #[path = "../support/echo.rs"]
 mod echo;
+#[path = "../support/gateway_checks.rs"]
+mod gateway_checks;
 #[path = "../support/local.rs"]
 mod local;
 #[path = "../support/mod.rs"]

@@ -64,6 +64,7 @@ impl GatewayStatusWriter {
         publish: Option<&Addresses>,
     ) -> Vec<(ObjectKey, GatewayStatusFailure)> {
         let mut failures = Vec::new();
+        self.book.forget_absent(desired);
         let due: Vec<ObjectStatus> = self.book.due(desired).into_iter().cloned().collect();
         for status in due {
             let key = status.key();
