@@ -416,7 +416,9 @@ async fn the_leader_writes_gateway_api_status_only_when_it_differs_keeps_other_c
         "the lost Route",
     );
 
-    // A render caused by an unrelated change (a new Service: a new backend) does not write
+    // A render caused by an unrelated change (a new Service `apps/web`, which gets a backend
+    // because a Route names `web`: the library makes backends for the Services Routes name)
+    // does not write
     // the unchanged statuses again; nor does one that changes other objects' status: a
     // second Route attached to `http` (its one match, `/`, is `web`'s, and the older Route
     // keeps it: haproxy.cfg may stay the same bytes while the status changes). The writer goes
@@ -424,7 +426,7 @@ async fn the_leader_writes_gateway_api_status_only_when_it_differs_keeps_other_c
     // name), so once `zz-second` has its status, the pass that wrote it has been past `lost`
     // and `web`.
     let (web_version, lost_version) = (resource_version(&route), resource_version(&lost));
-    service(&client, "apps", "unrelated", 80).await;
+    service(&client, "apps", "web", 80).await;
     wait_for("the render with the new Service", &[&replica], || async {
         Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
             .get_opt("haptor-config")
@@ -432,7 +434,7 @@ async fn the_leader_writes_gateway_api_status_only_when_it_differs_keeps_other_c
             .ok()
             .flatten()
             .and_then(|c| decode_content(&c.spec).ok())
-            .filter(|content| content.contains("backend gw_apps_unrelated_80"))
+            .filter(|content| content.contains("backend gw_apps_web_80"))
     })
     .await;
     create(
@@ -443,7 +445,7 @@ async fn the_leader_writes_gateway_api_status_only_when_it_differs_keeps_other_c
             "metadata": { "name": "zz-second", "namespace": "apps" },
             "spec": {
                 "parentRefs": [{ "name": "gw", "namespace": "infra", "sectionName": "http" }],
-                "rules": [{ "backendRefs": [{ "name": "unrelated", "port": 80 }] }],
+                "rules": [{ "backendRefs": [{ "name": "web", "port": 80 }] }],
             },
         }),
     )
