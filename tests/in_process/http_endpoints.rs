@@ -256,8 +256,18 @@ async fn debug_vars_serve_the_introspection_record_and_refuse_unknown_names() {
         .collect();
     assert_eq!(
         names,
-        ["config", "rendered", "resources", "state", "errors"]
+        [
+            "config",
+            "rendered",
+            "resources",
+            "state",
+            "errors",
+            "status"
+        ]
     );
+    // The Gateway API status of the render: none recorded, an empty list.
+    let (status, statuses) = running.debug_json("/debug/vars/status").await;
+    assert_eq!((status, statuses), (200, serde_json::json!([])));
 
     let (status, config) = running.debug_json("/debug/vars/config").await;
     assert_eq!(status, 200);
