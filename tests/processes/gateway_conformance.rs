@@ -11,7 +11,8 @@
 //! in [`SUPPORTED_FEATURES`] is skipped. The corpus reading and the status checks are
 //! `tests/support/gateway_checks.rs`, which the API server tier's
 //! `gateway_conformance_status.rs` shares. The results are written as an upstream-shaped
-//! `ConformanceReport` to `target/gateway-conformance.yaml` (and to
+//! `ConformanceReport` to `gateway-conformance.yaml` in Cargo's test scratch directory
+//! (`target/tmp`; and to
 //! `docs/gateway-conformance.yaml` with `HAPTOR_UPDATE_CONFORMANCE_REPORT=1`), and every case
 //! the committed report lists as passed must still pass. `HAPTOR_CONFORMANCE_CASES=a,b`
 //! (file stems or test names) runs only those cases, `HAPTOR_GATEWAY_LIBRARY=FILE` another
@@ -1344,8 +1345,10 @@ fn the_gateway_api_conformance_cases_pass_through_haptor_local_as_the_committed_
         results.push(outcome);
     }
     let yaml = report(&cases, &results);
-    let target = repo("target/gateway-conformance.yaml");
-    std::fs::write(&target, &yaml).expect("write target/gateway-conformance.yaml");
+    // Cargo's scratch directory for integration tests (under the target directory, wherever
+    // CARGO_TARGET_DIR puts it).
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-conformance.yaml");
+    std::fs::write(&target, &yaml).unwrap_or_else(|e| panic!("write {}: {e}", target.display()));
     let committed = repo("docs/gateway-conformance.yaml");
     let expected_passes = committed_passes(&committed);
     let update = std::env::var("HAPTOR_UPDATE_CONFORMANCE_REPORT").as_deref() == Ok("1");
