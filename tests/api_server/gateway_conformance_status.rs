@@ -30,9 +30,9 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::gateway_checks::{
-    CONTROLLER_NAME, Case, CheckContext, GATEWAY_CLASS, endpoint_slice, gateway_ip, load_cases,
-    mutate, nn, read_manifests, selected_cases, status_check, status_of, str_of, strings,
-    tls_secret, truncate,
+    CONTROLLER_NAME, Case, CheckContext, GATEWAY_CLASS, Outcome, endpoint_slice, gateway_ip,
+    load_cases, mutate, nn, read_manifests, selected_cases, status_check, status_of, str_of,
+    strings, tls_secret, truncate,
 };
 use crate::haptor_run::{Replica, no_election, repo, wait_for};
 use crate::kube_kit::{Kit, KitOptions};
@@ -278,23 +278,6 @@ async fn clean_up(client: &Client, objects: &[Value]) -> Result<(), String> {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     Ok(())
-}
-
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Pass,
-    Skip(String),
-    Fail(String),
-}
-
-impl Outcome {
-    fn word(&self) -> &'static str {
-        match self {
-            Outcome::Pass => "pass",
-            Outcome::Skip(_) => "skip",
-            Outcome::Fail(_) => "fail",
-        }
-    }
 }
 
 /// Applies a case's manifests, runs its status checks and deletes its objects again.

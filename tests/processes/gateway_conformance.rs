@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 
 use super::echo::{self, EchoServer};
 use super::gateway_checks::{
-    CONTROLLER_NAME, Case, CheckContext, GATEWAY_CLASS, SUPPORTED_FEATURES, endpoint_slice,
-    gateway_ip, load_cases, mutate, nn, read_manifests, selected_cases, status_check, status_of,
-    str_of, strings, text, tls_secret, truncate,
+    CONTROLLER_NAME, Case, CheckContext, GATEWAY_CLASS, Outcome, SUPPORTED_FEATURES,
+    endpoint_slice, gateway_ip, load_cases, mutate, nn, read_manifests, selected_cases,
+    status_check, status_of, str_of, strings, text, tls_secret, truncate,
 };
 use super::local::{Local, get, repo};
 use super::support::free_port;
@@ -52,29 +52,6 @@ fn library_path() -> PathBuf {
     std::env::var_os("HAPTOR_GATEWAY_LIBRARY")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo("deploy/library/gateway.yaml"))
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Outcome {
-    Pass,
-    Skip(String),
-    Fail(String),
-}
-
-impl Outcome {
-    fn word(&self) -> &'static str {
-        match self {
-            Outcome::Pass => "pass",
-            Outcome::Skip(_) => "skip",
-            Outcome::Fail(_) => "fail",
-        }
-    }
-    fn reason(&self) -> &str {
-        match self {
-            Outcome::Pass => "",
-            Outcome::Skip(reason) | Outcome::Fail(reason) => reason,
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------

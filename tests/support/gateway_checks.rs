@@ -690,3 +690,30 @@ pub fn truncate(text: &str, max: usize) -> String {
     }
     format!("{}… ({} bytes)", &text[..end], text.len())
 }
+
+/// How one corpus case ended, in either runner.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Pass,
+    Skip(String),
+    Fail(String),
+}
+
+impl Outcome {
+    /// The word the report and the table print.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Skip(_) => "skip",
+            Outcome::Fail(_) => "fail",
+        }
+    }
+
+    /// Why the case was skipped or failed; empty for a pass.
+    pub fn reason(&self) -> &str {
+        match self {
+            Outcome::Pass => "",
+            Outcome::Skip(reason) | Outcome::Fail(reason) => reason,
+        }
+    }
+}
