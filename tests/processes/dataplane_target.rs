@@ -1284,3 +1284,86 @@ async fn a_map_emptied_by_the_render_replaces_the_stored_one_although_the_api_re
     assert_eq!(stored.as_deref().map(str::trim), Some(""));
     assert!(stub.state().runtime_maps["hosts"].is_empty());
 }
+
+#[tokio::test]
+async fn servers_that_come_and_go_are_added_and_deleted_through_the_runtime_api() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let before = render(
+        config(
+            "    default-server maxconn 50\n    server SRV_1 10.0.0.1:80\n    server SRV_2 10.0.0.2:80\n",
+            "",
+        ),
+        vec![],
+    );
+    let after = render(
+        config(
+            "    default-server maxconn 50\n    server SRV_2 10.0.0.2:80\n    server SRV_3 10.0.0.3:8080 inter 2s\n",
+            "",
+        ),
+        vec![],
+    );
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(!outcome.reloaded, "{outcome:?}");
+    assert_eq!(outcome.runtime_changes, 2);
+    let requests = stub.requests();
+    let servers = format!("{API}/runtime/backends/be/servers");
+    let deleted = position(&requests, |r| {
+        r.is(Method::DELETE, &format!("{servers}/SRV_1"))
+    })
+    .expect("SRV_1 deleted");
+    let added = position(&requests, |r| r.is(Method::POST, &servers)).expect("SRV_3 added");
+    let ready = position(&requests, |r| {
+        r.is(Method::PUT, &format!("{servers}/SRV_3"))
+    })
+    .expect("SRV_3 taken out of maintenance");
+    assert!(deleted < added && added < ready, "{requests:#?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&requests[added].body).expect("JSON"),
+        json!({ "name": "SRV_3", "address": "10.0.0.3", "port": 8080, "maxconn": 50, "inter": 2000 }),
+        "the default-server settings travel with the added server"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&requests[ready].body).expect("JSON"),
+        json!({ "admin_state": "ready" })
+    );
+    let state = stub.state();
+    assert!(state.runtime_server_exists("be", "SRV_3"));
+    assert!(!state.runtime_server_exists("be", "SRV_1"));
+    assert_eq!(
+        state.config, after.haproxy_cfg,
+        "the file has the servers too"
+    );
+    assert_eq!(state.unexpected_reloads, 0);
+}
+
+#[tokio::test]
+async fn a_server_the_api_cannot_add_with_its_checks_on_is_deployed_by_one_reload() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let before = render(config("    server SRV_1 10.0.0.1:80 check\n", ""), vec![]);
+    let after = render(
+        config(
+            "    server SRV_1 10.0.0.1:80 check\n    server SRV_2 10.0.0.2:80 check\n",
+            "",
+        ),
+        vec![],
+    );
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    assert!(outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.method == Method::POST && r.path.contains("/runtime/backends/")),
+        "no server is added without its checks: {requests:#?}"
+    );
+}

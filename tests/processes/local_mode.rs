@@ -865,3 +865,86 @@ fn a_haproxy_c_that_cannot_run_is_counted_as_such_and_not_as_a_failed_validation
         "{log}"
     );
 }
+
+/// The quickstart's app-a Service with a second EndpointSlice whose one endpoint listens on
+/// `port`.
+fn second_app_a_slice(port: u16) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: app-a-2\n  namespace: default\n  labels: {{kubernetes.io/service-name: app-a}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n    conditions: {{ready: true}}\n"
+    )
+}
+
+#[test]
+fn an_endpoint_beyond_the_deployed_servers_is_added_and_deleted_at_runtime_and_kept_across_a_reload()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let extra = backend("app-a-extra");
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let servers = || local::master_cli(&local.work(), "@1 show servers state svc_default_app-a_80");
+    assert_eq!(
+        servers().matches("SRV_").count(),
+        1,
+        "dynamic servers: the backend holds exactly its endpoint, no placeholder\n{}",
+        servers()
+    );
+    let before = worker_and_reloads(&local.work());
+
+    // A second endpoint: `add server`, no reload, and traffic reaches it.
+    local.write("more-endpoints.yaml", &second_app_a_slice(extra.port));
+    eventually("the added server answers", Duration::from_secs(30), || {
+        let _ = get(local.http, "a.localhost", "/");
+        (extra.requests.load(std::sync::atomic::Ordering::SeqCst) > 0).then_some(())
+    });
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a new endpoint must not reload haproxy\n{}",
+        local.log_text()
+    );
+    let deployed = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+    assert!(
+        deployed.contains(&format!("server SRV_2 127.0.0.1:{}", extra.port)),
+        "the config on disk holds the added server, so a reload keeps it\n{deployed}"
+    );
+
+    // A reload (a new Ingress with its own annotation backend) keeps both servers serving.
+    local.write(
+        "reloading.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: own\n  namespace: default\n  annotations: {haproxy.org/timeout-server: 7s}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: own.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("the reload happened", Duration::from_secs(30), || {
+        (worker_and_reloads(&local.work()).0 != before.0).then_some(())
+    });
+    let after_reload = worker_and_reloads(&local.work());
+    assert_eq!(
+        servers().matches("SRV_").count(),
+        2,
+        "the reloaded haproxy runs both servers\n{}",
+        servers()
+    );
+
+    // The endpoint leaves: `del server`, no reload, and traffic stays on app-a.
+    std::fs::remove_file(local.dir.join("more-endpoints.yaml")).expect("remove");
+    eventually("the server is deleted", Duration::from_secs(30), || {
+        (!servers().contains("SRV_2")).then_some(())
+    });
+    let served = extra.requests.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..10 {
+        assert_eq!(
+            get(local.http, "a.localhost", "/").map(|r| r.1),
+            Some("hello from app-a\n".into())
+        );
+    }
+    assert_eq!(
+        extra.requests.load(std::sync::atomic::Ordering::SeqCst),
+        served,
+        "nothing reaches a deleted server"
+    );
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        after_reload,
+        "a leaving endpoint must not reload haproxy\n{}",
+        local.log_text()
+    );
+}

@@ -205,3 +205,69 @@ async fn a_weight_change_on_a_balance_source_backend_is_applied_by_one_reload_wi
     assert!(weight.starts_with("20 "), "{weight}");
     assert_eq!(get(pod.ip(), "a.example").await.1, "backend-a");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_that_come_and_go_are_added_and_deleted_at_runtime_by_the_real_api_without_a_reload()
+ {
+    let network = PodNetwork::shared();
+    let backends = network.pod("dynamic-backends");
+    let _a = backends.http_backend(8181, "backend-a");
+    let _b = backends.http_backend(8182, "backend-b");
+    let pod = HaproxyPod::start(network, "haproxy-dynamic");
+    let target = target(&pod);
+    let servers = |lines: &[String]| format!("    default-server maxconn 50\n{}", lines.concat());
+    let first = render(
+        &servers(&[format!(
+            "    server SRV_1 {} weight 2\n",
+            backends.addr(8181)
+        )]),
+        "",
+    );
+    let both = render(
+        &servers(&[
+            format!("    server SRV_1 {} weight 2\n", backends.addr(8181)),
+            format!("    server SRV_2 {} weight 2\n", backends.addr(8182)),
+        ]),
+        "",
+    );
+    let second_only = render(
+        &servers(&[format!(
+            "    server SRV_2 {} weight 2\n",
+            backends.addr(8182)
+        )]),
+        "",
+    );
+    let outcome = target
+        .deploy(&request(&first, 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(outcome.reloaded);
+    assert_eq!(get(pod.ip(), "a.example").await.1, "backend-a");
+    let reloads = pod.reloads();
+
+    let outcome = target
+        .deploy(&request(&both, 2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(!outcome.reloaded, "{outcome:?}\n{}", pod.logs());
+    let mut answered = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        answered.insert(get(pod.ip(), "a.example").await.1);
+    }
+    assert_eq!(
+        answered.into_iter().collect::<Vec<_>>(),
+        ["backend-a", "backend-b"],
+        "the added server takes its share"
+    );
+
+    let outcome = target
+        .deploy(&request(&second_only, 3))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(!outcome.reloaded, "{outcome:?}\n{}", pod.logs());
+    for _ in 0..6 {
+        assert_eq!(get(pod.ip(), "a.example").await.1, "backend-b");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
+}

@@ -121,6 +121,10 @@ pub struct StubState {
     /// Backends with a static load-balancing algorithm (`balance source`): HAProxy refuses
     /// weights other than 0% and 100% there at runtime.
     pub static_backends: Vec<String>,
+    /// The configuration the running worker was started from (set when a reload is
+    /// queued), and the servers added (`true`) and deleted (`false`) at runtime since.
+    pub running_config: String,
+    pub runtime_server_changes: BTreeMap<(String, String), bool>,
 }
 
 /// A way for the stub to misbehave.
@@ -166,6 +170,8 @@ impl Stub {
             worker_pid: 1000,
             starting_worker: None,
             static_backends: Vec::new(),
+            running_config: String::new(),
+            runtime_server_changes: BTreeMap::new(),
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -479,6 +485,73 @@ impl StubState {
                 fields.insert("name".into(), json!(server));
                 (StatusCode::OK, axum::Json(Value::Object(fields))).into_response()
             }
+            (
+                Method::POST,
+                [
+                    "services",
+                    "haproxy",
+                    "runtime",
+                    "backends",
+                    backend,
+                    "servers",
+                ],
+            ) => {
+                let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&request.body) else {
+                    return json_error(StatusCode::BAD_REQUEST, "body is not a JSON object");
+                };
+                let Some(server) = fields.get("name").and_then(Value::as_str) else {
+                    return json_error(StatusCode::BAD_REQUEST, "the new server must have a name");
+                };
+                if !self.running_has_backend(backend) {
+                    return json_error(
+                        StatusCode::NOT_FOUND,
+                        &format!(
+                            "/etc/haproxy/runtime.sock [3]  No such backend. [add server {backend}/{server}]"
+                        ),
+                    );
+                }
+                if self.static_backends.iter().any(|b| b == backend) {
+                    return json_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!(
+                            "/etc/haproxy/runtime.sock [3]  Backend must use a dynamic load balancing to support dynamic servers. [add server {backend}/{server}]"
+                        ),
+                    );
+                }
+                if self.runtime_server_exists(backend, server) {
+                    return json_error(
+                        StatusCode::CONFLICT,
+                        &format!(
+                            "/etc/haproxy/runtime.sock [3]  Already exists a server with the same name in backend. [add server {backend}/{server}]"
+                        ),
+                    );
+                }
+                self.runtime_server_changes
+                    .insert((backend.to_string(), server.to_string()), true);
+                (StatusCode::CREATED, axum::Json(Value::Object(fields))).into_response()
+            }
+            (
+                Method::DELETE,
+                [
+                    "services",
+                    "haproxy",
+                    "runtime",
+                    "backends",
+                    backend,
+                    "servers",
+                    server,
+                ],
+            ) => {
+                if !self.runtime_server_exists(backend, server) {
+                    return json_error(
+                        StatusCode::NOT_FOUND,
+                        &format!("server {server} not found in backend {backend}"),
+                    );
+                }
+                self.runtime_server_changes
+                    .insert((backend.to_string(), server.to_string()), false);
+                StatusCode::NO_CONTENT.into_response()
+            }
             (Method::POST, ["services", "haproxy", "runtime", "maps", map, "entries"]) => {
                 let Ok(entry) = serde_json::from_str::<Value>(&request.body) else {
                     return json_error(StatusCode::BAD_REQUEST, "body is not JSON");
@@ -668,6 +741,10 @@ impl StubState {
     /// Queues a reload, or joins the one still pending (requests made while a reload is
     /// pending share its id).
     pub fn queue_reload(&mut self, fails: bool) -> String {
+        if !fails {
+            self.running_config = self.config.clone();
+            self.runtime_server_changes.clear();
+        }
         if let Some((id, pending)) = self
             .reloads
             .iter_mut()
@@ -900,6 +977,40 @@ impl StubState {
     }
 
     /// HAProxy's answer to a weight change it refuses, as the API passes it on.
+    /// The server lines of `backend` in the configuration the worker runs.
+    fn running_servers(&self, backend: &str) -> Option<Vec<String>> {
+        let mut lines = self.running_config.lines();
+        lines.find(|l| l.split_whitespace().collect::<Vec<_>>() == ["backend", backend])?;
+        Some(
+            lines
+                .take_while(|l| l.starts_with(char::is_whitespace) || l.trim().is_empty())
+                .filter_map(|l| {
+                    let words: Vec<&str> = l.split_whitespace().collect();
+                    (words.first() == Some(&"server"))
+                        .then(|| words.get(1).map(|w| w.to_string()))?
+                })
+                .collect(),
+        )
+    }
+
+    fn running_has_backend(&self, backend: &str) -> bool {
+        self.running_servers(backend).is_some()
+    }
+
+    /// Whether the worker has this server: as the configuration it was started from says,
+    /// unless a runtime call added or deleted it since.
+    pub fn runtime_server_exists(&self, backend: &str, server: &str) -> bool {
+        match self
+            .runtime_server_changes
+            .get(&(backend.to_string(), server.to_string()))
+        {
+            Some(added) => *added,
+            None => self
+                .running_servers(backend)
+                .is_some_and(|servers| servers.iter().any(|s| s == server)),
+        }
+    }
+
     fn weight_refusal(&self, backend: &str, server: &str, weight: &str) -> Option<String> {
         let weight = weight.trim_matches('"');
         (self.static_backends.iter().any(|b| b == backend) && !matches!(weight, "0" | "100" | "0%" | "100%")).then(|| {

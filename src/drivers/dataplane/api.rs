@@ -478,6 +478,32 @@ impl Api {
             .map(drop)
     }
 
+    /// `POST /services/haproxy/runtime/backends/{backend}/servers` with a
+    /// `runtime_add_server` body: HAProxy's `add server` (the server starts in maintenance).
+    pub async fn runtime_add_server(&self, backend: &str, body: Value) -> Result<(), ApiError> {
+        let url = self.url(
+            &[
+                "services", "haproxy", "runtime", "backends", backend, "servers",
+            ],
+            &[],
+        );
+        self.call(Method::POST, url, Body::Json(body))
+            .await
+            .map(drop)
+    }
+
+    /// `DELETE /services/haproxy/runtime/backends/{backend}/servers/{server}`: the API puts
+    /// the server in maintenance, then runs `del server`.
+    pub async fn runtime_delete_server(&self, backend: &str, server: &str) -> Result<(), ApiError> {
+        let url = self.url(
+            &[
+                "services", "haproxy", "runtime", "backends", backend, "servers", server,
+            ],
+            &[],
+        );
+        self.call(Method::DELETE, url, Body::Empty).await.map(drop)
+    }
+
     /// `GET /services/haproxy/runtime/maps?include_unmanaged=true`: every map the running
     /// worker loaded (without the flag the API lists only maps whose path, as the
     /// configuration wrote it, lies in its maps directory: none, for relative paths).

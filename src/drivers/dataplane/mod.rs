@@ -1094,6 +1094,12 @@ impl DataplaneTarget {
                 }
             }
         }
+        for (backend, server) in &changes.deleted_servers {
+            let result = self.api.runtime_delete_server(backend, server).await;
+            if let Some(reason) = self.refusal(&format!("server {backend}/{server}"), result)? {
+                return Ok(Live::NeedsReload(reason));
+            }
+        }
         for ((backend, server), fields) in &changes.servers {
             let result = self
                 .api
@@ -1101,6 +1107,26 @@ impl DataplaneTarget {
                 .await;
             if let Some(reason) = self.refusal(&format!("server {backend}/{server}"), result)? {
                 return Ok(Live::NeedsReload(reason));
+            }
+        }
+        for added in &changes.added_servers {
+            let what = format!("server {}/{}", added.backend, added.server);
+            let result = self
+                .api
+                .runtime_add_server(&added.backend, Value::Object(added.body.clone()))
+                .await;
+            if let Some(reason) = self.refusal(&what, result)? {
+                return Ok(Live::NeedsReload(reason));
+            }
+            if added.ready {
+                let ready = serde_json::json!({ "admin_state": "ready" });
+                let result = self
+                    .api
+                    .runtime_server(&added.backend, &added.server, ready)
+                    .await;
+                if let Some(reason) = self.refusal(&what, result)? {
+                    return Ok(Live::NeedsReload(reason));
+                }
             }
         }
         let loaded = if changes.maps.is_empty() {

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use crate::pure::deploy::fence::Fence;
-use crate::pure::deploy::plan::{DeploymentPlan, Operation, ServerState, plan};
+use crate::pure::deploy::plan::{
+    DeploymentPlan, Operation, ServerState, checks_agent, checks_health, plan, starts_disabled,
+};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::rendered::{AuxKind, Checksum, RenderedConfig};
 
@@ -512,15 +514,16 @@ impl LocalTarget {
             .iter()
             .filter(|op| op.is_runtime())
             .collect();
-        // Servers leaving go to maintenance first, so no request reaches a server slot while
-        // its address is being replaced (a stable sort keeps the plan's order otherwise).
+        // Servers leaving go to maintenance (or away) first, so no request reaches a server
+        // slot while its address is being replaced (a stable sort keeps the plan's order
+        // otherwise).
         operations.sort_by_key(|op| {
             !matches!(
                 op,
                 Operation::SetServerState {
                     state: ServerState::Maint,
                     ..
-                }
+                } | Operation::DelServer { .. }
             )
         });
         if operations.is_empty() {
@@ -694,6 +697,23 @@ impl LocalTarget {
                 let command = format!("set server {} state {state}", server(backend, name));
                 self.expect(route, &command, silent).await?;
             }
+            Operation::AddServer {
+                backend,
+                server: name,
+                address,
+                port,
+                parameters,
+            } => {
+                return self
+                    .add_server(route, &server(backend, name), address, *port, parameters)
+                    .await;
+            }
+            Operation::DelServer {
+                backend,
+                server: name,
+            } => {
+                return self.delete_server(route, &server(backend, name)).await;
+            }
             Operation::ReplaceMap { path, entries } => {
                 return self.replace_map(route, path, entries).await;
             }
@@ -702,6 +722,96 @@ impl LocalTarget {
             }
         }
         Ok(true)
+    }
+
+    /// `add server`, then `enable server` and the checks the parameters turn on (HAProxy
+    /// creates a runtime server in maintenance with its checks off). A server of that name
+    /// that is still there — one a deletion left in maintenance because connections still
+    /// used it — takes the new address and comes back instead.
+    async fn add_server(
+        &self,
+        route: Route,
+        server: &str,
+        address: &str,
+        port: Option<u16>,
+        parameters: &[String],
+    ) -> Result<bool, LocalTargetError> {
+        let mut command = format!("add server {server} {}", cli_word(address));
+        if let Some(port) = port {
+            command.push_str(&format!(":{port}"));
+        }
+        for word in parameters {
+            command.push(' ');
+            command.push_str(&cli_word(word));
+        }
+        let reply = self.send(route, &command).await?;
+        if reply.contains("Already exists") {
+            let mut moved = format!("set server {server} addr {}", cli_word(address));
+            if let Some(port) = port {
+                moved.push_str(&format!(" port {port}"));
+            }
+            self.expect(route, &moved, |reply| {
+                reply.contains("changed") || reply.contains("no need to change")
+            })
+            .await?;
+            tracing::debug!(
+                server,
+                "a server left in maintenance by a deletion takes the added one's place"
+            );
+        } else if !reply.contains("New server registered") {
+            return Err(LocalTargetError::UnexpectedReply {
+                command: command.clone(),
+                reply: reply.trim().to_string(),
+            });
+        }
+        if !starts_disabled(parameters) {
+            self.expect(route, &format!("enable server {server}"), silent)
+                .await?;
+        }
+        if checks_health(parameters) {
+            self.expect(route, &format!("enable health {server}"), silent)
+                .await?;
+        }
+        if checks_agent(parameters) {
+            self.expect(route, &format!("enable agent {server}"), silent)
+                .await?;
+        }
+        Ok(true)
+    }
+
+    /// `set server … state maint`, then `del server`. A server that connections still use
+    /// stays in maintenance, taking no new request (HAProxy deletes only idle servers; the
+    /// next reload drops it, and an addition of its name reuses it); one already gone is
+    /// nothing to do.
+    async fn delete_server(&self, route: Route, server: &str) -> Result<bool, LocalTargetError> {
+        let maint = format!("set server {server} state maint");
+        let reply = self.send(route, &maint).await?;
+        if reply.contains("No such") {
+            return Ok(false);
+        }
+        if !silent(&reply) {
+            return Err(LocalTargetError::UnexpectedReply {
+                command: maint,
+                reply: reply.trim().to_string(),
+            });
+        }
+        let command = format!("del server {server}");
+        let reply = self.send(route, &command).await?;
+        if reply.contains("Server deleted") {
+            Ok(true)
+        } else if reply.contains("connections") {
+            tracing::debug!(
+                server,
+                reply = reply.trim(),
+                "a server still in use stays in maintenance until it is idle or the next reload"
+            );
+            Ok(true)
+        } else {
+            Err(LocalTargetError::UnexpectedReply {
+                command,
+                reply: reply.trim().to_string(),
+            })
+        }
     }
 
     /// Sends a command and checks its reply.

@@ -367,8 +367,132 @@ pub struct LiveChanges {
     /// `X-Runtime-Actions` for APIs before v3.3.1 (address and weight changes).
     pub actions: Vec<String>,
     pub maps: Vec<MapChange>,
+    /// `DELETE /runtime/backends/{b}/servers/{s}` (the API puts the server in maintenance
+    /// first), by backend and server, before any other server call.
+    pub deleted_servers: Vec<(String, String)>,
+    /// `POST /runtime/backends/{b}/servers` bodies, after every other server call.
+    pub added_servers: Vec<AddedServer>,
     /// How many runtime operations of the plan these calls carry out.
     pub count: usize,
+}
+
+/// A server the runtime API adds: the `runtime_add_server` body, then, unless it starts
+/// disabled, `admin_state: ready` (HAProxy creates it in maintenance).
+#[derive(Debug, PartialEq, Eq)]
+pub struct AddedServer {
+    pub backend: String,
+    pub server: String,
+    pub body: Map<String, Value>,
+    pub ready: bool,
+}
+
+/// The `runtime_add_server` body for a server with these parameters (v3.4.0's field names;
+/// the API writes them back as `add server` words). Health and agent checks are refused:
+/// the API cannot turn on the checks of a server it adds (`enable health` has no endpoint),
+/// and a server whose checks never run would take traffic while down.
+pub fn runtime_add_server_body(
+    server: &str,
+    address: &str,
+    port: Option<u16>,
+    parameters: &[String],
+) -> Result<(Map<String, Value>, bool), String> {
+    let mut body = Map::new();
+    body.insert("name".into(), Value::from(server));
+    body.insert(
+        "address".into(),
+        Value::from(address.trim_start_matches('[').trim_end_matches(']')),
+    );
+    if let Some(port) = port {
+        body.insert("port".into(), Value::from(port));
+    }
+    let mut ready = true;
+    let mut words = parameters.iter();
+    while let Some(word) = words.next() {
+        let flag = |field: &str, value: &str| (field.to_string(), Value::from(value));
+        let (field, value) = match word.as_str() {
+            "backup" => flag("backup", "enabled"),
+            "ssl" => flag("ssl", "enabled"),
+            "send-proxy" => flag("send-proxy", "enabled"),
+            "send-proxy-v2" => flag("send-proxy-v2", "enabled"),
+            "send-proxy-v2-ssl" => flag("send_proxy_v2_ssl", "enabled"),
+            "send-proxy-v2-ssl-cn" => flag("send_proxy_v2_ssl_cn", "enabled"),
+            "tfo" => flag("tfo", "enabled"),
+            "tls-tickets" => flag("tls_tickets", "enabled"),
+            "no-tls-tickets" => flag("tls_tickets", "disabled"),
+            "no-ssl-reuse" => flag("ssl_reuse", "disabled"),
+            "allow-0rtt" => ("allow_0rtt".to_string(), Value::from(true)),
+            "disabled" => {
+                ready = false;
+                flag("maintenance", "enabled")
+            }
+            "enabled" => {
+                ready = true;
+                flag("maintenance", "disabled")
+            }
+            keyword => {
+                let field = match keyword {
+                    "alpn" | "proto" | "sni" | "verify" | "verifyhost" | "ciphers"
+                    | "ciphersuites" | "observe" | "ws" | "on-error" | "on-marked-down"
+                    | "on-marked-up" => keyword.to_string(),
+                    "ssl-min-ver" => "ssl_min_ver".into(),
+                    "ssl-max-ver" => "ssl_max_ver".into(),
+                    "weight" | "maxconn" | "maxqueue" | "minconn" | "rise" | "fall" => {
+                        keyword.to_string()
+                    }
+                    "error-limit" => "error_limit".into(),
+                    "pool-max-conn" => "pool_max_conn".into(),
+                    "pool-low-conn" => "pool_low_conn".into(),
+                    "slowstart" | "inter" | "fastinter" | "downinter" => keyword.to_string(),
+                    "pool-purge-delay" => "pool_purge_delay".into(),
+                    "check" | "agent-check" => {
+                        return Err(format!(
+                            "server {server} would be added with '{keyword}', but the Data Plane API cannot turn on the checks of a server it adds"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "server {server} would be added with '{keyword}', which haptor does not add through the Data Plane API"
+                        ));
+                    }
+                };
+                let Some(value) = words.next() else {
+                    return Err(format!("server {server}: '{keyword}' has no value"));
+                };
+                let value = match keyword {
+                    "weight" | "maxconn" | "maxqueue" | "minconn" | "rise" | "fall"
+                    | "error-limit" | "pool-max-conn" | "pool-low-conn" => {
+                        Value::from(value.parse::<i64>().map_err(|_| {
+                            format!("server {server}: {keyword} '{value}' is not a number")
+                        })?)
+                    }
+                    "slowstart" | "inter" | "fastinter" | "downinter" | "pool-purge-delay" => {
+                        Value::from(haproxy_milliseconds(value).ok_or_else(|| {
+                            format!("server {server}: {keyword} '{value}' is not a duration")
+                        })?)
+                    }
+                    _ => Value::from(value.as_str()),
+                };
+                (field, value)
+            }
+        };
+        body.insert(field, value);
+    }
+    Ok((body, ready))
+}
+
+/// An HAProxy duration (`500`, `500ms`, `2s`, `1m`, `1h`, `1d`) in milliseconds.
+fn haproxy_milliseconds(text: &str) -> Option<i64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let number: i64 = text[..digits].parse().ok()?;
+    let factor = match &text[digits..] {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
 }
 
 /// Entry changes that turn a loaded map's old content into the new one.
@@ -514,6 +638,27 @@ pub fn live_changes(
                     return Err(format!("map {path} has no storage place"));
                 }
                 changes.maps.push(map_change(path, &old, entries)?);
+            }
+            Operation::AddServer {
+                backend,
+                server,
+                address,
+                port,
+                parameters,
+            } => {
+                let (body, ready) = runtime_add_server_body(server, address, *port, parameters)
+                    .map_err(|reason| format!("{reason} (backend {backend})"))?;
+                changes.added_servers.push(AddedServer {
+                    backend: backend.clone(),
+                    server: server.clone(),
+                    body,
+                    ready,
+                });
+            }
+            Operation::DelServer { backend, server } => {
+                changes
+                    .deleted_servers
+                    .push((backend.clone(), server.clone()));
             }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
             }

@@ -627,7 +627,8 @@ impl Validator {
     /// Validates a render that follows `baseline`, a render that passed all three phases or
     /// differs from one that did only in runtime-changeable values.
     /// When the plan from `baseline` to `rendered` needs no reload — only server addresses,
-    /// ports, weights, states and map entries differ — the phases do not run again: the plan
+    /// ports, weights, states and map entries differ, and servers come and go with the
+    /// parameters of servers already there — the phases do not run again: the plan
     /// has parsed every changed line and found each one equal to a validated line but for
     /// those values, so the parser, the schema check and `haproxy -c` would judge the same
     /// configuration again, and endpoint changes must reach HAProxy in milliseconds. HAProxy's
@@ -643,8 +644,10 @@ impl Validator {
             return self.validate(rendered);
         };
         let started = Instant::now();
-        let runtime_only =
-            crate::pure::deploy::plan::plan(Some(baseline), &rendered).is_ok_and(|p| !p.reload);
+        // An added server whose parameters no validated server of its backend had is a
+        // line `haproxy -c` has not judged in that form.
+        let runtime_only = crate::pure::deploy::plan::plan(Some(baseline), &rendered)
+            .is_ok_and(|p| !p.reload && p.novel_servers == 0);
         if !runtime_only {
             return self.validate(rendered);
         }

@@ -290,6 +290,7 @@ const FN_HELPERS: &[(&str, HelperFn)] = &[
     ("last", last),
     ("default", default),
     ("fallback", default),
+    ("choose", choose),
     ("dig", dig),
     ("seq", seq),
     ("lower", |a| Ok(Value::String(a.text(0)?.to_lowercase()))),
@@ -875,6 +876,29 @@ fn last(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
 
 /// `default value fallback...` (alias `fallback`): the first argument that is defined and
 /// not null. Undefined variables are allowed here even in strict mode.
+/// `choose condition when_true when_false`: the second argument when the first is truthy
+/// (as `#if` judges it: not false, null, 0, "" or an empty list or object), else the third.
+fn choose(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
+    if args.count() != 3 {
+        return Err(misuse(
+            "choose needs a condition, the value when it holds and the value when it does not"
+                .to_string(),
+        ));
+    }
+    let truthy = match args.optional(0) {
+        None | Some(Value::Bool(false)) => false,
+        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    };
+    Ok(args
+        .optional(if truthy { 1 } else { 2 })
+        .cloned()
+        .unwrap_or(Value::Null))
+}
+
 fn default(args: &Args<'_, '_>) -> Result<Value, HelperFailure> {
     if args.count() < 2 {
         return Err(misuse(format!(

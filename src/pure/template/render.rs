@@ -657,7 +657,8 @@ fn mentions(entry: &SnapshotEntry, words: Option<&[String]>) -> bool {
 }
 
 /// `server_slots "endpointslices" namespace service port_name slots=10 params="check"
-/// name="SRV"`: the `server SRV_n` lines of a backend (see [`super::slots`]).
+/// name="SRV"`: the `server SRV_n` lines of a backend (see [`super::slots`]); `slots="dynamic"`
+/// writes exactly the endpoints, for servers added and deleted at runtime.
 const DEFAULT_SLOT_NAME: &str = "SRV";
 
 fn is_slot_name(name: &str) -> bool {
@@ -689,10 +690,19 @@ impl HelperDef for ServerSlots<'_> {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let min_slots = helper
-            .hash_get("slots")
-            .and_then(|v| v.value().as_u64())
-            .unwrap_or(10) as usize;
+        let min_slots = match helper.hash_get("slots").map(|v| v.value()) {
+            None => 10,
+            Some(Value::String(word)) if word == "dynamic" => 0,
+            Some(value) => match value.as_u64().or_else(|| value.as_str()?.parse().ok()) {
+                Some(count @ 1..=10_000) => count as usize,
+                _ => {
+                    return Err(misuse(format!(
+                        "slots={value} is neither a number of server slots (1 to 10000) nor \"dynamic\""
+                    ))
+                    .into());
+                }
+            },
+        };
         let params = helper
             .hash_get("params")
             .and_then(|v| v.value().as_str().map(String::from))

@@ -1,7 +1,9 @@
-//! Server slots: the `server_slots` helper turns a Service's EndpointSlices into a fixed
-//! number of `server SRV_n` lines, filling unused slots with disabled placeholders. Scaling
-//! within the slots then changes only server addresses and states, which the runtime API
-//! applies without a reload. A slot keeps its endpoint from one render to the next (the
+//! Server slots: the `server_slots` helper turns a Service's EndpointSlices into `server
+//! SRV_n` lines. With `slots=N` it writes a fixed number of them, filling unused slots with
+//! disabled placeholders, so scaling within the slots changes only server addresses and
+//! states, which the runtime API applies without a reload; with `slots="dynamic"` it writes
+//! exactly the endpoints, and the deployment adds and deletes servers at runtime (`add
+//! server`, for backends whose algorithm allows it). A slot keeps its endpoint from one render to the next (the
 //! template set remembers the last assignment), so an endpoint that stays never moves and
 //! its connections are not disturbed. Written in Rust rather than as template code because
 //! it runs once per backend and dominates large renders.
@@ -34,6 +36,7 @@ pub struct SlotSettings {
     /// What the server names start with (`SRV` gives `SRV_1`, `SRV_2`, ...), so one backend
     /// can hold the slots of two Services.
     pub name: String,
+    /// Slots reserved (0: dynamic, exactly the endpoints and no placeholder).
     pub min_slots: usize,
     pub params: String,
     pub indent: String,
@@ -62,12 +65,17 @@ pub type SlotMemory = HashMap<String, Arc<SlotEntry>>;
 
 /// Assigns `wanted` endpoints (`address:port`) to slots: at least `min_slots` slots, growing
 /// in steps of `min_slots`; endpoints keep the slot they had in `previous`; new ones fill the
-/// lowest free slots in sorted order.
+/// lowest free slots in sorted order. With `min_slots` 0 (dynamic servers) there are as many
+/// slots as the highest one in use needs: a slot whose endpoint left stays empty (its
+/// server is deleted) until a new endpoint takes it.
 pub fn assign_slots(
     previous: Option<&[Option<String>]>,
     wanted: &BTreeSet<String>,
     min_slots: usize,
 ) -> Vec<Option<String>> {
+    if min_slots == 0 {
+        return assign_dynamic(previous.unwrap_or_default(), wanted);
+    }
     let step = min_slots.max(1);
     let size = wanted.len().div_ceil(step).max(1) * step;
     let mut slots: Vec<Option<String>> = vec![None; size];
@@ -91,6 +99,35 @@ pub fn assign_slots(
         if let Some(index) = free.next() {
             slots[index] = Some(endpoint.clone());
         }
+    }
+    slots
+}
+
+fn assign_dynamic(previous: &[Option<String>], wanted: &BTreeSet<String>) -> Vec<Option<String>> {
+    let mut placed = BTreeSet::new();
+    let mut slots: Vec<Option<String>> = previous
+        .iter()
+        .map(|slot| {
+            slot.as_ref()
+                .filter(|endpoint| wanted.contains(*endpoint) && placed.insert((*endpoint).clone()))
+                .cloned()
+        })
+        .collect();
+    let mut free = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_none())
+        .map(|(i, _)| i)
+        .collect::<Vec<_>>()
+        .into_iter();
+    for endpoint in wanted.iter().filter(|e| !placed.contains(*e)) {
+        match free.next() {
+            Some(index) => slots[index] = Some(endpoint.clone()),
+            None => slots.push(Some(endpoint.clone())),
+        }
+    }
+    while slots.last().is_some_and(Option::is_none) {
+        slots.pop();
     }
     slots
 }
@@ -153,11 +190,15 @@ pub fn ready_endpoints<'a>(
     endpoints
 }
 
-/// The `server` lines of one backend's slots.
+/// The `server` lines of one backend's slots (dynamic servers: of its filled slots only).
 pub fn server_lines(slots: &[Option<String>], settings: &SlotSettings) -> String {
     let mut out = String::with_capacity(slots.len() * 48);
     let (name, params) = (&settings.name, settings.params.trim());
+    let dynamic = settings.min_slots == 0;
     for (index, slot) in slots.iter().enumerate() {
+        if dynamic && slot.is_none() {
+            continue;
+        }
         out.push_str(&settings.indent);
         match slot {
             Some(endpoint) => out.push_str(&format!("server {name}_{} {endpoint}", index + 1)),
@@ -238,6 +279,40 @@ mod tests {
             ready_endpoints([&slice].into_iter(), "").is_empty(),
             "an unnamed port matches only a single-port slice"
         );
+    }
+
+    #[test]
+    fn dynamic_servers_keep_their_names_and_leave_no_placeholder() {
+        let first = assign_slots(
+            None,
+            &set(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]),
+            0,
+        );
+        assert_eq!(first.len(), 3);
+        let second = assign_slots(Some(&first), &set(&["10.0.0.1:80", "10.0.0.3:80"]), 0);
+        assert_eq!(
+            second,
+            vec![Some("10.0.0.1:80".into()), None, Some("10.0.0.3:80".into())]
+        );
+        let mut dynamic = settings("SRV", "");
+        dynamic.min_slots = 0;
+        assert_eq!(
+            server_lines(&second, &dynamic),
+            "  server SRV_1 10.0.0.1:80\n  server SRV_3 10.0.0.3:80\n",
+            "SRV_3 keeps its name: its connections are not moved"
+        );
+        let third = assign_slots(
+            Some(&second),
+            &set(&["10.0.0.1:80", "10.0.0.3:80", "10.0.0.7:80", "10.0.0.8:80"]),
+            0,
+        );
+        assert_eq!(
+            third[1].as_deref(),
+            Some("10.0.0.7:80"),
+            "the gap is filled first"
+        );
+        assert_eq!(third[3].as_deref(), Some("10.0.0.8:80"));
+        assert!(assign_slots(Some(&third), &BTreeSet::new(), 0).is_empty());
     }
 
     fn settings(name: &str, params: &str) -> SlotSettings {

@@ -102,8 +102,9 @@ impl<'a> DifferingLines<'a> {
 }
 
 /// The differing lines widened back to the header of the section the first difference is
-/// in (or to the start), so the parts parse on their own and every line in them means what
-/// it means in the whole text; `above` is what both texts share before the parts. What
+/// in (or to the start) and on to the end of the section the last one is in, so the parts
+/// parse on their own, every line in them means what it means in the whole text, and each
+/// section in them is whole; `above` is what both texts share before the parts. What
 /// follows the parts is the same text in both, so it cannot make them differ. `None` when
 /// either text has conditional blocks (`.if`), which a section can start inside of.
 pub(super) fn differing_sections<'a>(old: &'a str, new: &'a str) -> Option<DifferingLines<'a>> {
@@ -121,9 +122,20 @@ pub(super) fn differing_sections<'a>(old: &'a str, new: &'a str) -> Option<Diffe
         }
         offset += line.len();
     }
+    // Forward to the end of the section the last difference is in (the shared end is the
+    // same text in both): a section is compared whole, so a name its unchanged lines
+    // repeat is seen.
+    let shared_end = &old[region.above.len() + region.old.len()..];
+    let mut tail = 0;
+    for line in shared_end.split_inclusive('\n') {
+        if is_section_header(line) {
+            break;
+        }
+        tail += line.len();
+    }
     let (old_end, new_end) = (
-        region.above.len() + region.old.len(),
-        region.above.len() + region.new.len(),
+        region.above.len() + region.old.len() + tail,
+        region.above.len() + region.new.len() + tail,
     );
     // Cuts are at line starts (after ASCII line breaks) or ends, so each is a char boundary.
     Some(DifferingLines {

@@ -43,6 +43,20 @@ pub enum Operation {
         server: String,
         state: ServerState,
     },
+    /// `add server <backend>/<server> <address>:<port> <parameters>`, then `enable server`
+    /// unless the parameters leave it disabled, and `enable health` / `enable agent` where
+    /// they turn checks on (HAProxy creates a runtime server in maintenance with its checks
+    /// off). `parameters` already carry the `default-server` settings, which HAProxy does
+    /// not give a runtime server.
+    AddServer {
+        backend: String,
+        server: String,
+        address: String,
+        port: Option<u16>,
+        parameters: Vec<String>,
+    },
+    /// `set server <backend>/<server> state maint`, then `del server <backend>/<server>`.
+    DelServer { backend: String, server: String },
     /// Replace a loaded map's entries atomically (`prepare map`, `add map @ver`, `commit map`).
     ReplaceMap {
         path: String,
@@ -64,6 +78,8 @@ impl Operation {
             Operation::SetServerAddress { .. }
                 | Operation::SetServerWeight { .. }
                 | Operation::SetServerState { .. }
+                | Operation::AddServer { .. }
+                | Operation::DelServer { .. }
                 | Operation::ReplaceMap { .. }
         )
     }
@@ -107,6 +123,25 @@ impl fmt::Display for Operation {
                 };
                 write!(f, "runtime: set server {backend}/{server} state {state}")
             }
+            Operation::AddServer {
+                backend,
+                server,
+                address,
+                port,
+                parameters,
+            } => {
+                write!(f, "runtime: add server {backend}/{server} {address}")?;
+                if let Some(port) = port {
+                    write!(f, ":{port}")?;
+                }
+                for word in parameters {
+                    write!(f, " {word}")?;
+                }
+                Ok(())
+            }
+            Operation::DelServer { backend, server } => {
+                write!(f, "runtime: del server {backend}/{server}")
+            }
             Operation::ReplaceMap { path, entries } => {
                 write!(f, "runtime: replace map {path} ({} entries)", entries.len())
             }
@@ -125,6 +160,11 @@ pub struct DeploymentPlan {
     pub reload: bool,
     /// Why a reload is needed (empty when none is).
     pub reload_reasons: Vec<String>,
+    /// Added servers whose parameters match those of no server the old configuration had
+    /// in the same backend: their lines were never judged by `haproxy -c` in that form, so
+    /// a validation that skips it for a runtime-only change must not skip it for them.
+    #[serde(skip)]
+    pub novel_servers: usize,
 }
 
 impl DeploymentPlan {
@@ -160,11 +200,13 @@ pub struct PlanError {
     pub message: String,
 }
 
+mod dynamic;
 mod fast;
 mod structural;
 #[cfg(test)]
 mod tests;
 
+pub use dynamic::{checks_agent, checks_health, starts_disabled};
 use fast::*;
 use structural::*;
 
@@ -234,12 +276,20 @@ pub fn plan(
         };
         if from.haproxy_cfg != to.haproxy_cfg {
             files.push(Operation::WriteConfig);
-            match structural_difference(&old, &new) {
-                Some(reason) => {
+            // The defaults section above the compared parts, where they start below it.
+            let outer_defaults = match &part {
+                Some(part) => last_defaults_section(part.above),
+                None => None,
+            };
+            match runtime_changes(&old, &new, outer_defaults.as_ref()) {
+                Err(reason) => {
                     plan.reload = true;
                     plan.reload_reasons.push(reason);
                 }
-                None => runtime.extend(server_operations(&old, &new)),
+                Ok(changes) => {
+                    plan.novel_servers = changes.novel_servers;
+                    runtime.extend(changes.operations);
+                }
             }
         }
     }
@@ -305,6 +355,26 @@ pub fn runtime_only_by_lines(from: &RenderedConfig, to: &RenderedConfig) -> bool
                 Some(previous) => previous.content == file.content || file.kind == AuxKind::Map,
                 None => false,
             })
+}
+
+/// The last `defaults` section of `text` (a configuration's first part), parsed on its own;
+/// `None` when there is none or it does not parse.
+fn last_defaults_section(text: &str) -> Option<crate::pure::haproxy::Section> {
+    let start = text
+        .match_indices("defaults")
+        .map(|(at, _)| at)
+        .filter(|&at| at == 0 || text.as_bytes()[at - 1] == b'\n')
+        .filter(|&at| is_section_header(&text[at..]))
+        .last()?;
+    let rest = &text[start..];
+    let mut end = rest.find('\n').map_or(rest.len(), |at| at + 1);
+    for line in rest[end..].split_inclusive('\n') {
+        if is_section_header(line) {
+            break;
+        }
+        end += line.len();
+    }
+    parse_config(&rest[..end]).ok()?.sections.into_iter().next()
 }
 
 /// Map file text to entries: one `key value` per line, `#` comments and blank lines skipped.

@@ -1,12 +1,15 @@
 //! The plan's structural path: two parsed configurations compared section by section with
 //! server lines reduced to their shape (address, weight and state removed), so any other
 //! difference means a reload, and the server operations the runtime API can apply read
-//! from the parsed servers' facts.
+//! from the parsed servers' facts: servers that stay change in place, servers that come
+//! and go are added and deleted where the backend allows it (`dynamic.rs`).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
+use super::dynamic::{added_server_parameters, applicable_defaults, static_backend_reason};
 use super::{Operation, ServerState};
-use crate::pure::haproxy::{Config, SectionKind, view};
+use crate::pure::haproxy::{Config, Section, SectionKind, view};
 
 /// The runtime-changeable facts of one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,69 +37,202 @@ pub(super) fn server_shape(words: &[String]) -> Vec<String> {
     shape
 }
 
-/// The config with server lines reduced to their shape, as comparable lines per section.
-pub(super) fn normalised(config: &Config) -> Vec<(String, Vec<Vec<String>>)> {
-    config
-        .sections
+/// What a comparison of two parsed configurations found the runtime API can do.
+#[derive(Debug, Default)]
+pub(super) struct RuntimeChanges {
+    pub(super) operations: Vec<Operation>,
+    /// Added servers whose parameters match no server the old configuration had in their
+    /// backend (see [`super::DeploymentPlan::novel_servers`]).
+    pub(super) novel_servers: usize,
+}
+
+/// One proxy section's servers in order: name and words.
+fn servers_of(section: &Section) -> Vec<(&str, &[String])> {
+    section
+        .directives
         .iter()
-        .map(|section| {
-            let header = format!(
-                "{} {}",
-                section.keyword(),
-                section.name.as_deref().unwrap_or("")
-            );
-            let is_proxy = matches!(section.kind, SectionKind::Backend | SectionKind::Listen);
-            let lines = section
-                .directives
-                .iter()
-                .map(|d| {
-                    if is_proxy && d.keyword() == "server" {
-                        server_shape(&d.words)
-                    } else {
-                        d.words.clone()
-                    }
-                })
-                .collect();
-            (header, lines)
-        })
+        .filter(|d| d.keyword() == "server" && d.words.len() >= 3)
+        .map(|d| (d.words[1].as_str(), d.words.as_slice()))
         .collect()
 }
 
-/// Why two configs differ beyond what the runtime API can change, or `None`.
-pub(super) fn structural_difference(old: &Config, new: &Config) -> Option<String> {
+/// A server line's shape without its name: what two servers of one backend share when
+/// they differ only in name, address, weight and state.
+fn nameless_shape(words: &[String]) -> Vec<String> {
+    let mut shape = server_shape(words);
+    if shape.len() > 1 {
+        shape.remove(1);
+    }
+    shape
+}
+
+/// Compares two configurations section by section. Any difference the runtime API cannot
+/// apply is the error, as the reason to reload; otherwise the server operations: servers
+/// changed in address, port, weight or state, servers deleted, and servers added with
+/// every parameter they need. `outer_defaults` is the defaults section above the first
+/// section compared (the parts compared may start below it).
+pub(super) fn runtime_changes(
+    old: &Config,
+    new: &Config,
+    outer_defaults: Option<&Section>,
+) -> Result<RuntimeChanges, String> {
     if old
         .preamble
         .iter()
         .map(|d| &d.words)
         .ne(new.preamble.iter().map(|d| &d.words))
     {
-        return Some("lines before the first section changed".into());
+        return Err("lines before the first section changed".into());
     }
-    let old_sections = normalised(old);
-    let new_sections = normalised(new);
-    let old_names: Vec<&String> = old_sections.iter().map(|(h, _)| h).collect();
-    let new_names: Vec<&String> = new_sections.iter().map(|(h, _)| h).collect();
+    let header = |section: &Section| {
+        format!(
+            "{} {}",
+            section.keyword(),
+            section.name.as_deref().unwrap_or("")
+        )
+    };
+    let old_names: Vec<String> = old.sections.iter().map(header).collect();
+    let new_names: Vec<String> = new.sections.iter().map(header).collect();
     if old_names != new_names {
-        let added: Vec<&&String> = new_names
-            .iter()
-            .filter(|n| !old_names.contains(n))
-            .collect();
-        let removed: Vec<&&String> = old_names
-            .iter()
-            .filter(|n| !new_names.contains(n))
-            .collect();
-        return Some(match (added.first(), removed.first()) {
+        let added = new_names.iter().find(|n| !old_names.contains(n));
+        let removed = old_names.iter().find(|n| !new_names.contains(n));
+        return Err(match (added, removed) {
             (Some(a), _) => format!("section '{}' was added", a.trim()),
             (None, Some(r)) => format!("section '{}' was removed", r.trim()),
             (None, None) => "sections were reordered".into(),
         });
     }
-    for ((header, old_lines), (_, new_lines)) in old_sections.iter().zip(&new_sections) {
-        if old_lines != new_lines {
-            return Some(format!("section '{}' changed", header.trim()));
+    let defaults = applicable_defaults(&new.sections, outer_defaults);
+    let old_facts = server_facts(old);
+    let new_facts = server_facts(new);
+    let mut changes = RuntimeChanges::default();
+    let (mut deletions, mut additions) = (Vec::new(), Vec::new());
+    for (index, (before, after)) in old.sections.iter().zip(&new.sections).enumerate() {
+        let changed = || format!("section '{}' changed", header(after).trim());
+        if before.args != after.args {
+            return Err(changed());
+        }
+        let is_proxy = matches!(after.kind, SectionKind::Backend | SectionKind::Listen);
+        let others = |section: &'_ Section| -> Vec<Vec<String>> {
+            section
+                .directives
+                .iter()
+                .filter(|d| !(is_proxy && d.keyword() == "server"))
+                .map(|d| d.words.clone())
+                .collect()
+        };
+        if others(before) != others(after) {
+            return Err(changed());
+        }
+        if !is_proxy {
+            continue;
+        }
+        let backend = after.name.clone().unwrap_or_default();
+        let (old_servers, new_servers) = (servers_of(before), servers_of(after));
+        let mut names = std::collections::BTreeSet::new();
+        if let Some((name, _)) = new_servers.iter().find(|(name, _)| !names.insert(*name)) {
+            return Err(format!(
+                "backend {backend} names server {name} twice, which HAProxy refuses"
+            ));
+        }
+        let kept_old: Vec<_> = old_servers
+            .iter()
+            .filter(|(name, _)| new_servers.iter().any(|(n, _)| n == name))
+            .collect();
+        let kept_new: Vec<_> = new_servers
+            .iter()
+            .filter(|(name, _)| old_servers.iter().any(|(n, _)| n == name))
+            .collect();
+        if kept_old.len() != kept_new.len()
+            || kept_old
+                .iter()
+                .zip(&kept_new)
+                .any(|((a, a_words), (b, b_words))| {
+                    a != b || server_shape(a_words) != server_shape(b_words)
+                })
+        {
+            return Err(changed());
+        }
+        for (name, _) in &kept_new {
+            let key = (backend.clone(), name.to_string());
+            if let (Some(previous), Some(next)) = (old_facts.get(&key), new_facts.get(&key)) {
+                server_changes(
+                    &mut changes.operations,
+                    backend.clone(),
+                    name.to_string(),
+                    previous,
+                    next,
+                );
+            }
+        }
+        let leaving: Vec<&str> = old_servers
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| !new_servers.iter().any(|(n, _)| n == name))
+            .collect();
+        let coming: Vec<(&str, &[String])> = new_servers
+            .iter()
+            .filter(|(name, _)| !old_servers.iter().any(|(n, _)| n == name))
+            .copied()
+            .collect();
+        if leaving.is_empty() && coming.is_empty() {
+            continue;
+        }
+        if after
+            .directives
+            .iter()
+            .any(|d| d.keyword().starts_with('.'))
+        {
+            return Err(format!(
+                "servers of backend {backend} changed inside conditional blocks"
+            ));
+        }
+        // HAProxy deletes servers from any backend, but adds them only to dynamic ones.
+        if !coming.is_empty()
+            && let Some(reason) = static_backend_reason(defaults[index], after)
+        {
+            return Err(reason);
+        }
+        for name in leaving {
+            deletions.push(Operation::DelServer {
+                backend: backend.clone(),
+                server: name.to_string(),
+            });
+        }
+        let validated_shapes: Vec<Vec<String>> = old_servers
+            .iter()
+            .map(|(_, words)| nameless_shape(words))
+            .collect();
+        for (name, words) in coming {
+            let parameters = added_server_parameters(defaults[index], after, words)?;
+            let facts = new_facts
+                .get(&(backend.clone(), name.to_string()))
+                .ok_or_else(changed)?;
+            let bare = facts.address.trim_start_matches('[').trim_end_matches(']');
+            if bare.parse::<IpAddr>().is_err() || facts.port.is_none() {
+                return Err(format!(
+                    "server {backend}/{name} was added with address '{}', not an IP address and port, which a server added at runtime needs",
+                    words[2]
+                ));
+            }
+            if !validated_shapes.contains(&nameless_shape(words)) {
+                changes.novel_servers += 1;
+            }
+            additions.push(Operation::AddServer {
+                backend: backend.clone(),
+                server: name.to_string(),
+                address: facts.address.clone(),
+                port: facts.port,
+                parameters,
+            });
         }
     }
-    None
+    // Deletions first (a name that leaves is never the one that comes), then the changes
+    // of servers that stay, then additions.
+    deletions.append(&mut changes.operations);
+    deletions.append(&mut additions);
+    changes.operations = deletions;
+    Ok(changes)
 }
 
 pub(super) fn server_facts(config: &Config) -> BTreeMap<(String, String), ServerFacts> {
@@ -158,16 +294,4 @@ pub(super) fn server_changes(
             state,
         });
     }
-}
-
-pub(super) fn server_operations(old: &Config, new: &Config) -> Vec<Operation> {
-    let before = server_facts(old);
-    let mut ops = Vec::new();
-    for ((backend, server), after) in server_facts(new) {
-        let Some(previous) = before.get(&(backend.clone(), server.clone())) else {
-            continue;
-        };
-        server_changes(&mut ops, backend, server, previous, &after);
-    }
-    ops
 }

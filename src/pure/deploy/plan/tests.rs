@@ -73,172 +73,97 @@ fn filling_a_reserved_slot_and_changing_a_weight_are_runtime_changes() {
 }
 
 #[test]
-fn adding_a_server_or_a_backend_needs_a_reload_with_the_reason() {
-    let from = cfg("  server s1 10.0.0.1:80\n");
-    let more_servers = cfg("  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n");
+fn servers_that_come_and_go_in_a_dynamic_backend_are_added_and_deleted_at_runtime() {
+    let from = cfg("  default-server inter 2s\n  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n");
+    let to =
+        cfg("  default-server inter 2s\n  server s2 10.0.0.2:80\n  server s3 10.0.0.3:81 check\n");
+    let plan = plan(Some(&from), &to).expect("plans");
+    assert!(!plan.reload, "{:?}", plan.reload_reasons);
+    assert_eq!(
+        plan.to_text(),
+        "runtime: del server be/s1\nruntime: add server be/s3 10.0.0.3:81 inter 2s check\nfile: write haproxy.cfg\nreload: no\n"
+    );
+    assert_eq!(
+        plan.novel_servers, 1,
+        "no validated server of be had 'check': haproxy -c must see this one"
+    );
+    let like_the_others = cfg(
+        "  default-server inter 2s\n  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n  server s4 10.0.0.4:80\n",
+    );
+    assert_eq!(
+        super::plan(Some(&from), &like_the_others)
+            .expect("plans")
+            .novel_servers,
+        0
+    );
+}
+
+#[test]
+fn adding_a_server_to_a_static_backend_or_adding_a_backend_needs_a_reload_with_the_reason() {
+    let from = cfg("  balance static-rr\n  server s1 10.0.0.1:80\n");
+    let more_servers =
+        cfg("  balance static-rr\n  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n");
     let plan1 = plan(Some(&from), &more_servers).expect("plans");
     assert!(plan1.reload);
     assert_eq!(
         plan1.reload_reasons,
-        vec!["section 'backend be' changed".to_string()]
+        vec!["backend be balances with 'static-rr', a static algorithm: HAProxy adds and deletes servers at runtime only with a dynamic one".to_string()]
     );
     assert!(
         plan1.operations.iter().all(|o| !o.is_runtime()),
         "a reload carries every change"
     );
 
+    let by_name = cfg("  server s1 10.0.0.1:80\n  server s2 db.internal:80\n");
+    let plan2 = plan(Some(&cfg("  server s1 10.0.0.1:80\n")), &by_name).expect("plans");
+    assert!(plan2.reload);
+    assert!(
+        plan2.reload_reasons[0].contains("not an IP address"),
+        "{:?}",
+        plan2.reload_reasons
+    );
+
+    let with_cookie = cfg("  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80 cookie s2\n");
+    let plan3 = plan(Some(&cfg("  server s1 10.0.0.1:80\n")), &with_cookie).expect("plans");
+    assert!(plan3.reload);
+    assert!(
+        plan3.reload_reasons[0].contains("'cookie'"),
+        "{:?}",
+        plan3.reload_reasons
+    );
+
+    let fewer = plan(Some(&more_servers), &from).expect("plans");
+    assert!(
+        !fewer.reload,
+        "HAProxy deletes servers from a static backend too: {:?}",
+        fewer.reload_reasons
+    );
+
     let mut new_backend = from.clone();
     new_backend
         .haproxy_cfg
         .push_str("\nbackend api\n  server a1 10.0.1.1:80\n");
-    let plan2 = plan(Some(&from), &new_backend).expect("plans");
-    assert!(plan2.reload);
+    let plan4 = plan(Some(&from), &new_backend).expect("plans");
+    assert!(plan4.reload);
     assert_eq!(
-        plan2.reload_reasons,
+        plan4.reload_reasons,
         vec!["section 'backend api' was added".to_string()]
     );
 }
 
 #[test]
-fn a_changed_map_is_replaced_live_and_a_new_map_needs_a_reload() {
-    let base = cfg("  server s1 10.0.0.1:80\n");
-    let from = with_map(base.clone(), "a.example be\n");
-    let to = with_map(base.clone(), "a.example be\n# comment\nb.example be\n");
-    let live = plan(Some(&from), &to).expect("plans");
-    assert!(!live.reload);
-    assert_eq!(
-        live.operations[0],
-        Operation::ReplaceMap {
-            path: "maps/hosts.map".into(),
-            entries: vec![
-                ("a.example".into(), "be".into()),
-                ("b.example".into(), "be".into())
-            ]
-        }
+fn a_server_name_written_twice_in_a_backend_is_never_a_runtime_change() {
+    let from = cfg("  server s1 10.0.0.1:80\n  server s2 10.0.0.2:80\n");
+    let to = cfg(
+        "  server s1 10.0.0.1:80\n  server s3 10.0.0.3:80\n  server s2 10.0.0.2:80\n  server s3 10.0.0.4:80\n",
     );
-    let fresh = plan(Some(&base), &to).expect("plans");
-    assert!(fresh.reload);
-    assert_eq!(
-        fresh.reload_reasons,
-        vec!["map maps/hosts.map is new".to_string()]
-    );
-}
-
-#[test]
-fn identical_renders_need_nothing() {
-    let r = with_map(cfg("  server s1 10.0.0.1:80\n"), "a b\n");
-    let plan = plan(Some(&r), &r).expect("plans");
-    assert!(plan.is_empty());
-    assert_eq!(plan.to_text(), "reload: no\n");
-}
-
-#[test]
-fn a_first_deployment_writes_everything_and_reloads() {
-    let r = with_map(cfg("  server s1 10.0.0.1:80\n"), "a b\n");
-    let plan = plan(None, &r).expect("plans");
+    let plan = plan(Some(&from), &to).expect("plans");
     assert!(plan.reload);
-    assert_eq!(
-        plan.operations,
-        vec![
-            Operation::WriteConfig,
-            Operation::WriteFile {
-                path: "maps/hosts.map".into()
-            }
-        ]
-    );
-}
-
-#[test]
-fn a_new_config_that_does_not_parse_is_an_error_naming_the_line_of_the_whole_text() {
-    let text = |last: &str| RenderedConfig {
-        haproxy_cfg: format!(
-            "global\n  maxconn 10\n\nbackend a\n  server s1 10.0.0.1:80\n\nbackend b\n  {last}\n"
-        ),
-        ..Default::default()
-    };
-    let good = text("server s1 10.0.0.2:80");
-    let bad = text("server s1 \"unterminated");
-    let err = plan(Some(&good), &bad).expect_err("unparseable");
-    assert_eq!((err.which, err.line), ("new", 8));
-    // An old text that does not parse is replaced, for a reason naming its line.
-    let replaced = plan(Some(&bad), &good).expect("replaced");
-    assert!(replaced.reload);
     assert!(
-        replaced.reload_reasons[0].contains("line 8"),
-        "{replaced:?}"
-    );
-}
-
-#[test]
-fn a_first_deployment_reloads_with_every_file_without_reading_the_config() {
-    let unparseable = RenderedConfig {
-        haproxy_cfg: "global\n  log \"unterminated\n".into(),
-        ..Default::default()
-    };
-    let plan = plan(None, &unparseable).expect("nothing to compare with");
-    assert!(plan.reload);
-    assert_eq!(plan.operations, [Operation::WriteConfig]);
-}
-
-#[test]
-fn only_the_differing_sections_are_compared_and_they_mean_what_they_mean_in_the_whole() {
-    let backends = |n: usize, changed: &str| {
-        let mut text = String::from("global\n  maxconn 10\n\ndefaults\n  mode http\n");
-        for b in 0..n {
-            text.push_str(&format!("\nbackend b{b}\n  balance roundrobin\n"));
-            if b == n / 2 {
-                text.push_str(changed);
-            }
-            text.push_str(&format!("  server s1 10.0.{b}.1:80\n"));
-        }
-        text
-    };
-    let from = RenderedConfig {
-        haproxy_cfg: backends(50, ""),
-        ..Default::default()
-    };
-    let checked = backends(50, "  option httpchk\n");
-    let part = differing_sections(&from.haproxy_cfg, &checked).expect("no conditional blocks");
-    assert_eq!(part.old, "backend b25\n  balance roundrobin\n");
-    assert_eq!(
-        part.new,
-        "backend b25\n  balance roundrobin\n  option httpchk\n"
-    );
-    // A structural change inside the part is found; an address change is runtime-only.
-    let to = RenderedConfig {
-        haproxy_cfg: backends(50, "  option httpchk\n"),
-        ..Default::default()
-    };
-    assert!(plan(Some(&from), &to).unwrap().reload);
-    let moved = RenderedConfig {
-        haproxy_cfg: from
-            .haproxy_cfg
-            .replace("10.0.25.1:80", "10.0.25.9:80\n  # moved"),
-        ..Default::default()
-    };
-    let plan = plan(Some(&from), &moved).unwrap();
-    assert!(!plan.reload, "{:?}", plan.reload_reasons);
-    assert!(
-        plan.operations.iter().any(
-            |op| matches!(op, Operation::SetServerAddress { backend, .. } if backend == "b25")
-        ),
+        plan.reload_reasons[0].contains("twice"),
         "{:?}",
-        plan.operations
+        plan.reload_reasons
     );
-}
-
-#[test]
-fn the_line_comparison_agrees_with_the_full_comparison() {
-    let from =
-        cfg("  server s1 10.0.0.1:80 check weight 10\n  server s2 127.0.0.1:1 disabled check\n");
-    let to = cfg("  server s1 10.0.0.3:81 check weight 20\n  server s2 10.0.0.4:80 check\n");
-    let fast =
-        server_line_changes(&from.haproxy_cfg, &to.haproxy_cfg).expect("only server lines differ");
-    let old = parse_config(&from.haproxy_cfg).expect("parses");
-    let new = parse_config(&to.haproxy_cfg).expect("parses");
-    assert_eq!(structural_difference(&old, &new), None);
-    assert_eq!(fast, server_operations(&old, &new));
-    assert_eq!(fast.len(), 4, "{fast:?}");
 }
 
 #[test]
@@ -250,8 +175,14 @@ fn the_line_comparison_gives_up_on_anything_but_server_lines() {
     other_line.haproxy_cfg = other_line.haproxy_cfg.replace("maxconn 100", "maxconn 200");
     for to in [&renamed, &new_param, &other_line] {
         assert!(server_line_changes(&from.haproxy_cfg, &to.haproxy_cfg).is_none());
+    }
+    for to in [&new_param, &other_line] {
         assert!(plan(Some(&from), to).expect("plans").reload);
     }
+    assert!(
+        !plan(Some(&from), &renamed).expect("plans").reload,
+        "a renamed server is one deleted and one added"
+    );
 }
 
 /// A small deterministic generator: each call gives a number below its argument.
@@ -328,6 +259,8 @@ fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() 
         "backend b",
         "listen l",
         "  balance roundrobin",
+        "  balance static-rr",
+        "  default-server check",
         "  server s1 10.0.0.1:80",
         "  server s1 10.0.0.2:80",
         "  server s2 10.0.0.3:80 weight 5",
@@ -339,7 +272,7 @@ fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() 
     // What a plan does with two texts: reload (runtime operations are then moot), or the
     // runtime operations. HAProxy refuses two proxies of one name, so such pairs are
     // left out.
-    let decide = |old: &str, new: &str| -> Option<(bool, Vec<Operation>)> {
+    let decide = |old: &str, new: &str, above: &str| -> Option<(bool, Vec<Operation>)> {
         let unique_proxies = |text: &str| {
             let names: Vec<&str> = text
                 .lines()
@@ -355,13 +288,20 @@ fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() 
             return None;
         }
         let (old, new) = (parse_config(old).ok()?, parse_config(new).ok()?);
-        Some(match structural_difference(&old, &new) {
-            Some(_) => (true, Vec::new()),
-            None => (false, server_operations(&old, &new)),
+        // Nor does it take two servers of one name in a proxy (compared with itself, such a
+        // text is refused).
+        if runtime_changes(&old, &old, None).is_err() || runtime_changes(&new, &new, None).is_err()
+        {
+            return None;
+        }
+        let outer = last_defaults_section(above);
+        Some(match runtime_changes(&old, &new, outer.as_ref()) {
+            Err(_) => (true, Vec::new()),
+            Ok(changes) => (false, changes.operations),
         })
     };
     let mut compared = 0;
-    for _ in 0..3_000 {
+    for _ in 0..8_000 {
         let mut lines: Vec<&str> = (0..3 + next(12)).map(|_| pool[next(pool.len())]).collect();
         let old = lines.join("\n") + "\n";
         for _ in 0..1 + next(3) {
@@ -380,8 +320,9 @@ fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() 
             &old[part.above.len() + part.old.len()..],
             &new[part.above.len() + part.new.len()..]
         );
-        if let Some(whole) = decide(&old, &new) {
-            let by_part = decide(part.old, part.new).expect("parts of valid texts are valid");
+        if let Some(whole) = decide(&old, &new, "") {
+            let by_part =
+                decide(part.old, part.new, part.above).expect("parts of valid texts are valid");
             assert_eq!(by_part, whole, "{old:?} -> {new:?}: {part:?}");
             compared += 1;
         }
