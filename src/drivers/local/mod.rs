@@ -714,6 +714,40 @@ impl LocalTarget {
             } => {
                 return self.delete_server(route, &server(backend, name)).await;
             }
+            Operation::SetCertificate { path, new, pem } => {
+                return self.set_certificate(route, path, *new, pem).await;
+            }
+            Operation::AddCrtListEntry { list, line } => {
+                if !self.crt_list_loaded(route, list).await? {
+                    return Ok(false);
+                }
+                // A payload ends with an empty line.
+                let command = format!("add ssl crt-list {} <<\n{line}\n\n", cli_word(list));
+                self.expect(route, &command, |reply| reply.contains("Success!"))
+                    .await?;
+            }
+            Operation::DelCrtListEntry { list, certificate } => {
+                if !self.crt_list_loaded(route, list).await? {
+                    return Ok(false);
+                }
+                let command = format!(
+                    "del ssl crt-list {} {}",
+                    cli_word(list),
+                    cli_word(certificate)
+                );
+                self.expect(route, &command, |reply| reply.contains("deleted"))
+                    .await?;
+            }
+            Operation::DelCertificate { path } => {
+                let command = format!("del ssl cert {}", cli_word(path));
+                let reply = self.send(route, &command).await?;
+                if !reply.contains("deleted") {
+                    // A certificate left in HAProxy's store serves nothing once no line
+                    // names it, and the next reload does not load it again.
+                    tracing::debug!(certificate = %path, reply = reply.trim(), "a certificate stays in haproxy's store until the next reload");
+                    return Ok(false);
+                }
+            }
             Operation::ReplaceMap { path, entries } => {
                 return self.replace_map(route, path, entries).await;
             }
@@ -721,6 +755,51 @@ impl LocalTarget {
                 return Ok(false);
             }
         }
+        Ok(true)
+    }
+
+    /// Whether HAProxy loaded the crt-list `list` (`show ssl crt-list` names it as the
+    /// configuration wrote it); one it has not loaded needs only its file written.
+    async fn crt_list_loaded(&self, route: Route, list: &str) -> Result<bool, LocalTargetError> {
+        let listing = self.send(route, "show ssl crt-list").await?;
+        Ok(listing.lines().any(|l| l.trim() == list))
+    }
+
+    /// Replaces a certificate's content for new handshakes: `new ssl cert` when HAProxy has
+    /// not seen it, `set ssl cert` with the PEM (blank lines dropped: one ends the payload),
+    /// `commit ssl cert`. A certificate HAProxy has not loaded and is not new needs only its
+    /// file written.
+    async fn set_certificate(
+        &self,
+        route: Route,
+        path: &str,
+        new: bool,
+        pem: &str,
+    ) -> Result<bool, LocalTargetError> {
+        let name = cli_word(path);
+        let listing = self.send(route, "show ssl cert").await?;
+        let loaded = listing.lines().any(|l| l.trim() == path);
+        if !loaded && !new {
+            tracing::debug!(certificate = %path, "HAProxy has not loaded this certificate; writing the file is enough");
+            return Ok(false);
+        }
+        if !loaded {
+            self.expect(route, &format!("new ssl cert {name}"), |reply| {
+                reply.contains("New empty certificate store")
+            })
+            .await?;
+        }
+        let body: String = pem
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let set = format!("set ssl cert {name} <<\n{body}\n");
+        self.expect(route, &set, |reply| reply.contains("Transaction"))
+            .await?;
+        let commit = format!("commit ssl cert {name}");
+        self.expect(route, &commit, |reply| reply.contains("Success!"))
+            .await?;
         Ok(true)
     }
 

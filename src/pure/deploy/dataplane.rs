@@ -660,6 +660,14 @@ pub fn live_changes(
                     .deleted_servers
                     .push((backend.clone(), server.clone()));
             }
+            Operation::SetCertificate { path, .. }
+            | Operation::AddCrtListEntry { list: path, .. }
+            | Operation::DelCrtListEntry { list: path, .. }
+            | Operation::DelCertificate { path } => {
+                return Err(format!(
+                    "{path} changed; the Data Plane API target replaces certificates and crt-lists with a reload"
+                ));
+            }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
             }
         }

@@ -646,8 +646,14 @@ impl Validator {
         let started = Instant::now();
         // An added server whose parameters no validated server of its backend had is a
         // line `haproxy -c` has not judged in that form.
-        let runtime_only = crate::pure::deploy::plan::plan(Some(baseline), &rendered)
-            .is_ok_and(|p| !p.reload && p.novel_servers == 0);
+        // Certificates are judged by `haproxy -c` alone (a key that does not match its
+        // certificate, say): a change of them validates in full, then deploys live.
+        let runtime_only =
+            crate::pure::deploy::plan::plan(Some(baseline), &rendered).is_ok_and(|p| {
+                !p.reload
+                    && p.novel_servers == 0
+                    && !p.operations.iter().any(|op| op.touches_certificates())
+            });
         if !runtime_only {
             return self.validate(rendered);
         }

@@ -1,6 +1,7 @@
 //! The deployment plan: what it takes to bring an instance from one rendered configuration to
-//! another. Server address, port, weight and state changes, and map content changes, go
-//! through the runtime API with no reload; anything else in `haproxy.cfg`, and any other
+//! another. Server address, port, weight and state changes, servers that come and go in a
+//! backend with a dynamic algorithm, map content changes, certificate content and crt-list
+//! lines go through the runtime API with no reload; anything else in `haproxy.cfg`, and any other
 //! auxiliary file change, needs one reload. Files are always rewritten too, so a later
 //! reload keeps what the runtime API changed. `haptor plan` prints exactly this plan, and the
 //! deploy targets execute it, so what the command says is what a deployment does.
@@ -57,6 +58,21 @@ pub enum Operation {
     },
     /// `set server <backend>/<server> state maint`, then `del server <backend>/<server>`.
     DelServer { backend: String, server: String },
+    /// A certificate's new content for new TLS handshakes: `new ssl cert <path>` first when
+    /// HAProxy has not seen it, then `set ssl cert <path>` with the PEM and `commit ssl
+    /// cert <path>`. The PEM holds a private key: it is never printed.
+    SetCertificate {
+        path: String,
+        new: bool,
+        #[serde(skip)]
+        pem: String,
+    },
+    /// `add ssl crt-list <list>` with the line (certificate, options, SNI filters).
+    AddCrtListEntry { list: String, line: String },
+    /// `del ssl crt-list <list> <certificate>`.
+    DelCrtListEntry { list: String, certificate: String },
+    /// `del ssl cert <path>`, once no crt-list line names it.
+    DelCertificate { path: String },
     /// Replace a loaded map's entries atomically (`prepare map`, `add map @ver`, `commit map`).
     ReplaceMap {
         path: String,
@@ -80,7 +96,23 @@ impl Operation {
                 | Operation::SetServerState { .. }
                 | Operation::AddServer { .. }
                 | Operation::DelServer { .. }
+                | Operation::SetCertificate { .. }
+                | Operation::AddCrtListEntry { .. }
+                | Operation::DelCrtListEntry { .. }
+                | Operation::DelCertificate { .. }
                 | Operation::ReplaceMap { .. }
+        )
+    }
+
+    /// Whether this operation changes certificates or crt-lists, whose content only
+    /// `haproxy -c` fully judges (a key that does not match its certificate, say).
+    pub fn touches_certificates(&self) -> bool {
+        matches!(
+            self,
+            Operation::SetCertificate { .. }
+                | Operation::AddCrtListEntry { .. }
+                | Operation::DelCrtListEntry { .. }
+                | Operation::DelCertificate { .. }
         )
     }
 }
@@ -142,6 +174,17 @@ impl fmt::Display for Operation {
             Operation::DelServer { backend, server } => {
                 write!(f, "runtime: del server {backend}/{server}")
             }
+            Operation::SetCertificate { path, new, .. } => {
+                let verb = if *new { "new" } else { "set" };
+                write!(f, "runtime: {verb} ssl cert {path}")
+            }
+            Operation::AddCrtListEntry { list, line } => {
+                write!(f, "runtime: add ssl crt-list {list} {line}")
+            }
+            Operation::DelCrtListEntry { list, certificate } => {
+                write!(f, "runtime: del ssl crt-list {list} {certificate}")
+            }
+            Operation::DelCertificate { path } => write!(f, "runtime: del ssl cert {path}"),
             Operation::ReplaceMap { path, entries } => {
                 write!(f, "runtime: replace map {path} ({} entries)", entries.len())
             }
@@ -200,12 +243,14 @@ pub struct PlanError {
     pub message: String,
 }
 
+mod certificates;
 mod dynamic;
 mod fast;
 mod structural;
 #[cfg(test)]
 mod tests;
 
+use certificates::certificate_changes;
 pub use dynamic::{checks_agent, checks_health, starts_disabled};
 use fast::*;
 use structural::*;
@@ -307,6 +352,13 @@ pub fn plan(
                     entries: map_entries(&file.content),
                 });
             }
+            // Certificates and crt-list lines change at runtime (`certificate_changes`).
+            _ if file.kind == AuxKind::Cert => {
+                files.push(Operation::WriteFile { path: path.clone() });
+            }
+            Some(_) if file.kind == AuxKind::CrtList => {
+                files.push(Operation::WriteFile { path: path.clone() });
+            }
             Some(_) => {
                 files.push(Operation::WriteFile { path: path.clone() });
                 plan.reload = true;
@@ -327,8 +379,17 @@ pub fn plan(
         .filter(|p| !to.aux_files.contains_key(*p))
     {
         files.push(Operation::DeleteFile { path: path.clone() });
-        plan.reload = true;
-        plan.reload_reasons.push(format!("{path} was removed"));
+        if from.aux_files[path].kind != AuxKind::Cert {
+            plan.reload = true;
+            plan.reload_reasons.push(format!("{path} was removed"));
+        }
+    }
+    match certificate_changes(&from.aux_files, &to.aux_files) {
+        Ok(operations) => runtime.extend(operations),
+        Err(reason) => {
+            plan.reload = true;
+            plan.reload_reasons.push(reason);
+        }
     }
     // When HAProxy reloads, the runtime changes come with the new files anyway.
     if !plan.reload {
