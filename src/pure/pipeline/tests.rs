@@ -775,3 +775,73 @@ fn the_schema_phase_judges_for_the_checkers_haproxy_version() {
         .validate(rendered)
         .expect("a crt-store section is accepted for 3.0");
 }
+
+#[test]
+fn an_endpoint_change_under_the_ingress_library_replaces_server_lines_instead_of_rendering() {
+    use crate::pure::fixtures;
+    let library = crate::pure::config::config_from_yaml(
+        "deploy/library/ingress.yaml",
+        include_str!("../../../deploy/library/ingress.yaml"),
+    )
+    .expect("the library parses");
+    let spliced = CompiledConfig::compile(library.spec.clone()).expect("compiles");
+    let fresh = || CompiledConfig::compile(library.spec.clone()).expect("compiles");
+    let stores = spliced.new_stores().expect("stores");
+    for n in 0..20 {
+        stores
+            .get("ingresses")
+            .expect("store")
+            .apply(fixtures::ingress(n, "haptor"))
+            .expect("applies");
+        stores
+            .get("services")
+            .expect("store")
+            .apply(fixtures::service(n))
+            .expect("applies");
+        stores
+            .get("endpointslices")
+            .expect("store")
+            .apply(fixtures::endpoint_slice(n, 2))
+            .expect("applies");
+    }
+    let render = |config: &CompiledConfig| {
+        config
+            .render(stores.snapshot(), None, HaproxyVersion::DEFAULT)
+            .expect("renders")
+    };
+    render(&spliced);
+    for (n, endpoints) in [(3, 3), (7, 1), (3, 0), (12, 4)] {
+        stores
+            .get("endpointslices")
+            .expect("store")
+            .apply(fixtures::endpoint_slice(n, endpoints))
+            .expect("applies");
+        let after = render(&spliced);
+        assert_eq!(
+            spliced.templates.spliced_in_last_render(),
+            [crate::pure::template::HAPROXY_CFG],
+            "only EndpointSlices changed: haproxy.cfg's server lines are replaced"
+        );
+        // The assignment of a fresh set may differ from the remembered one only where
+        // endpoints left; compare with a set that saw the same history instead.
+        let full = fresh();
+        let _ = full.render(stores.snapshot(), None, HaproxyVersion::DEFAULT);
+        assert_eq!(
+            after.haproxy_cfg.lines().count(),
+            render(&full).haproxy_cfg.lines().count()
+        );
+        assert!(
+            after.haproxy_cfg.contains(&format!(
+                "backend svc_ns-{}_app-{n}_80\n  option forwardfor\n{}",
+                n % 10,
+                if endpoints == 0 {
+                    "backend"
+                } else {
+                    "  server SRV_1 "
+                }
+            )),
+            "{}",
+            after.haproxy_cfg
+        );
+    }
+}

@@ -4,13 +4,17 @@
 //! per-render helpers note what it read (`resources`, `fetch`, `get_single`,
 //! `server_slots`) and what it produced besides its text (`register_file` files, server
 //! slot assignments, `served`/`ignored` outcomes); the next render reuses all of it when the context is the same and
-//! every store it read has the very same snapshot. An EndpointSlice change then renders
-//! only the templates that read EndpointSlices.
+//! every store it read has the very same snapshot. A template whose only changed input is
+//! a store its `server_slots` calls alone read (EndpointSlices, in the libraries) is not
+//! rendered either: each call's lines sit at a noted position of its output ([`SlotSpan`]),
+//! and only they are made again (`RenderState::splice`), so an endpoint change costs a
+//! pass over the calls, not a render.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::pool::PoolMember;
 use super::slots::SlotEntry;
 use crate::pure::gateway_status::StatusRecord;
 use crate::pure::rendered::{AuxFile, Outcomes};
@@ -37,6 +41,28 @@ pub(crate) struct TemplateTrace {
     /// The Gateway API status records (`condition`, `listener_kinds`, `attached_route`),
     /// in the order recorded.
     pub(crate) statuses: Vec<StatusRecord>,
+    /// Stores `server_slots` read, and stores any other helper read.
+    pub(crate) slot_stores: BTreeSet<String>,
+    pub(crate) other_stores: BTreeSet<String>,
+    /// Where each `server_slots` call wrote its lines into the template's output.
+    pub(crate) spans: Vec<SlotSpan>,
+    /// A `server_slots` call wrote elsewhere (a capture, a subexpression).
+    pub(crate) unspliceable: bool,
+    /// Backend pool members taken (`take_pool_backend`).
+    pub(crate) pool_taken: Vec<(String, PoolMember)>,
+}
+
+/// Where one `server_slots` call wrote its lines into a template's output, and what it
+/// read: enough to make its lines again from newer EndpointSlices and put them there.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotSpan {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    /// The slot assignment's key (`namespace/service/port[#name]`).
+    pub(crate) key: String,
+    pub(crate) store: String,
+    pub(crate) namespace: String,
+    pub(crate) service: String,
 }
 
 /// One template's last successful render: what it read and everything it produced.
@@ -48,6 +74,12 @@ pub(crate) struct TemplateMemo {
     pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
     pub(crate) outcomes: Outcomes,
     pub(crate) statuses: Vec<StatusRecord>,
+    /// Where the `server_slots` calls wrote, when every one wrote into the output itself.
+    pub(crate) spans: Option<Vec<SlotSpan>>,
+    /// Stores only `server_slots` read.
+    pub(crate) slot_only: BTreeSet<String>,
+    /// Backend pool members taken.
+    pub(crate) pool_taken: Vec<(String, PoolMember)>,
 }
 
 impl TemplateMemo {

@@ -45,6 +45,7 @@ mod check;
 mod helpers;
 mod literal;
 mod memo;
+pub mod pool;
 mod render;
 pub mod slots;
 
@@ -254,12 +255,17 @@ pub struct TemplateSet {
     context_cache: std::sync::Mutex<render::ContextCache>,
     /// Server slot assignments of the last successful render (`server_slots`).
     slot_memory: std::sync::Mutex<Arc<slots::SlotMemory>>,
+    /// Backend pool members of the last successful render (`pool.rs`).
+    pool_memory: std::sync::Mutex<Arc<pool::PoolMemory>>,
     /// Each template's memo from the last successful render.
     memos: std::sync::Mutex<Arc<memo::TemplateMemos>>,
     /// False only in tests that compare memoised renders with full ones.
     memoise: bool,
     /// Registry names of the templates the last render reused rather than rendered.
     reused: std::sync::Mutex<Vec<String>>,
+    /// Registry names of the templates the last render made by replacing server lines in
+    /// their last output (`RenderState::splice`).
+    spliced: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -356,9 +362,11 @@ impl TemplateSet {
             limits: RenderLimits::default(),
             context_cache: std::sync::Mutex::default(),
             slot_memory: std::sync::Mutex::default(),
+            pool_memory: std::sync::Mutex::default(),
             memos: std::sync::Mutex::default(),
             memoise: true,
             reused: std::sync::Mutex::default(),
+            spliced: std::sync::Mutex::default(),
         })
     }
 
@@ -367,6 +375,13 @@ impl TemplateSet {
     pub(crate) fn without_memos(mut self) -> TemplateSet {
         self.memoise = false;
         self
+    }
+
+    /// Registry names of the templates the last render made by replacing the server lines
+    /// of their last output, because only EndpointSlices their `server_slots` calls read
+    /// had changed.
+    pub fn spliced_in_last_render(&self) -> Vec<String> {
+        self.spliced.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Registry names (`haproxy.cfg`, `maps/<name>`, …) of the templates the last render
@@ -429,9 +444,17 @@ impl TemplateSet {
             .lock()
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
+        let previous_pool = self
+            .pool_memory
+            .lock()
+            .map(|m| Arc::clone(&m))
+            .unwrap_or_default();
         let mut memos = memo::TemplateMemos::new();
         if remember && let Ok(mut reused) = self.reused.lock() {
             reused.clear();
+        }
+        if remember && let Ok(mut spliced) = self.spliced.lock() {
+            spliced.clear();
         }
         let state = RenderState::new(
             input,
@@ -439,6 +462,7 @@ impl TemplateSet {
             &self.annotations,
             self.limits.max_render_time,
             &previous_slots,
+            &previous_pool,
         );
         let mut remaining = self.limits.max_output_bytes;
 
@@ -479,6 +503,7 @@ impl TemplateSet {
             );
         }
         let slots = state.take_slots();
+        let pool = state.take_pool();
         let outcomes = state.take_outcomes();
         let status_records = state.take_statuses();
         for (path, file) in state.into_registered() {
@@ -504,6 +529,9 @@ impl TemplateSet {
         if remember {
             if let Ok(mut memory) = self.slot_memory.lock() {
                 *memory = Arc::new(slots);
+            }
+            if let Ok(mut memory) = self.pool_memory.lock() {
+                *memory = Arc::new(pool.into_memory(&previous_pool));
             }
             if let Ok(mut kept) = self.memos.lock() {
                 *kept = Arc::new(memos);
@@ -539,6 +567,19 @@ impl TemplateSet {
                 reused.push(name.to_string());
             }
             return Ok(memo.output.clone());
+        }
+        // A spliced output too large for the budget falls through to a render, which fails
+        // on the same size.
+        if let Some(memo) = previous.get(name).filter(|_| self.memoise)
+            && let Some((output, spliced)) = state.splice(memo, context_generation)
+            && output.len() <= *remaining
+        {
+            *remaining -= output.len();
+            next.insert(name.to_string(), Arc::new(spliced));
+            if remember && let Ok(mut reused) = self.spliced.lock() {
+                reused.push(name.to_string());
+            }
+            return Ok(output);
         }
         state.take_trace();
         // Room for the last output and a little more, so it is not regrown by doubling.
@@ -580,6 +621,7 @@ impl TemplateSet {
         let mut rc = HbRenderContext::new(template.name.as_ref());
         state.install(&mut rc);
         let mut output = GuardedOutput::new(state, *remaining, capacity);
+        state.set_top_output(&output);
         let result = template.render(&self.registry, context, &mut rc, &mut output);
         if let Err(err) = result {
             return Err(render::convert_render_error(

@@ -31,7 +31,7 @@
 //! that writes nothing and calls no stateful helper runs to its end. The output limit
 //! counts bytes across all templates of one render and stops at the first write past it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,8 +45,9 @@ use handlebars::{
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
-use super::memo::{TemplateMemo, TemplateTrace, next_context_generation};
-use super::slots::SlotMemory;
+use super::memo::{SlotSpan, TemplateMemo, TemplateTrace, next_context_generation};
+use super::pool::{PoolMember, PoolMemory, PoolRender};
+use super::slots::{SlotEntry, SlotMemory};
 use super::{RenderContext, TemplateError};
 use crate::pure::annotations::{AnnotationTable, Judged};
 use crate::pure::gateway_status::{ParentRef, RecordedCondition, Scope, StatusRecord};
@@ -72,6 +73,9 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "render_glob",
     "with_rendered",
     "server_slots",
+    "take_pool_backend",
+    "pool_backend",
+    "pool_backends",
     "served",
     "ignored",
     "condition",
@@ -187,12 +191,20 @@ pub(crate) struct RenderState<'a> {
     /// Slot assignments of the last successful render (read) and of this one (written).
     previous_slots: &'a SlotMemory,
     slots: Mutex<SlotMemory>,
+    /// Backend pool members of the last successful render (read) and of this one.
+    previous_pool: &'a PoolMemory,
+    pool: Mutex<PoolRender>,
     /// The `served`/`ignored` outcomes recorded so far in this render.
     outcomes: Mutex<Outcomes>,
     /// The Gateway API status records of this render, in the order recorded.
     statuses: Mutex<Vec<StatusRecord>>,
     /// What the template being rendered has read and produced so far.
     trace: Mutex<TemplateTrace>,
+    /// The address of the output the template being rendered writes to (a
+    /// [`GuardedOutput`]), and how many bytes it holds: where a helper writing to that very
+    /// output is writing. Captures (`with_rendered`, `sort_lines`) write elsewhere.
+    top_output: AtomicUsize,
+    written: AtomicUsize,
 }
 
 impl<'a> RenderState<'a> {
@@ -202,6 +214,7 @@ impl<'a> RenderState<'a> {
         annotations: &'a AnnotationTable,
         time_limit: Duration,
         previous_slots: &'a SlotMemory,
+        previous_pool: &'a PoolMemory,
     ) -> RenderState<'a> {
         RenderState {
             stores: &input.stores,
@@ -215,10 +228,29 @@ impl<'a> RenderState<'a> {
             registered: Mutex::new(BTreeMap::new()),
             previous_slots,
             slots: Mutex::new(SlotMemory::new()),
+            previous_pool,
+            pool: Mutex::new(PoolRender::default()),
             outcomes: Mutex::new(Outcomes::new()),
             statuses: Mutex::new(Vec::new()),
             trace: Mutex::new(TemplateTrace::default()),
+            top_output: AtomicUsize::new(0),
+            written: AtomicUsize::new(0),
         }
+    }
+
+    /// Notes the output the template about to render writes to.
+    pub(crate) fn set_top_output(&self, output: &GuardedOutput<'_>) {
+        self.top_output
+            .store(std::ptr::from_ref(output).addr(), Ordering::Relaxed);
+        self.written.store(output.text.len(), Ordering::Relaxed);
+    }
+
+    /// The byte offset a helper writing to `out` writes at, when `out` is the template's
+    /// own output (not a capture).
+    fn top_offset(&self, out: &dyn Output) -> Option<usize> {
+        let here = std::ptr::from_ref(out).cast::<()>().addr();
+        (here == self.top_output.load(Ordering::Relaxed))
+            .then(|| self.written.load(Ordering::Relaxed))
     }
 
     /// The store snapshots this render reads.
@@ -229,6 +261,16 @@ impl<'a> RenderState<'a> {
     /// The snapshot of the store `name`, noted as read by the template being rendered; an
     /// error naming the known stores when there is none.
     fn read_store(&self, name: &str) -> Result<&'a Arc<StoreSnapshot>, HelperFailure> {
+        self.read_store_by(name, false)
+    }
+
+    /// [`Self::read_store`], noting whether `server_slots` is the reader: a store only it
+    /// reads changes a memoised template only in the server lines it wrote.
+    fn read_store_by(
+        &self,
+        name: &str,
+        server_slots: bool,
+    ) -> Result<&'a Arc<StoreSnapshot>, HelperFailure> {
         let snapshot = self.stores.get(name).ok_or_else(|| {
             misuse(format!(
                 "no watched resource named '{name}' (known: {})",
@@ -240,6 +282,14 @@ impl<'a> RenderState<'a> {
                 .reads
                 .entry(name.to_string())
                 .or_insert_with(|| Arc::clone(snapshot));
+            let readers = if server_slots {
+                &mut trace.slot_stores
+            } else {
+                &mut trace.other_stores
+            };
+            if !readers.contains(name) {
+                readers.insert(name.to_string());
+            }
         });
         Ok(snapshot)
     }
@@ -279,6 +329,11 @@ impl<'a> RenderState<'a> {
                 .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
                 .collect()
         };
+        let slot_only = trace
+            .slot_stores
+            .difference(&trace.other_stores)
+            .cloned()
+            .collect();
         TemplateMemo {
             context_generation,
             reads: trace.reads,
@@ -287,7 +342,103 @@ impl<'a> RenderState<'a> {
             slots,
             outcomes: trace.outcomes,
             statuses: trace.statuses,
+            spans: (!trace.unspliceable).then_some(trace.spans),
+            slot_only,
+            pool_taken: trace.pool_taken,
         }
+    }
+
+    /// The template of `memo` again, when only stores that its `server_slots` calls alone
+    /// read changed since: its last output with the server lines of each call made anew
+    /// from the current snapshots (most calls find their EndpointSlices unchanged and keep
+    /// their lines), and what it produced besides its text taken over as
+    /// [`Self::replay`] does. An endpoint change then costs one pass over the calls instead
+    /// of a whole render. `None` (and nothing changed) when anything else it read changed,
+    /// a call wrote elsewhere than into the template's own output, or the recorded
+    /// positions do not hold the lines they should.
+    pub(crate) fn splice(
+        &self,
+        memo: &TemplateMemo,
+        context_generation: u64,
+    ) -> Option<(String, TemplateMemo)> {
+        let spans = memo.spans.as_ref()?;
+        if memo.context_generation != context_generation {
+            return None;
+        }
+        let mut reads = BTreeMap::new();
+        for (name, read) in &memo.reads {
+            let current = self.stores.get(name)?;
+            if !Arc::ptr_eq(current, read) && !memo.slot_only.contains(name) {
+                return None;
+            }
+            reads.insert(name.clone(), Arc::clone(current));
+        }
+        let recorded: HashMap<&str, &Arc<SlotEntry>> =
+            memo.slots.iter().map(|(k, e)| (k.as_str(), e)).collect();
+        let mut made: HashMap<&str, Arc<SlotEntry>> = HashMap::new();
+        let mut output = String::with_capacity(memo.output.len() + memo.output.len() / 64);
+        let mut new_spans = Vec::with_capacity(spans.len());
+        let mut cursor = 0;
+        for span in spans {
+            let old = recorded.get(span.key.as_str())?;
+            let end = span.offset.checked_add(span.len)?;
+            if span.offset < cursor || memo.output.get(span.offset..end)? != &*old.lines {
+                return None;
+            }
+            let entry = match made.get(span.key.as_str()) {
+                Some(entry) => Arc::clone(entry),
+                None => {
+                    let snapshot = self.stores.get(&span.store)?;
+                    let range = snapshot
+                        .fetch_range(&[span.namespace.as_str(), span.service.as_str()])
+                        .ok()?;
+                    let entry = slot_entry(
+                        self.previous_slots.get(&span.key),
+                        &snapshot.entries()[range],
+                        &old.settings,
+                    );
+                    made.insert(span.key.as_str(), Arc::clone(&entry));
+                    entry
+                }
+            };
+            output.push_str(&memo.output[cursor..span.offset]);
+            new_spans.push(SlotSpan {
+                offset: output.len(),
+                len: entry.lines.len(),
+                ..span.clone()
+            });
+            output.push_str(&entry.lines);
+            cursor = end;
+        }
+        output.push_str(&memo.output[cursor..]);
+        if !self.replay(memo) {
+            return None;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, entry) in &made {
+            slots.insert((*key).to_string(), Arc::clone(entry));
+        }
+        drop(slots);
+        let memo = TemplateMemo {
+            context_generation,
+            reads,
+            output: output.clone(),
+            registered: memo.registered.clone(),
+            slots: memo
+                .slots
+                .iter()
+                .map(|(key, entry)| {
+                    let entry = made.get(key.as_str()).unwrap_or(entry);
+                    (key.clone(), Arc::clone(entry))
+                })
+                .collect(),
+            outcomes: memo.outcomes.clone(),
+            statuses: memo.statuses.clone(),
+            spans: Some(new_spans),
+            slot_only: memo.slot_only.clone(),
+            pool_taken: memo.pool_taken.clone(),
+        };
+        Some((output, memo))
     }
 
     /// Takes over what a memoised template produced besides its text, as if it had just
@@ -316,6 +467,12 @@ impl<'a> RenderState<'a> {
         for (key, entry) in &memo.slots {
             slots.insert(key.clone(), Arc::clone(entry));
         }
+        drop(slots);
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, member) in &memo.pool_taken {
+            pool.taken.insert(key.clone(), member.clone());
+        }
+        drop(pool);
         let mut outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         for (key, outcome) in &memo.outcomes {
             record_outcome(&mut outcomes, key.clone(), outcome.clone());
@@ -355,6 +512,11 @@ impl<'a> RenderState<'a> {
             key,
             outcome,
         );
+    }
+
+    /// The backend pool decisions this render made.
+    pub(crate) fn take_pool(&self) -> PoolRender {
+        std::mem::take(&mut *self.pool.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The slot assignments this render made.
@@ -413,6 +575,9 @@ impl<'a> RenderState<'a> {
         );
         rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
         rc.register_local_helper("server_slots", Box::new(ServerSlots { state: self }));
+        for op in [PoolOp::Take, PoolOp::Lookup, PoolOp::Members] {
+            rc.register_local_helper(op.name(), Box::new(PoolHelper { state: self, op }));
+        }
         rc.register_local_helper("register_file", Box::new(RegisterFile { state: self }));
         rc.register_local_helper(
             "served",
@@ -669,14 +834,9 @@ struct ServerSlots<'s> {
     state: &'s RenderState<'s>,
 }
 
-impl HelperDef for ServerSlots<'_> {
-    fn call_inner<'reg: 'rc, 'rc>(
-        &self,
-        helper: &Helper<'rc>,
-        _: &'reg Handlebars<'reg>,
-        _: &'rc Context,
-        _: &mut HbRenderContext<'reg, 'rc>,
-    ) -> Result<ScopedJson<'rc>, RenderError> {
+impl ServerSlots<'_> {
+    /// The call's key, its span facts (where its EndpointSlices are) and its server lines.
+    fn entry(&self, helper: &Helper<'_>) -> Result<(SlotSpan, Arc<SlotEntry>), RenderError> {
         self.state.check_time()?;
         let args = Args {
             name: "server_slots",
@@ -721,7 +881,7 @@ impl HelperDef for ServerSlots<'_> {
                 .into());
             }
         };
-        let snapshot = self.state.read_store(&store)?;
+        let snapshot = self.state.read_store_by(&store, true)?;
         let range = snapshot
             .fetch_range(&[namespace.as_ref(), service.as_ref()])
             .map_err(|err| misuse(err.to_string()))?;
@@ -742,35 +902,193 @@ impl HelperDef for ServerSlots<'_> {
             params,
             indent,
         };
-        let previous = self.state.previous_slots.get(&key);
-        let entry = match previous {
-            Some(previous) if previous.made_from(entries.iter().map(|e| e.object()), &settings) => {
-                Arc::clone(previous)
-            }
-            _ => {
-                let slices: Vec<Value> = entries.iter().map(|e| e.value()).collect();
-                let wanted = super::slots::ready_endpoints(slices.iter(), &settings.port_name);
-                let slots = super::slots::assign_slots(
-                    previous.map(|p| p.slots.as_slice()),
-                    &wanted,
-                    settings.min_slots,
-                );
-                let lines: Arc<str> = super::slots::server_lines(&slots, &settings).into();
-                Arc::new(super::slots::SlotEntry {
-                    slots,
-                    slices: entries.iter().map(|e| e.object().clone()).collect(),
-                    settings,
-                    lines,
-                })
-            }
-        };
-        let lines = entry.lines.to_string();
+        let entry = slot_entry(self.state.previous_slots.get(&key), entries, &settings);
         self.state
             .slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, entry);
-        Ok(ScopedJson::Derived(Value::String(lines)))
+            .insert(key.clone(), Arc::clone(&entry));
+        let span = SlotSpan {
+            offset: 0,
+            len: entry.lines.len(),
+            key,
+            store: store.into_owned(),
+            namespace: namespace.into_owned(),
+            service: service.into_owned(),
+        };
+        Ok((span, entry))
+    }
+}
+
+/// The slot entry of a call over `entries` with `settings`: the previous render's when it
+/// was made from the very same EndpointSlices (nothing to compute), else a new assignment
+/// that keeps every endpoint in the slot it had.
+fn slot_entry(
+    previous: Option<&Arc<SlotEntry>>,
+    entries: &[SnapshotEntry],
+    settings: &super::slots::SlotSettings,
+) -> Arc<SlotEntry> {
+    match previous {
+        Some(previous) if previous.made_from(entries.iter().map(|e| e.object()), settings) => {
+            Arc::clone(previous)
+        }
+        _ => {
+            let slices: Vec<Value> = entries.iter().map(|e| e.value()).collect();
+            let wanted = super::slots::ready_endpoints(slices.iter(), &settings.port_name);
+            let slots = super::slots::assign_slots(
+                previous.map(|p| p.slots.as_slice()),
+                &wanted,
+                settings.min_slots,
+            );
+            let lines: Arc<str> = super::slots::server_lines(&slots, settings).into();
+            Arc::new(SlotEntry {
+                slots,
+                slices: entries.iter().map(|e| e.object().clone()).collect(),
+                settings: settings.clone(),
+                lines,
+            })
+        }
+    }
+}
+
+impl HelperDef for ServerSlots<'_> {
+    /// Written straight into the template's output: its position is noted, so an endpoint
+    /// change can replace these lines alone (see [`RenderState::splice`]).
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let (mut span, entry) = self.entry(helper)?;
+        match self.state.top_offset(out) {
+            Some(offset) => {
+                span.offset = offset;
+                self.state.with_trace(|trace| trace.spans.push(span));
+            }
+            None => self.state.with_trace(|trace| trace.unspliceable = true),
+        }
+        out.write(&entry.lines)?;
+        Ok(())
+    }
+
+    /// As a subexpression its lines go wherever the caller puts them: the template can
+    /// only be rendered whole.
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let (_, entry) = self.entry(helper)?;
+        self.state.with_trace(|trace| trace.unspliceable = true);
+        Ok(ScopedJson::Derived(Value::String(entry.lines.to_string())))
+    }
+}
+
+/// The backend pool helpers (see [`super::pool`]):
+/// - `take_pool_backend namespace service port port_name="http" when=BOOL`: the pool member
+///   this Service port takes (`pool_3`), or null when it keeps a backend of its own (the
+///   template set's first render saw it, or `when` is false: its backend is not a plain
+///   one a member can stand for);
+/// - `pool_backend namespace service port`: the member this render gave it, or null;
+/// - `pool_backends size`: every declared member, `{name, namespace, service, port,
+///   port_name}` (`service` null when free), in pools of `size`.
+#[derive(Clone, Copy)]
+enum PoolOp {
+    Take,
+    Lookup,
+    Members,
+}
+
+impl PoolOp {
+    fn name(self) -> &'static str {
+        match self {
+            PoolOp::Take => "take_pool_backend",
+            PoolOp::Lookup => "pool_backend",
+            PoolOp::Members => "pool_backends",
+        }
+    }
+}
+
+struct PoolHelper<'s> {
+    state: &'s RenderState<'s>,
+    op: PoolOp,
+}
+
+impl HelperDef for PoolHelper<'_> {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        helper: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut HbRenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let args = Args {
+            name: self.op.name(),
+            helper,
+        };
+        let mut pool = self
+            .state
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let value = match self.op {
+            PoolOp::Take | PoolOp::Lookup => {
+                let member = PoolMember {
+                    index: 0,
+                    namespace: args.text(0)?.into_owned(),
+                    service: args.text(1)?.into_owned(),
+                    port: args.text(2)?.into_owned(),
+                    port_name: helper
+                        .hash_get("port_name")
+                        .and_then(|v| v.value().as_str().map(String::from))
+                        .unwrap_or_default(),
+                };
+                let key = super::pool::key_of(&member);
+                let name = match self.op {
+                    PoolOp::Take => {
+                        let when = helper
+                            .hash_get("when")
+                            .is_none_or(|v| v.value().as_bool().unwrap_or(false));
+                        if when {
+                            let taken = pool.take(self.state.previous_pool, member);
+                            if taken.is_some()
+                                && let Some(member) = pool.taken.get(&key)
+                            {
+                                let noted = (key.clone(), member.clone());
+                                self.state.with_trace(|trace| trace.pool_taken.push(noted));
+                            }
+                            taken
+                        } else {
+                            None
+                        }
+                    }
+                    _ => pool.lookup(&key),
+                };
+                name.map_or(Value::Null, Value::String)
+            }
+            PoolOp::Members => {
+                let size = args
+                    .optional(0)
+                    .and_then(Value::as_u64)
+                    .map_or(0, |n| n.min(10_000) as usize);
+                Value::Array(
+                    pool.members(size)
+                        .into_iter()
+                        .map(|(name, member)| match member {
+                            Some(m) => json!({"name": name, "namespace": m.namespace,
+                                "service": m.service, "port": m.port, "port_name": m.port_name}),
+                            None => json!({"name": name, "service": null}),
+                        })
+                        .collect(),
+                )
+            }
+        };
+        Ok(ScopedJson::Derived(value))
     }
 }
 
@@ -1449,6 +1767,7 @@ impl Output for GuardedOutput<'_> {
         }
         self.remaining -= segment.len();
         self.text.push_str(segment);
+        self.state.written.store(self.text.len(), Ordering::Relaxed);
         self.writes = self.writes.wrapping_add(1);
         if self.writes.is_multiple_of(WRITES_PER_CLOCK_CHECK) && self.state.expired() {
             self.tripped = Some(Trip::Time);

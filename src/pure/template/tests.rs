@@ -1371,3 +1371,106 @@ fn condition_records_status_by_scope_and_renders_nothing() {
     );
     assert!(failed.is_err_and(|e| e.to_string().contains("not True, False or Unknown")));
 }
+
+/// haproxy.cfg writes a backend per Service with `server_slots` lines straight into its
+/// output, with text around them that reads the Services.
+fn spliced_test_set(around: &str) -> TemplateSet {
+    TemplateSet::compile(input(&around.replace(
+        "SLOTS",
+        "{{server_slots \"eps\" \"default\" s.metadata.name \"http\" slots=\"dynamic\"}}",
+    )))
+    .unwrap()
+}
+
+fn slice_of(service: &str, name: &str, addresses: &[&str]) -> serde_json::Value {
+    json!({"metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": service}},
+           "ports": [{"name": "http", "port": 8080}],
+           "endpoints": addresses.iter().map(|a| json!({"addresses": [a]})).collect::<Vec<_>>()})
+}
+
+#[test]
+fn an_endpoint_change_replaces_only_the_server_lines_and_equals_a_full_render() {
+    let template = "{{#resources \"svc\" as |s|}}backend {{s.metadata.name}}\n  balance roundrobin\nSLOTS\n{{/resources}}";
+    let spliced = spliced_test_set(template);
+    let full = spliced_test_set(template).without_memos();
+    let (slices, services) = slice_and_service_stores();
+    services.apply(named_service("api", 80)).unwrap();
+    services.apply(named_service("web", 80)).unwrap();
+    slices
+        .apply(slice_of("web", "web-1", &["10.0.0.1"]))
+        .unwrap();
+    slices
+        .apply(slice_of("api", "api-1", &["10.0.1.1"]))
+        .unwrap();
+    let steps: Vec<Box<dyn Fn()>> = vec![
+        Box::new(|| {}),
+        Box::new(|| {
+            slices
+                .apply(slice_of("web", "web-1", &["10.0.0.1", "10.0.0.2"]))
+                .unwrap();
+        }),
+        Box::new(|| {
+            slices
+                .apply(slice_of("web", "web-2", &["10.0.0.9"]))
+                .unwrap();
+        }),
+        Box::new(|| {
+            slices.apply(slice_of("api", "api-1", &[])).unwrap();
+        }),
+        Box::new(|| {
+            slices
+                .apply(slice_of(
+                    "web",
+                    "web-1",
+                    &["10.0.0.2", "10.0.0.3", "10.0.0.4"],
+                ))
+                .unwrap();
+        }),
+    ];
+    for (index, step) in steps.iter().enumerate() {
+        step();
+        let a = render_stores(&spliced, &[&slices, &services], json!({}));
+        let b = render_stores(&full, &[&slices, &services], json!({}));
+        assert_eq!(a.haproxy_cfg, b.haproxy_cfg, "step {index}");
+        if index > 0 {
+            assert_eq!(
+                spliced.spliced_in_last_render(),
+                [HAPROXY_CFG],
+                "step {index}: only EndpointSlices changed"
+            );
+        }
+    }
+    // A Service change reads a store other helpers read: a whole render.
+    services.apply(named_service("zzz", 80)).unwrap();
+    let a = render_stores(&spliced, &[&slices, &services], json!({}));
+    assert!(spliced.spliced_in_last_render().is_empty());
+    assert!(
+        a.haproxy_cfg
+            .ends_with("backend zzz\n  balance roundrobin\n\n"),
+        "{}",
+        a.haproxy_cfg
+    );
+}
+
+#[test]
+fn server_lines_written_into_a_capture_make_the_template_render_whole() {
+    let template = "{{#resources \"svc\" as |s|}}{{#sort_lines}}backend {{s.metadata.name}}\nSLOTS{{/sort_lines}}{{/resources}}";
+    let set = spliced_test_set(template);
+    let full = spliced_test_set(template).without_memos();
+    let (slices, services) = slice_and_service_stores();
+    services.apply(named_service("web", 80)).unwrap();
+    slices
+        .apply(slice_of("web", "web-1", &["10.0.0.1"]))
+        .unwrap();
+    render_stores(&set, &[&slices, &services], json!({}));
+    slices
+        .apply(slice_of("web", "web-1", &["10.0.0.1", "10.0.0.2"]))
+        .unwrap();
+    let a = render_stores(&set, &[&slices, &services], json!({}));
+    assert!(set.spliced_in_last_render().is_empty());
+    assert_eq!(
+        a.haproxy_cfg,
+        render_stores(&full, &[&slices, &services], json!({})).haproxy_cfg
+    );
+    assert!(a.haproxy_cfg.contains("10.0.0.2:8080"), "{}", a.haproxy_cfg);
+}
