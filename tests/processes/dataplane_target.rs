@@ -1367,3 +1367,47 @@ async fn a_server_the_api_cannot_add_with_its_checks_on_is_deployed_by_one_reloa
         "no server is added without its checks: {requests:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_rotated_certificate_is_replaced_at_runtime_and_a_new_one_is_loaded_by_a_reload() {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let tls = "frontend tls\n    bind :8443 ssl crt-list general/hosts.crtlist\n";
+    let with = |a: &str, extra: &[(&str, &str)]| {
+        let mut files = vec![aux(AuxKind::Cert, "ssl/a.pem", &PEM.replace("MIIB", a))];
+        let mut lines = "ssl/a.pem a.example\n".to_string();
+        for (path, content) in extra {
+            files.push(aux(AuxKind::Cert, path, &PEM.replace("MIIB", content)));
+            lines.push_str(&format!("{path} b.example\n"));
+        }
+        files.push(aux(AuxKind::CrtList, "general/hosts.crtlist", &lines));
+        render(config("    server s1 10.0.0.1:80\n", tls), files)
+    };
+    target
+        .deploy(&request(&with("A1", &[]), 1, 1))
+        .await
+        .expect("first");
+    stub.clear_requests();
+
+    let outcome = target
+        .deploy(&request(&with("A2", &[]), 1, 2))
+        .await
+        .expect("rotation");
+    assert!(!outcome.reloaded, "{outcome:?}");
+    let requests = stub.requests();
+    let replaced = requests
+        .iter()
+        .find(|r| r.is(Method::PUT, &format!("{API}/runtime/ssl_certs/ssl%2Fa.pem")))
+        .unwrap_or_else(|| panic!("the certificate replaced at runtime: {requests:#?}"));
+    assert!(replaced.body.contains("A2"));
+
+    stub.clear_requests();
+    let outcome = target
+        .deploy(&request(&with("A2", &[("ssl/b.pem", "B")]), 1, 3))
+        .await
+        .expect("a new host");
+    assert!(
+        outcome.reloaded,
+        "a new certificate is loaded by a reload: {outcome:?}"
+    );
+}

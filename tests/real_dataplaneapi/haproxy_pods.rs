@@ -271,3 +271,145 @@ async fn servers_that_come_and_go_are_added_and_deleted_at_runtime_by_the_real_a
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
 }
+
+/// A self-signed certificate and key for `host` (PEM, one text), made by openssl.
+fn certificate_pem(host: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "30", "-subj"])
+        .arg(format!("/CN={host}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success());
+    std::fs::read_to_string(&cert).expect("cert") + &std::fs::read_to_string(&key).expect("key")
+}
+
+/// The serial of the certificate `ip:8443` presents for `host`.
+fn served_serial(ip: std::net::Ipv4Addr, host: &str) -> String {
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect {ip}:8443 -servername {host} </dev/null 2>/dev/null | openssl x509 -noout -serial"
+        ))
+        .output()
+        .expect("openssl runs");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+fn serial_of(pem: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(pem.as_bytes())
+        .expect("write");
+    String::from_utf8_lossy(&child.wait_with_output().expect("serial").stdout)
+        .trim()
+        .to_string()
+}
+
+/// A TLS frontend on `${POD_IP}:8443` with a default certificate and one crt-list, and the
+/// certificates `certificates` (`(file name, PEM)`, each a line for its host).
+fn render_tls(default: &str, certificates: &[(&str, &str, &str)]) -> RenderedConfig {
+    let haproxy_cfg = "global\n    default-path origin /etc/haproxy\n    stats socket /etc/haproxy/runtime.sock level admin\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\nfrontend tls\n    bind \"${POD_IP}:8443\" ssl crt ssl/default.pem crt-list general/hosts.crtlist\n    http-request return status 200 content-type text/plain string tls\n".to_string();
+    let file = |kind: AuxKind, path: &str, content: String| {
+        (
+            path.to_string(),
+            AuxFile {
+                kind,
+                name: path.rsplit('/').next().unwrap_or(path).to_string(),
+                path: path.to_string(),
+                content,
+            },
+        )
+    };
+    let mut aux_files: std::collections::BTreeMap<String, AuxFile> =
+        [file(AuxKind::Cert, "ssl/default.pem", default.to_string())].into();
+    let mut lines = String::new();
+    for (name, host, pem) in certificates {
+        let path = format!("ssl/{name}");
+        lines.push_str(&format!("{path} {host}\n"));
+        aux_files.extend([file(AuxKind::Cert, &path, pem.to_string())]);
+    }
+    aux_files.extend([file(AuxKind::CrtList, "general/hosts.crtlist", lines)]);
+    RenderedConfig {
+        haproxy_cfg,
+        aux_files,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_certificate_and_a_tls_host_that_leaves_change_at_runtime_through_the_real_api() {
+    let network = PodNetwork::shared();
+    let pod = HaproxyPod::start(network, "haproxy-tls");
+    let target = target(&pod);
+    let default = certificate_pem("default.example");
+    let (a1, a2, b) = (
+        certificate_pem("a.example"),
+        certificate_pem("a.example"),
+        certificate_pem("b.example"),
+    );
+    let first = render_tls(
+        &default,
+        &[("a.pem", "a.example", &a1), ("b.pem", "b.example", &b)],
+    );
+    let outcome = target
+        .deploy(&request(&first, 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(outcome.reloaded);
+    assert_eq!(served_serial(pod.ip(), "a.example"), serial_of(&a1));
+    assert_eq!(served_serial(pod.ip(), "b.example"), serial_of(&b));
+    let reloads = pod.reloads();
+
+    let rotated = render_tls(
+        &default,
+        &[("a.pem", "a.example", &a2), ("b.pem", "b.example", &b)],
+    );
+    let outcome = target
+        .deploy(&request(&rotated, 2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(!outcome.reloaded, "{outcome:?}\n{}", pod.logs());
+    assert_eq!(
+        served_serial(pod.ip(), "a.example"),
+        serial_of(&a2),
+        "the rotated certificate serves new handshakes"
+    );
+
+    let without_b = render_tls(&default, &[("a.pem", "a.example", &a2)]);
+    let outcome = target
+        .deploy(&request(&without_b, 3))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(!outcome.reloaded, "{outcome:?}\n{}", pod.logs());
+    assert_eq!(
+        served_serial(pod.ip(), "b.example"),
+        serial_of(&default),
+        "b.example's line is gone: the default certificate answers"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
+}

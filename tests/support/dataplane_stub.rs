@@ -552,6 +552,43 @@ impl StubState {
                     .insert((backend.to_string(), server.to_string()), false);
                 StatusCode::NO_CONTENT.into_response()
             }
+            // The certificate HAProxy knows as the configuration wrote it (`ssl/a.pem`, its
+            // slash encoded in the one path segment): known when the storage holds its file.
+            (
+                Method::PUT | Method::DELETE,
+                ["services", "haproxy", "runtime", "ssl_certs", name],
+            ) => {
+                let name = name.replace("%2F", "/");
+                let file = name.rsplit('/').next().unwrap_or(&name).to_string();
+                if !self
+                    .storage
+                    .contains_key(&("ssl_certificates".to_string(), file))
+                {
+                    return json_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!(
+                            "/etc/haproxy/runtime.sock [3]  Can't replace a certificate which is not referenced by the configuration! [set ssl cert {name}]"
+                        ),
+                    );
+                }
+                if request.method == Method::DELETE {
+                    return StatusCode::NO_CONTENT.into_response();
+                }
+                if multipart_file(&content_type, &request.body).is_none() {
+                    return json_error(
+                        StatusCode::BAD_REQUEST,
+                        "request Content-Type isn't multipart/form-data",
+                    );
+                }
+                (StatusCode::OK, axum::Json(Value::Null)).into_response()
+            }
+            (Method::DELETE, ["services", "haproxy", "runtime", "ssl_crt_lists", "entries"]) => {
+                if !(request.query.contains_key("name") && request.query.contains_key("cert_file"))
+                {
+                    return json_error(StatusCode::BAD_REQUEST, "name and cert_file are required");
+                }
+                StatusCode::NO_CONTENT.into_response()
+            }
             (Method::POST, ["services", "haproxy", "runtime", "maps", map, "entries"]) => {
                 let Ok(entry) = serde_json::from_str::<Value>(&request.body) else {
                     return json_error(StatusCode::BAD_REQUEST, "body is not JSON");

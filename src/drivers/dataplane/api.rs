@@ -504,6 +504,38 @@ impl Api {
         self.call(Method::DELETE, url, Body::Empty).await.map(drop)
     }
 
+    /// `PUT /services/haproxy/runtime/ssl_certs/{name}` (multipart `file_upload`): the API
+    /// runs `set ssl cert` and `commit ssl cert` for the certificate HAProxy knows as `name`
+    /// (as the configuration wrote it: `ssl/x.pem`, one path segment here).
+    pub async fn runtime_certificate_replace(&self, name: &str, pem: &str) -> Result<(), ApiError> {
+        let url = self.url(&["services", "haproxy", "runtime", "ssl_certs", name], &[]);
+        let body = Body::Upload {
+            file_name: name,
+            content: pem,
+        };
+        self.call(Method::PUT, url, body).await.map(drop)
+    }
+
+    /// `DELETE /services/haproxy/runtime/ssl_certs/{name}`: `del ssl cert`.
+    pub async fn runtime_certificate_delete(&self, name: &str) -> Result<(), ApiError> {
+        let url = self.url(&["services", "haproxy", "runtime", "ssl_certs", name], &[]);
+        self.call(Method::DELETE, url, Body::Empty).await.map(drop)
+    }
+
+    /// `DELETE /services/haproxy/runtime/ssl_crt_lists/entries?name=LIST&cert_file=CERT`:
+    /// `del ssl crt-list LIST CERT`.
+    pub async fn runtime_crt_list_entry_delete(
+        &self,
+        list: &str,
+        certificate: &str,
+    ) -> Result<(), ApiError> {
+        let url = self.url(
+            &["services", "haproxy", "runtime", "ssl_crt_lists", "entries"],
+            &[("name", list), ("cert_file", certificate)],
+        );
+        self.call(Method::DELETE, url, Body::Empty).await.map(drop)
+    }
+
     /// `GET /services/haproxy/runtime/maps?include_unmanaged=true`: every map the running
     /// worker loaded (without the flag the API lists only maps whose path, as the
     /// configuration wrote it, lies in its maps directory: none, for relative paths).

@@ -93,8 +93,8 @@ use serde_json::Value;
 
 use self::api::{Answer, Api, ApiError};
 use crate::pure::deploy::dataplane::{
-    ApiVersion, DeployedMarker, LiveChanges, Placement, ReportedApiVersion, StorageKind,
-    is_content_refusal, is_runtime_action_failure, is_runtime_refusal, live_changes,
+    ApiVersion, CertificateCall, DeployedMarker, LiveChanges, Placement, ReportedApiVersion,
+    StorageKind, is_content_refusal, is_runtime_action_failure, is_runtime_refusal, live_changes,
     loaded_map_reference, placement, placements, runs_pushed, strip_version_lines,
 };
 use crate::pure::deploy::fence::Fence;
@@ -1127,6 +1127,27 @@ impl DataplaneTarget {
                 if let Some(reason) = self.refusal(&what, result)? {
                     return Ok(Live::NeedsReload(reason));
                 }
+            }
+        }
+        for call in &changes.certificates {
+            let (what, result) = match call {
+                CertificateCall::Replace { name, pem } => (
+                    format!("certificate {name}"),
+                    self.api.runtime_certificate_replace(name, pem).await,
+                ),
+                CertificateCall::DeleteEntry { list, certificate } => (
+                    format!("crt-list {list}"),
+                    self.api
+                        .runtime_crt_list_entry_delete(list, certificate)
+                        .await,
+                ),
+                CertificateCall::Delete { name } => (
+                    format!("certificate {name}"),
+                    self.api.runtime_certificate_delete(name).await,
+                ),
+            };
+            if let Some(reason) = self.refusal(&what, result)? {
+                return Ok(Live::NeedsReload(reason));
             }
         }
         let loaded = if changes.maps.is_empty() {

@@ -372,8 +372,21 @@ pub struct LiveChanges {
     pub deleted_servers: Vec<(String, String)>,
     /// `POST /runtime/backends/{b}/servers` bodies, after every other server call.
     pub added_servers: Vec<AddedServer>,
+    /// Certificate and crt-list calls, in the plan's order.
+    pub certificates: Vec<CertificateCall>,
     /// How many runtime operations of the plan these calls carry out.
     pub count: usize,
+}
+
+/// A certificate or crt-list change through the runtime endpoints.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CertificateCall {
+    /// `PUT /runtime/ssl_certs/{name}`: a rotated certificate.
+    Replace { name: String, pem: String },
+    /// `DELETE /runtime/ssl_crt_lists/entries?name=LIST&cert_file=CERT`.
+    DeleteEntry { list: String, certificate: String },
+    /// `DELETE /runtime/ssl_certs/{name}`.
+    Delete { name: String },
 }
 
 /// A server the runtime API adds: the `runtime_add_server` body, then, unless it starts
@@ -660,13 +673,36 @@ pub fn live_changes(
                     .deleted_servers
                     .push((backend.clone(), server.clone()));
             }
-            Operation::SetCertificate { path, .. }
-            | Operation::AddCrtListEntry { list: path, .. }
-            | Operation::DelCrtListEntry { list: path, .. }
-            | Operation::DelCertificate { path } => {
+            Operation::SetCertificate {
+                path,
+                new: false,
+                pem,
+            } => changes.certificates.push(CertificateCall::Replace {
+                name: path.clone(),
+                pem: pem.clone(),
+            }),
+            // The API keeps only the file name of an upload (Go's multipart reader drops
+            // the folder), so it cannot create `ssl/x.pem` at runtime, and a crt-list line
+            // would name a certificate HAProxy does not have.
+            Operation::SetCertificate {
+                path, new: true, ..
+            }
+            | Operation::AddCrtListEntry { line: path, .. } => {
                 return Err(format!(
-                    "{path} changed; the Data Plane API target replaces certificates and crt-lists with a reload"
+                    "certificate {} is new; the Data Plane API cannot create it at runtime under the name the configuration gives it, so a reload loads it",
+                    path.split_whitespace().next().unwrap_or(path)
                 ));
+            }
+            Operation::DelCrtListEntry { list, certificate } => {
+                changes.certificates.push(CertificateCall::DeleteEntry {
+                    list: list.clone(),
+                    certificate: certificate.clone(),
+                });
+            }
+            Operation::DelCertificate { path } => {
+                changes
+                    .certificates
+                    .push(CertificateCall::Delete { name: path.clone() });
             }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {
             }
