@@ -8,8 +8,12 @@
 //! delete it and create it anew. A scan between the two steps would see the file's objects
 //! gone and the routes they make would drop for a moment. So a file that vanished, or that
 //! reads empty where it held objects, keeps its objects until it has been so for
-//! [`VANISHED_SCANS`] scans in a row; one renamed or whose objects moved to a file read in
-//! the same scan is let go at once.
+//! [`VANISHED_SCANS`] timed scans in a row; one renamed or whose objects moved to a file read
+//! in the same scan is let go at once. Only timed scans ([`ManifestFolder::scan`]) count:
+//! scans a change of the folder asked for ([`ManifestFolder::scan_for_change`]) come in
+//! bursts, as fast as a writer works, so counting them would make the grace no time at all.
+//! While something waits so, [`ManifestFolder::needs_rescan`] says so, and the caller keeps
+//! the timed scans coming.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -42,14 +46,18 @@ struct FileContent {
     configs: Vec<(usize, Value)>,
     /// The path became a directory; reported once, its last good objects kept.
     shadowed: bool,
-    /// Scans in a row the file was missing, or read empty while it held objects.
+    /// Timed scans in a row the file was missing, or read empty while it held objects.
     vanished_scans: u32,
+    /// The last scan found the file missing, or read it empty while it held objects, and
+    /// kept its objects (whether or not that scan counted toward the grace).
+    vanishing: bool,
 }
 
-/// How many scans in a row a file must be missing, or read empty while it held objects,
-/// before its objects are deleted (see the module documentation): 500 ms at `haptor
-/// local`'s scan interval, longer than an editor or a busy machine takes between
-/// truncating and writing.
+/// How many timed scans in a row a file must be missing, or read empty while it held
+/// objects, before its objects are deleted (see the module documentation): 500 ms, since
+/// `haptor local` scans on its timer every 100 ms while such a file waits
+/// (`local::watch::SCAN_INTERVAL`, whether or not the folder is watched with inotify) —
+/// longer than an editor or a busy machine takes between truncating and writing.
 pub const VANISHED_SCANS: u32 = 5;
 
 /// The largest manifest file a scan reads. The API server stores objects of at most about
@@ -191,8 +199,36 @@ impl ManifestFolder {
         self.config.clone()
     }
 
-    /// Reads what changed and publishes the differences into `source`.
+    /// Whether something the last scan found is to be looked at again by the next timed
+    /// scan, though nothing changes meanwhile: a file missing or read empty within its grace
+    /// (which only timed scans end), a file to read again (one that could not be read, or
+    /// one holding an object another file let go), or the folder itself unreadable.
+    pub fn needs_rescan(&self) -> bool {
+        self.unreadable.is_some()
+            || self
+                .files
+                .values()
+                .any(|content| content.vanishing || content.stamp.is_none())
+    }
+
+    /// Whether the last scan could read the folder itself.
+    pub fn readable(&self) -> bool {
+        self.unreadable.is_none()
+    }
+
+    /// A timed scan: reads what changed and publishes the differences into `source`; counts
+    /// toward the grace of a file that vanished.
     pub fn scan(&mut self, source: &MemorySource) -> ScanReport {
+        self.scan_counting(source, true)
+    }
+
+    /// A scan a change of the folder asked for: as [`ManifestFolder::scan`], but it does not
+    /// count toward the grace of a file that vanished (see the module documentation).
+    pub fn scan_for_change(&mut self, source: &MemorySource) -> ScanReport {
+        self.scan_counting(source, false)
+    }
+
+    fn scan_counting(&mut self, source: &MemorySource, timed: bool) -> ScanReport {
         let mut report = ScanReport::default();
         let mut seen = Vec::new();
         let paths = match crate::drivers::manifest_dir::manifest_files(&self.dir) {
@@ -237,6 +273,7 @@ impl ManifestFolder {
             });
             seen.push(path.clone());
             let entry = self.files.entry(path.clone()).or_default();
+            entry.vanishing = false;
             if entry.stamp.is_some() && entry.stamp == stamp {
                 // Back as it was (a file restored with its modification time, say).
                 entry.vanished_scans = 0;
@@ -268,10 +305,11 @@ impl ManifestFolder {
             let holds_nothing = read.is_empty() && configs.is_empty() && text.trim().is_empty();
             drop(text);
             if holds_nothing && (!entry.objects.is_empty() || !entry.configs.is_empty()) {
-                entry.vanished_scans += 1;
+                entry.vanished_scans += u32::from(timed);
                 if entry.vanished_scans < VANISHED_SCANS {
                     // Likely truncated to be written again: read it again next scan.
                     entry.stamp = None;
+                    entry.vanishing = true;
                     continue;
                 }
             }
@@ -310,6 +348,7 @@ impl ManifestFolder {
                 configs,
                 shadowed: false,
                 vanished_scans: 0,
+                vanishing: false,
             };
             changed = true;
         }
@@ -326,8 +365,9 @@ impl ManifestFolder {
             // Renamed, or its objects moved to a file read in this scan: let go at once.
             let moved = content.configs.is_empty()
                 && content.objects.keys().all(|key| incoming.contains_key(key));
-            content.vanished_scans += 1;
+            content.vanished_scans += u32::from(timed);
             if !moved && content.vanished_scans < VANISHED_SCANS {
+                content.vanishing = true;
                 continue;
             }
             if let Some(content) = self.files.remove(&path) {
@@ -408,7 +448,7 @@ impl ManifestFolder {
                 .files
                 .iter()
                 // A file vanishing for a moment is not a second definition.
-                .filter(|(_, content)| content.vanished_scans == 0)
+                .filter(|(_, content)| !content.vanishing)
                 .filter_map(|(path, content)| content.objects.get(key).map(|(_, l)| (path, *l)))
                 .collect();
             if let [(first, first_line), rest @ ..] = holders.as_slice() {
@@ -591,6 +631,62 @@ mod tests {
         assert_eq!(folder.scan(&source).applied, 1);
         write(&path, "# nothing here any more\n");
         assert_eq!(folder.scan(&source).deleted, 1);
+    }
+
+    #[test]
+    fn scans_a_change_asked_for_leave_a_vanished_files_grace_to_the_timed_scans() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let path = dir.path().join("a.yaml");
+        write(&path, &svc("web", 80));
+        assert_eq!(folder.scan_for_change(&source).applied, 1);
+        assert!(!folder.needs_rescan(), "nothing waits");
+
+        // Deleted: however many changes are scanned for, the objects stay until the timed
+        // scans ran out the grace, and until then a timed scan is asked for.
+        std::fs::remove_file(&path).expect("delete");
+        for _ in 0..3 * VANISHED_SCANS {
+            assert_eq!(folder.scan_for_change(&source).deleted, 0);
+            assert!(folder.needs_rescan(), "the grace waits for timed scans");
+        }
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0);
+        }
+        assert_eq!(folder.scan(&source).deleted, 1);
+        assert!(!folder.needs_rescan(), "nothing waits once the file let go");
+
+        // Truncated: the same.
+        write(&path, &svc("web", 80));
+        assert_eq!(folder.scan_for_change(&source).applied, 1);
+        write(&path, "");
+        for _ in 0..3 * VANISHED_SCANS {
+            assert_eq!(folder.scan_for_change(&source).deleted, 0);
+            assert!(folder.needs_rescan());
+        }
+        for _ in 1..VANISHED_SCANS {
+            assert_eq!(folder.scan(&source).deleted, 0);
+        }
+        assert_eq!(folder.scan(&source).deleted, 1);
+        assert!(!folder.needs_rescan());
+    }
+
+    #[test]
+    fn an_object_moved_by_emptying_one_file_and_writing_another_is_no_second_definition() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        write(&dir.path().join("a.yaml"), &svc("web", 80));
+        folder.scan_for_change(&source);
+        write(&dir.path().join("a.yaml"), "");
+        write(&dir.path().join("b.yaml"), &svc("web", 80));
+        let report = folder.scan_for_change(&source);
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_eq!((report.applied, report.deleted), (0, 0));
+        for _ in 0..VANISHED_SCANS {
+            assert!(folder.scan(&source).problems.is_empty());
+        }
+        assert_eq!(source.objects("v1", "Service").len(), 1, "b.yaml holds it");
     }
 
     #[test]

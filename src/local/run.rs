@@ -1,10 +1,11 @@
-//! Running `haptor local DIR`: the manifest folder, an owned haproxy in master-worker mode,
-//! the local deploy target and the same actor tree as in a cluster, until Ctrl-C or SIGTERM;
-//! then everything stops, haproxy included.
+//! Running `haptor local DIR`: the manifest folder (watched with inotify and scanned as
+//! `local::watch` decides), an owned haproxy in master-worker mode, the local deploy target
+//! and the same actor tree as in a cluster, until Ctrl-C or SIGTERM; then everything stops,
+//! haproxy included.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use ractor::ActorRef;
 use tokio::sync::watch;
@@ -16,6 +17,9 @@ use crate::drivers::local::{HaproxyProcess, LocalTarget, WorkDir};
 use crate::drivers::memory_source::MemorySource;
 use crate::drivers::pipeline::FullPipeline;
 use crate::local::folder::ManifestFolder;
+use crate::local::watch::{
+    FolderWatch, SAFETY_SCAN_INTERVAL, SCAN_INTERVAL, Scan, ScanSchedule, Signal, Wanted,
+};
 use crate::messages::{Instance, Leadership};
 use crate::observability::introspection::{ErrorRecord, Introspection};
 use crate::output::outln;
@@ -27,9 +31,6 @@ use crate::telemetry::LogLevelHandle;
 /// The Ingress template library `haptor local` uses when the folder has no
 /// HAProxyTemplateConfig of its own (`deploy/library/ingress.yaml`).
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../deploy/library/ingress.yaml");
-
-/// How often the folder is scanned for changes.
-pub const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What `haptor local` was asked to do.
 #[derive(Debug, Clone)]
@@ -112,7 +113,10 @@ pub async fn run(
             Err(problem) => tracing::warn!(%problem, "no default certificate"),
         }
     }
+    // Watched before the first scan, so no change falls between the two.
+    let mut watch = watch_folder(&options.dir, work_dir.root());
     let first = folder.scan(&memory);
+    let mut schedule = ScanSchedule::new(watch.is_some(), Instant::now(), folder.needs_rescan());
     for problem in &first.problems {
         tracing::warn!(%problem, "manifest not loaded");
     }
@@ -199,8 +203,13 @@ pub async fn run(
     let metrics = bound_address(&controller.root, METRICS_SERVER_NAME).await;
     let debug = bound_address(&controller.root, DEBUG_SERVER_NAME).await;
     outln!(
-        "haptor local: watching {} (haproxy work dir {})",
+        "haptor local: watching {} ({}; haproxy work dir {})",
         options.dir.display(),
+        if schedule.watching() {
+            "with inotify".to_string()
+        } else {
+            format!("polled every {} ms", SCAN_INTERVAL.as_millis())
+        },
         work_path.display()
     );
     if let Some(addr) = metrics {
@@ -221,81 +230,82 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut printed_binds = false;
     let mut printed_ready = false;
-    // Scans a socket has been seen missing; below zero after a failed replacement, so the
+    // Ticks a socket has been seen missing; below zero after a failed replacement, so the
     // next attempt waits about two seconds.
     let mut missing_ticks = 0i32;
     let mut tree_stopped = false;
     loop {
-        tokio::select! {
+        let wake = tokio::select! {
             () = &mut shutdown => break,
             () = controller.stopped() => {
                 tree_stopped = true;
                 break;
             }
-            _ = ticker.tick() => {}
-        }
-        if !process.is_running() {
-            tracing::warn!("haproxy exited; starting it again on the last deployed files");
-            controller.services.introspection.record_error(ErrorRecord::new(
-                "haproxy",
-                format!(
-                    "haproxy exited (master pid {}); starting it again on the last deployed files",
-                    process.master_pid()
-                ),
-            ));
-            missing_ticks = 0;
-            match HaproxyProcess::start(&options.haproxy_bin, &work_dir).await {
-                Ok(restarted) => process = restarted,
-                Err(e) => {
-                    tracing::error!(error = %e, "haproxy did not start; retrying");
-                    controller
-                        .services
-                        .introspection
-                        .record_error(ErrorRecord::new("haproxy", e.to_string()));
+            _ = ticker.tick() => None,
+            signal = next_signal(&mut watch) => Some(signal),
+        };
+        let scan = match wake {
+            Some(signal) => {
+                let wanted = match signal {
+                    Signal::Change(wanted) => wanted,
+                    Signal::Failed(why) => {
+                        warn_polled(&options.dir, &why);
+                        watch = None;
+                        schedule.watch_lost();
+                        Wanted::NOW
+                    }
+                };
+                schedule.on_change(wanted).then_some(Scan::ForChange)
+            }
+            None => {
+                supervise_haproxy(
+                    &mut process,
+                    &mut missing_ticks,
+                    &options.haproxy_bin,
+                    &work_dir,
+                    &target,
+                    &controller.services.introspection,
+                )
+                .await;
+                schedule.on_tick(Instant::now()).then_some(Scan::Timed)
+            }
+        };
+        if let Some(scan) = scan {
+            let report = match scan {
+                Scan::Timed => folder.scan(&memory),
+                Scan::ForChange => folder.scan_for_change(&memory),
+            };
+            for problem in &report.problems {
+                tracing::warn!(%problem, "manifest not loaded; its last good content stays");
+                controller
+                    .services
+                    .introspection
+                    .record_error(ErrorRecord::new("manifest", problem.to_string()));
+            }
+            if report.config_changed
+                && let Some(config) = folder.config()
+            {
+                current_config = Arc::clone(&config);
+                let _ = config_tx.send(Some(config));
+            }
+            if report.applied > 0 || report.config_changed {
+                unwatched.report(&folder, &current_config, &controller.services.introspection);
+            }
+            let rewatch = schedule.scanned(
+                scan,
+                Instant::now(),
+                folder.needs_rescan(),
+                folder.readable(),
+            );
+            if rewatch {
+                // The folder went away and is back: its watch went with it. The old one
+                // stops before the new one starts.
+                drop(watch.take());
+                watch = watch_folder(&options.dir, work_dir.root());
+                if watch.is_none() {
+                    schedule.watch_lost();
                 }
             }
-        }
-        // A socket haptor reaches haproxy through was deleted (or the whole work directory
-        // with it): the running haproxy serves on, but no deployment can reach it, and only
-        // a new process binds the sockets again. Seen on two scans in a row, so a socket
-        // being replaced is not taken for a missing one.
-        match missing_socket(&work_dir) {
-            Some(socket) if process.is_running() => {
-                missing_ticks += 1;
-                if missing_ticks >= 2
-                    && replace_unreachable(
-                        &mut process,
-                        &socket,
-                        &options.haproxy_bin,
-                        &work_dir,
-                        &target,
-                        &controller.services.introspection,
-                    )
-                    .await
-                {
-                    missing_ticks = 0;
-                } else if missing_ticks >= 2 {
-                    missing_ticks = -18;
-                }
-            }
-            _ => missing_ticks = 0,
-        }
-        let report = folder.scan(&memory);
-        for problem in &report.problems {
-            tracing::warn!(%problem, "manifest not loaded; its last good content stays");
-            controller
-                .services
-                .introspection
-                .record_error(ErrorRecord::new("manifest", problem.to_string()));
-        }
-        if report.config_changed
-            && let Some(config) = folder.config()
-        {
-            current_config = Arc::clone(&config);
-            let _ = config_tx.send(Some(config));
-        }
-        if report.applied > 0 || report.config_changed {
-            unwatched.report(&folder, &current_config, &controller.services.introspection);
         }
         if !printed_ready && controller.services.readiness.is_ready() {
             printed_ready = true;
@@ -332,6 +342,95 @@ pub async fn run(
         ));
     }
     Ok(())
+}
+
+/// Watches the folder with inotify, or says why it is polled instead.
+fn watch_folder(dir: &Path, work_dir: &Path) -> Option<FolderWatch> {
+    match FolderWatch::start(dir, work_dir) {
+        Ok(watch) => {
+            tracing::info!(
+                folder = %dir.display(),
+                "the folder is watched with inotify: a change is read at once, and the folder is scanned every {} s besides",
+                SAFETY_SCAN_INTERVAL.as_secs()
+            );
+            Some(watch)
+        }
+        Err(error) => {
+            warn_polled(dir, &crate::local::watch::describe(&error));
+            None
+        }
+    }
+}
+
+fn warn_polled(dir: &Path, why: &str) {
+    tracing::warn!(
+        folder = %dir.display(),
+        error = %why,
+        "the folder cannot be watched with inotify, so it is polled every {} ms instead",
+        SCAN_INTERVAL.as_millis()
+    );
+}
+
+/// The watch's next signal; never, without a watch.
+async fn next_signal(watch: &mut Option<FolderWatch>) -> Signal {
+    match watch {
+        Some(watch) => watch.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// On each tick: starts haproxy again if it exited, and replaces one whose socket is gone.
+async fn supervise_haproxy(
+    process: &mut HaproxyProcess,
+    missing_ticks: &mut i32,
+    haproxy_bin: &str,
+    work_dir: &WorkDir,
+    target: &LocalTarget,
+    introspection: &Introspection,
+) {
+    if !process.is_running() {
+        tracing::warn!("haproxy exited; starting it again on the last deployed files");
+        introspection.record_error(ErrorRecord::new(
+            "haproxy",
+            format!(
+                "haproxy exited (master pid {}); starting it again on the last deployed files",
+                process.master_pid()
+            ),
+        ));
+        *missing_ticks = 0;
+        match HaproxyProcess::start(haproxy_bin, work_dir).await {
+            Ok(restarted) => *process = restarted,
+            Err(e) => {
+                tracing::error!(error = %e, "haproxy did not start; retrying");
+                introspection.record_error(ErrorRecord::new("haproxy", e.to_string()));
+            }
+        }
+    }
+    // A socket haptor reaches haproxy through was deleted (or the whole work directory
+    // with it): the running haproxy serves on, but no deployment can reach it, and only a
+    // new process binds the sockets again. Seen on two ticks in a row, so a socket being
+    // replaced is not taken for a missing one.
+    match missing_socket(work_dir) {
+        Some(socket) if process.is_running() => {
+            *missing_ticks += 1;
+            if *missing_ticks >= 2
+                && replace_unreachable(
+                    process,
+                    &socket,
+                    haproxy_bin,
+                    work_dir,
+                    target,
+                    introspection,
+                )
+                .await
+            {
+                *missing_ticks = 0;
+            } else if *missing_ticks >= 2 {
+                *missing_ticks = -18;
+            }
+        }
+        _ => *missing_ticks = 0,
+    }
 }
 
 /// Tells the user, once per object, about objects in the folder the config does not watch

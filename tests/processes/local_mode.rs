@@ -81,11 +81,12 @@ fn haptor_local_routes_reconfigures_live_and_stops_cleanly() {
         "a route to an existing backend is added live"
     );
 
-    // A new Ingress with a new Service (a new backend): exactly one reload.
+    // A new Ingress with a new Service whose annotation gives it a backend of its own (a
+    // plain one would take a pool member at runtime): exactly one reload.
     local.write(
         "new-app.yaml",
         &format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: app-d, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: app-d-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: app-d}}\nports: [{{name: http, port: {a}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: d, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: d.localhost\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: app-d, port: {{number: 80}}}}}}}}\n"
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: app-d, namespace: default, annotations: {{haproxy.org/timeout-server: 7s}}}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: app-d-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: app-d}}\nports: [{{name: http, port: {a}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: d, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: d.localhost\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: app-d, port: {{number: 80}}}}}}}}\n"
         ),
     );
     eventually("d.localhost routed", Duration::from_secs(30), || {
@@ -945,6 +946,275 @@ fn an_endpoint_beyond_the_deployed_servers_is_added_and_deleted_at_runtime_and_k
         worker_and_reloads(&local.work()),
         after_reload,
         "a leaving endpoint must not reload haproxy\n{}",
+        local.log_text()
+    );
+}
+
+/// A self-signed certificate and key for `host` made by openssl (`./scripts/test` installs
+/// it), base64 for a Secret's data.
+fn self_signed(host: &str) -> (String, String) {
+    use base64::Engine;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "30", "-subj"])
+        .arg(format!("/CN={host}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success());
+    let encode = |path: &std::path::Path| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("pem"))
+    };
+    (encode(&cert), encode(&key))
+}
+
+/// An Ingress serving `host` over TLS from Secret `<name>-tls`, with that Secret.
+fn tls_ingress(name: &str, host: &str, (cert, key): &(String, String)) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ingressClassName: haptor\n  tls:\n    - hosts: [{host}]\n      secretName: {name}-tls\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: app-a, port: {{number: 80}}}}}}}}\n---\napiVersion: v1\nkind: Secret\ntype: kubernetes.io/tls\nmetadata: {{name: {name}-tls, namespace: default}}\ndata:\n  tls.crt: {cert}\n  tls.key: {key}\n"
+    )
+}
+
+/// The serial number of the certificate HAProxy presents for `host` on `port`.
+fn served_serial(port: u16, host: &str) -> Option<String> {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -servername {host} </dev/null 2>/dev/null | openssl x509 -noout -serial"
+        ))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    text.starts_with("serial=").then_some(text)
+}
+
+/// The serial number of a base64 PEM certificate.
+fn serial_of(cert_base64: &str) -> String {
+    use base64::Engine;
+    use std::io::Write;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cert_base64)
+        .expect("base64");
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&pem)
+        .expect("write");
+    let output = child.wait_with_output().expect("serial");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[test]
+fn a_new_tls_host_and_a_rotated_certificate_are_served_without_a_reload() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let default_serial = eventually("the default certificate", Duration::from_secs(30), || {
+        served_serial(local.https, "nothing.example")
+    });
+    let before = worker_and_reloads(&local.work());
+
+    // A new Ingress with a TLS host: its certificate is created in HAProxy's store and a
+    // crt-list line names it.
+    let first = self_signed("fresh.example");
+    local.write("fresh.yaml", &tls_ingress("fresh", "fresh.example", &first));
+    eventually(
+        "fresh.example's certificate served",
+        Duration::from_secs(30),
+        || (served_serial(local.https, "fresh.example")? == serial_of(&first.0)).then_some(()),
+    );
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a new TLS host must not reload haproxy\n{}",
+        local.log_text()
+    );
+
+    // The Secret rotated: the new certificate is served to new handshakes.
+    let second = self_signed("fresh.example");
+    local.write(
+        "fresh.yaml",
+        &tls_ingress("fresh", "fresh.example", &second),
+    );
+    eventually(
+        "the rotated certificate served",
+        Duration::from_secs(30),
+        || (served_serial(local.https, "fresh.example")? == serial_of(&second.0)).then_some(()),
+    );
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a certificate rotation must not reload haproxy\n{}",
+        local.log_text()
+    );
+    let stored = std::fs::read_to_string(local.work().join("ssl/default_fresh-tls.pem"))
+        .expect("the certificate file");
+    assert!(
+        stored.contains(
+            String::from_utf8_lossy(
+                &base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &second.0)
+                    .expect("base64")
+            )
+            .trim()
+        ),
+        "the file holds the rotated certificate, so a reload keeps it"
+    );
+
+    // The host goes: its line and certificate leave; the default certificate answers.
+    std::fs::remove_file(local.dir.join("fresh.yaml")).expect("remove");
+    eventually("fresh.example gone", Duration::from_secs(30), || {
+        (served_serial(local.https, "fresh.example")? == default_serial).then_some(())
+    });
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a TLS host leaving must not reload haproxy\n{}",
+        local.log_text()
+    );
+}
+
+#[test]
+fn the_folder_is_watched_with_inotify_and_changes_written_in_place_renamed_or_in_a_new_subfolder_are_served()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let log = local.log_text();
+    assert!(log.contains("the folder is watched with inotify"), "{log}");
+    assert!(
+        !log.contains("polled every"),
+        "the watch was made, so nothing is polled\n{log}"
+    );
+    assert!(
+        local.stdout().contains("with inotify"),
+        "{}",
+        local.stdout()
+    );
+    let answer = |host: &str| get(local.http, host, "/").map(|r| r.1);
+
+    // An EndpointSlice written in place.
+    local.move_first_endpoint_port(a, b);
+    eventually(
+        "a.localhost moved to app-b",
+        Duration::from_secs(30),
+        || (answer("a.localhost") == Some("hello from app-b\n".into())).then_some(()),
+    );
+    // And back, written to a temporary file renamed over the manifest, as tools write.
+    let back = local.read("apps.yaml").replacen(
+        &format!("ports: [{{name: http, port: {b}}}]"),
+        &format!("ports: [{{name: http, port: {a}}}]"),
+        1,
+    );
+    std::fs::write(local.dir.join("apps.yaml.tmp"), back).expect("write");
+    std::fs::rename(local.dir.join("apps.yaml.tmp"), local.dir.join("apps.yaml")).expect("rename");
+    eventually("a.localhost back on app-a", Duration::from_secs(30), || {
+        (answer("a.localhost") == Some("hello from app-a\n".into())).then_some(())
+    });
+
+    // A subfolder made while haptor runs, and a manifest written into it.
+    std::fs::create_dir(local.dir.join("more")).expect("mkdir");
+    local.write(
+        "more/c.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: c, namespace: default}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: c.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("c.localhost served", Duration::from_secs(30), || {
+        (answer("c.localhost") == Some("hello from app-b\n".into())).then_some(())
+    });
+    let log = local.log_text();
+    assert!(
+        !log.contains("polled every"),
+        "the watch reported no error\n{log}"
+    );
+}
+
+/// A Service `name` with one endpoint at 127.0.0.1:`port` and an Ingress for `host` to it.
+fn new_service_with_ingress(name: &str, host: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80, targetPort: {port}}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n    conditions: {{ready: true}}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: {name}, port: {{number: 80}}}}}}}}\n"
+    )
+}
+
+#[test]
+fn a_new_service_and_its_ingress_take_a_pool_backend_and_are_served_without_a_reload() {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let fresh = backend("fresh");
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let before = worker_and_reloads(&local.work());
+
+    local.write(
+        "fresh.yaml",
+        &new_service_with_ingress("fresh", "fresh.localhost", fresh.port),
+    );
+    let body = eventually("fresh.localhost served", Duration::from_secs(30), || {
+        get(local.http, "fresh.localhost", "/").filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(body.1, "hello from fresh\n");
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "a new Service with its Ingress must not reload haproxy\n{}",
+        local.log_text()
+    );
+    let services_map =
+        std::fs::read_to_string(local.work().join("maps/services.map")).expect("services.map");
+    assert!(
+        services_map.contains("default/fresh/80 pool_1"),
+        "the new Service took the first pool member:\n{services_map}"
+    );
+
+    // A structural change reloads; the Service keeps its member, so it is served the same.
+    local.write(
+        "reloading.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: own\n  namespace: default\n  annotations: {haproxy.org/timeout-server: 7s}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: own.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("the reload happened", Duration::from_secs(30), || {
+        (worker_and_reloads(&local.work()).0 != before.0).then_some(())
+    });
+    let after_reload = worker_and_reloads(&local.work());
+    let deployed = std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+    assert!(
+        deployed.contains(&format!(
+            "backend pool_1\n  option forwardfor\n  server SRV_1 127.0.0.1:{}",
+            fresh.port
+        )),
+        "the reloaded configuration keeps the member's server\n{deployed}"
+    );
+    assert_eq!(
+        get(local.http, "fresh.localhost", "/").map(|r| r.1),
+        Some("hello from fresh\n".into())
+    );
+
+    // The Service leaves: its routes and servers go at runtime.
+    std::fs::remove_file(local.dir.join("fresh.yaml")).expect("remove");
+    eventually("fresh.localhost gone", Duration::from_secs(30), || {
+        get(local.http, "fresh.localhost", "/").filter(|(status, _)| *status == 404)
+    });
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        after_reload,
+        "a pooled Service leaving must not reload haproxy\n{}",
         local.log_text()
     );
 }
