@@ -37,7 +37,7 @@ pub struct CoordinatorState {
     last_checksum: Option<Checksum>,
     /// The outcomes of the last render that passed validation: what the templates left
     /// out is reported when it is new.
-    last_outcomes: Outcomes,
+    last_outcomes: std::sync::Arc<Outcomes>,
     /// The expired certificate files already reported (path, notAfter).
     expired_reported: BTreeSet<(String, String)>,
 }
@@ -91,9 +91,13 @@ impl Coordinator {
     /// Logs and records (in `/debug/vars/errors`) each object the templates newly left out,
     /// wholly or in part, with their reasons; in a cluster the Ingress status driver also
     /// records an `IngressIgnored` or `IngressPartlyServed` Event for the Ingress.
-    fn report_left_out(&self, state: &mut CoordinatorState, outcomes: &Outcomes) {
-        let newly = newly_left_out(&state.last_outcomes, outcomes);
-        state.last_outcomes = outcomes.clone();
+    fn report_left_out(&self, state: &mut CoordinatorState, outcomes: &std::sync::Arc<Outcomes>) {
+        let newly = if std::sync::Arc::ptr_eq(&state.last_outcomes, outcomes) {
+            Vec::new()
+        } else {
+            newly_left_out(&state.last_outcomes, outcomes)
+        };
+        state.last_outcomes = std::sync::Arc::clone(outcomes);
         let services = &self.iteration.services;
         for (key, outcome) in newly.iter().take(LEFT_OUT_REPORTED_ONE_BY_ONE) {
             let reasons = outcome.reasons().join("; ");
@@ -243,7 +247,7 @@ impl Actor for Coordinator {
             pending: None,
             renders: 0,
             last_checksum: None,
-            last_outcomes: Outcomes::new(),
+            last_outcomes: std::sync::Arc::default(),
             expired_reported: BTreeSet::new(),
         })
     }

@@ -204,7 +204,7 @@ pub fn render(args: &RenderArgs) -> ExitCode {
     };
     // What the templates left out (`ignored`, the annotation helpers), as haptor run's
     // IngressIgnored/IngressPartlyServed Events would say it.
-    for (key, outcome) in &rendered.outcomes {
+    for (key, outcome) in rendered.outcomes.iter() {
         for reason in outcome.reasons() {
             eprintln!("left out of {key}: {reason}");
         }

@@ -471,10 +471,16 @@ impl ManifestFolder {
     /// Each object in the folder that no watched resource of the config reads, with where
     /// it is: `watched` holds `(apiVersion, kind)` pairs.
     pub fn unwatched(&self, watched: &BTreeSet<(String, String)>) -> Vec<(String, ManifestError)> {
+        // Looked up borrowed: this runs after every scan that applied a change, over every
+        // object of the folder.
+        let watched: BTreeSet<(&str, &str)> = watched
+            .iter()
+            .map(|(api_version, kind)| (api_version.as_str(), kind.as_str()))
+            .collect();
         let mut found = Vec::new();
         for (path, content) in &self.files {
             for (key, (_, line)) in &content.objects {
-                if watched.contains(&(key.0.clone(), key.1.clone())) {
+                if watched.contains(&(key.0.as_str(), key.1.as_str())) {
                     continue;
                 }
                 found.push((

@@ -218,7 +218,7 @@ pub const OUTCOMES_TARGET: &str = "outcomes";
 /// `<Kind> <namespace>/<name>: left out: <reason>` line per reason.
 fn outcomes_text(rendered: &RenderedConfig) -> String {
     let mut text = String::new();
-    for (key, outcome) in &rendered.outcomes {
+    for (key, outcome) in rendered.outcomes.iter() {
         if outcome.is_served() {
             text.push_str(&format!("{key}: served\n"));
         }
@@ -406,7 +406,7 @@ mod tests {
     fn the_outcomes_target_lists_each_object_served_and_each_reason_left_out() {
         use crate::pure::rendered::{ObjectKey, Outcome};
         let mut rendered = RenderedConfig::default();
-        rendered.outcomes.insert(
+        std::sync::Arc::make_mut(&mut rendered.outcomes).insert(
             ObjectKey {
                 api_version: "networking.k8s.io/v1".into(),
                 kind: "Ingress".into(),

@@ -183,8 +183,9 @@ pub fn record_outcome(outcomes: &mut Outcomes, key: ObjectKey, outcome: Outcome)
 pub struct RenderedConfig {
     pub haproxy_cfg: String,
     pub aux_files: BTreeMap<String, AuxFile>,
+    /// Shared: an unchanged template's memo and this render hold the same map.
     #[serde(skip)]
-    pub outcomes: Outcomes,
+    pub outcomes: std::sync::Arc<Outcomes>,
     /// What the templates recorded about Gateway API status (`condition`, ...), in the
     /// order recorded; [`crate::pure::gateway_status::statuses`] shapes it.
     #[serde(skip)]
@@ -411,7 +412,7 @@ mod tests {
             ..Default::default()
         };
         let before = a.checksum();
-        a.outcomes.insert(key("web"), Outcome::Served);
+        std::sync::Arc::make_mut(&mut a.outcomes).insert(key("web"), Outcome::Served);
         assert_eq!(before, a.checksum());
     }
 

@@ -795,10 +795,10 @@ fn the_library_records_served_and_ignored_ingresses_with_their_reasons_and_nothi
         ),
         (key("default-only"), Outcome::Served),
     ]);
-    assert_eq!(rendered.outcomes, expected);
+    assert_eq!(*rendered.outcomes, expected);
     let checksum = rendered.checksum();
     let mut without = rendered.clone();
-    without.outcomes.clear();
+    without.outcomes = Default::default();
     assert_eq!(
         without.checksum(),
         checksum,

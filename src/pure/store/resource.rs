@@ -78,7 +78,7 @@ impl EntryKey {
     }
 
     /// Compares the first `prefix.len()` index values with `prefix`.
-    fn cmp_prefix(&self, prefix: &[&str]) -> std::cmp::Ordering {
+    pub(crate) fn cmp_prefix(&self, prefix: &[&str]) -> std::cmp::Ordering {
         let head = &self.index[..prefix.len().min(self.index.len())];
         head.iter().map(String::as_str).cmp(prefix.iter().copied())
     }
@@ -562,6 +562,42 @@ impl StoreSnapshot {
     /// Every entry in list order.
     pub fn entries(&self) -> &[SnapshotEntry] {
         &self.entries
+    }
+
+    /// The keys of the entries added, removed or replaced since `older`, a snapshot of the
+    /// same store: one pass over both (they are sorted by key), where an entry that stayed
+    /// shares its key and object with `older` and costs a pointer comparison.
+    pub fn changed_since<'s>(&'s self, older: &'s StoreSnapshot) -> Vec<&'s EntryKey> {
+        let (old, new) = (older.entries(), self.entries());
+        let (mut i, mut j) = (0, 0);
+        let mut changed = Vec::new();
+        while i < old.len() && j < new.len() {
+            let order = if Arc::ptr_eq(&old[i].key, &new[j].key) {
+                std::cmp::Ordering::Equal
+            } else {
+                old[i].key.cmp(&new[j].key)
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    changed.push(&*old[i].key);
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    changed.push(&*new[j].key);
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    if !CompactObject::same(&old[i].object, &new[j].object) {
+                        changed.push(&*new[j].key);
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        changed.extend(old[i..].iter().map(|e| &*e.key));
+        changed.extend(new[j..].iter().map(|e| &*e.key));
+        changed
     }
 
     /// Every object in list order.

@@ -63,6 +63,8 @@ pub(crate) struct SlotSpan {
     pub(crate) store: String,
     pub(crate) namespace: String,
     pub(crate) service: String,
+    /// The lines' slot entry.
+    pub(crate) entry: Arc<SlotEntry>,
 }
 
 /// One template's last successful render: what it read and everything it produced.
@@ -72,7 +74,7 @@ pub(crate) struct TemplateMemo {
     pub(crate) output: String,
     pub(crate) registered: Vec<AuxFile>,
     pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
-    pub(crate) outcomes: Outcomes,
+    pub(crate) outcomes: Arc<Outcomes>,
     pub(crate) statuses: Vec<StatusRecord>,
     /// Where the `server_slots` calls wrote, when every one wrote into the output itself.
     pub(crate) spans: Option<Vec<SlotSpan>>,

@@ -54,7 +54,9 @@ use crate::pure::gateway_status::{ParentRef, RecordedCondition, Scope, StatusRec
 use crate::pure::rendered::{
     AuxFile, AuxKind, ObjectKey, Outcome, Outcomes, PathResolver, record_outcome,
 };
-use crate::pure::store::{SnapshotEntry, StoreSnapshot, StoresSnapshot, normalise_numbers};
+use crate::pure::store::{
+    EntryKey, SnapshotEntry, StoreSnapshot, StoresSnapshot, normalise_numbers,
+};
 
 /// Context keys haptor fills itself; `values` and `extra_context` cannot use them.
 pub(crate) const RESERVED_KEYS: &[&str] = &["resources", "paths"];
@@ -194,8 +196,9 @@ pub(crate) struct RenderState<'a> {
     /// Backend pool members of the last successful render (read) and of this one.
     previous_pool: &'a PoolMemory,
     pool: Mutex<PoolRender>,
-    /// The `served`/`ignored` outcomes recorded so far in this render.
-    outcomes: Mutex<Outcomes>,
+    /// The `served`/`ignored` outcomes of each template rendered or reused so far, merged
+    /// when the render ends (most renders have one, shared with its memo: no copy).
+    outcomes: Mutex<Vec<Arc<Outcomes>>>,
     /// The Gateway API status records of this render, in the order recorded.
     statuses: Mutex<Vec<StatusRecord>>,
     /// What the template being rendered has read and produced so far.
@@ -230,7 +233,7 @@ impl<'a> RenderState<'a> {
             slots: Mutex::new(SlotMemory::new()),
             previous_pool,
             pool: Mutex::new(PoolRender::default()),
-            outcomes: Mutex::new(Outcomes::new()),
+            outcomes: Mutex::new(Vec::new()),
             statuses: Mutex::new(Vec::new()),
             trace: Mutex::new(TemplateTrace::default()),
             top_output: AtomicUsize::new(0),
@@ -340,7 +343,14 @@ impl<'a> RenderState<'a> {
             output: output.to_string(),
             registered,
             slots,
-            outcomes: trace.outcomes,
+            outcomes: {
+                let outcomes = Arc::new(trace.outcomes);
+                self.outcomes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Arc::clone(&outcomes));
+                outcomes
+            },
             statuses: trace.statuses,
             spans: (!trace.unspliceable).then_some(trace.spans),
             slot_only,
@@ -373,38 +383,48 @@ impl<'a> RenderState<'a> {
             }
             reads.insert(name.clone(), Arc::clone(current));
         }
-        let recorded: HashMap<&str, &Arc<SlotEntry>> =
-            memo.slots.iter().map(|(k, e)| (k.as_str(), e)).collect();
+        // What changed in each store only `server_slots` read, since the memo's snapshot:
+        // only the calls over those EndpointSlices are made again.
+        let mut changes: HashMap<&str, Vec<&EntryKey>> = HashMap::new();
+        for name in &memo.slot_only {
+            if let (Some(current), Some(read)) = (self.stores.get(name), memo.reads.get(name)) {
+                changes.insert(name.as_str(), current.changed_since(read));
+            }
+        }
         let mut made: HashMap<&str, Arc<SlotEntry>> = HashMap::new();
         let mut output = String::with_capacity(memo.output.len() + memo.output.len() / 64);
         let mut new_spans = Vec::with_capacity(spans.len());
         let mut cursor = 0;
         for span in spans {
-            let old = recorded.get(span.key.as_str())?;
+            let old = &span.entry;
             let end = span.offset.checked_add(span.len)?;
             if span.offset < cursor || memo.output.get(span.offset..end)? != &*old.lines {
                 return None;
             }
-            let entry = match made.get(span.key.as_str()) {
-                Some(entry) => Arc::clone(entry),
-                None => {
-                    let snapshot = self.stores.get(&span.store)?;
-                    let range = snapshot
-                        .fetch_range(&[span.namespace.as_str(), span.service.as_str()])
-                        .ok()?;
-                    let entry = slot_entry(
-                        self.previous_slots.get(&span.key),
-                        &snapshot.entries()[range],
-                        &old.settings,
-                    );
-                    made.insert(span.key.as_str(), Arc::clone(&entry));
-                    entry
-                }
+            let prefix = [span.namespace.as_str(), span.service.as_str()];
+            let touched = changes
+                .get(span.store.as_str())
+                .is_none_or(|keys| keys.iter().any(|k| k.cmp_prefix(&prefix).is_eq()));
+            let entry = if !touched {
+                Arc::clone(old)
+            } else if let Some(entry) = made.get(span.key.as_str()) {
+                Arc::clone(entry)
+            } else {
+                let snapshot = self.stores.get(&span.store)?;
+                let range = snapshot.fetch_range(&prefix).ok()?;
+                let entry = slot_entry(
+                    self.previous_slots.get(&span.key),
+                    &snapshot.entries()[range],
+                    &old.settings,
+                );
+                made.insert(span.key.as_str(), Arc::clone(&entry));
+                entry
             };
             output.push_str(&memo.output[cursor..span.offset]);
             new_spans.push(SlotSpan {
                 offset: output.len(),
                 len: entry.lines.len(),
+                entry: Arc::clone(&entry),
                 ..span.clone()
             });
             output.push_str(&entry.lines);
@@ -432,7 +452,7 @@ impl<'a> RenderState<'a> {
                     (key.clone(), Arc::clone(entry))
                 })
                 .collect(),
-            outcomes: memo.outcomes.clone(),
+            outcomes: Arc::clone(&memo.outcomes),
             statuses: memo.statuses.clone(),
             spans: Some(new_spans),
             slot_only: memo.slot_only.clone(),
@@ -473,10 +493,10 @@ impl<'a> RenderState<'a> {
             pool.taken.insert(key.clone(), member.clone());
         }
         drop(pool);
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
-        for (key, outcome) in &memo.outcomes {
-            record_outcome(&mut outcomes, key.clone(), outcome.clone());
-        }
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&memo.outcomes));
         self.statuses
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -485,8 +505,24 @@ impl<'a> RenderState<'a> {
     }
 
     /// The `served`/`ignored` outcomes this render recorded.
-    pub(crate) fn take_outcomes(&self) -> Outcomes {
-        std::mem::take(&mut *self.outcomes.lock().unwrap_or_else(PoisonError::into_inner))
+    pub(crate) fn take_outcomes(&self) -> Arc<Outcomes> {
+        let parts =
+            std::mem::take(&mut *self.outcomes.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut recorded = parts.into_iter().filter(|part| !part.is_empty());
+        let Some(first) = recorded.next() else {
+            return Arc::default();
+        };
+        let rest: Vec<Arc<Outcomes>> = recorded.collect();
+        if rest.is_empty() {
+            return first;
+        }
+        let mut merged = Outcomes::clone(&first);
+        for part in rest {
+            for (key, outcome) in part.iter() {
+                record_outcome(&mut merged, key.clone(), outcome.clone());
+            }
+        }
+        Arc::new(merged)
     }
 
     /// The Gateway API status records of this render.
@@ -506,12 +542,7 @@ impl<'a> RenderState<'a> {
 
     /// Records an outcome for the render and for the trace of the template being rendered.
     fn record(&self, key: ObjectKey, outcome: Outcome) {
-        self.with_trace(|trace| record_outcome(&mut trace.outcomes, key.clone(), outcome.clone()));
-        record_outcome(
-            &mut self.outcomes.lock().unwrap_or_else(PoisonError::into_inner),
-            key,
-            outcome,
-        );
+        self.with_trace(|trace| record_outcome(&mut trace.outcomes, key, outcome));
     }
 
     /// The backend pool decisions this render made.
@@ -911,6 +942,7 @@ impl ServerSlots<'_> {
         let span = SlotSpan {
             offset: 0,
             len: entry.lines.len(),
+            entry: Arc::clone(&entry),
             key,
             store: store.into_owned(),
             namespace: namespace.into_owned(),

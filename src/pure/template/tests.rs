@@ -1091,7 +1091,10 @@ fn served_and_ignored_record_an_outcome_per_object_and_render_nothing() {
     let out = render_stores(&set, &[&ingresses, &services], json!({}));
     assert_eq!(out.aux(AuxKind::Map, "routes.map").unwrap().content, "a\n");
     assert_eq!(
-        out.outcomes.into_iter().collect::<Vec<_>>(),
+        out.outcomes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>(),
         [
             (ingress_key("a"), crate::pure::rendered::Outcome::Served),
             (

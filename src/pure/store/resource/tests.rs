@@ -290,3 +290,24 @@ fn readers_see_consistent_snapshots_while_a_writer_applies() {
     assert_eq!(store.len(), 5_000);
     assert_eq!(store.fetch(&["ns", "svc-7"]).unwrap().len(), 100);
 }
+
+#[test]
+fn changed_since_names_the_entries_added_removed_and_replaced_between_two_snapshots() {
+    let store = ResourceStore::new("svc", vec!["metadata.name".into()], vec![]).unwrap();
+    let object = |name: &str, port: u16| serde_json::json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"port": port}});
+    for (name, port) in [("a", 1), ("b", 2), ("c", 3)] {
+        store.apply(object(name, port)).unwrap();
+    }
+    let before = store.snapshot();
+    assert!(before.changed_since(&before).is_empty());
+    store.apply(object("b", 20)).unwrap();
+    store.apply(object("d", 4)).unwrap();
+    store.delete_ref(&ObjectRef::new("default", "a"));
+    let after = store.snapshot();
+    let names: Vec<&str> = after
+        .changed_since(&before)
+        .iter()
+        .map(|key| key.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b", "d"]);
+}
