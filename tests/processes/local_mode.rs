@@ -950,36 +950,12 @@ fn an_endpoint_beyond_the_deployed_servers_is_added_and_deleted_at_runtime_and_k
     );
 }
 
-/// A self-signed certificate and key for `host` made by openssl (`./scripts/test` installs
-/// it), base64 for a Secret's data.
+/// A self-signed certificate and key for `host`, base64 for a Secret's data.
 fn self_signed(host: &str) -> (String, String) {
     use base64::Engine;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
-    let status = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "30", "-subj"])
-        .arg(format!("/CN={host}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl runs");
-    assert!(status.success());
-    let encode = |path: &std::path::Path| {
-        base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("pem"))
-    };
-    (encode(&cert), encode(&key))
+    let (cert, key) = support::self_signed_pem(host);
+    let encode = |pem: String| base64::engine::general_purpose::STANDARD.encode(pem);
+    (encode(cert), encode(key))
 }
 
 /// An Ingress serving `host` over TLS from Secret `<name>-tls`, with that Secret.
@@ -991,38 +967,16 @@ fn tls_ingress(name: &str, host: &str, (cert, key): &(String, String)) -> String
 
 /// The serial number of the certificate HAProxy presents for `host` on `port`.
 fn served_serial(port: u16, host: &str) -> Option<String> {
-    let output = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "openssl s_client -connect 127.0.0.1:{port} -servername {host} </dev/null 2>/dev/null | openssl x509 -noout -serial"
-        ))
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    text.starts_with("serial=").then_some(text)
+    support::served_serial(&format!("127.0.0.1:{port}"), host)
 }
 
 /// The serial number of a base64 PEM certificate.
 fn serial_of(cert_base64: &str) -> String {
     use base64::Engine;
-    use std::io::Write;
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cert_base64)
         .expect("base64");
-    let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-serial"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("openssl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&pem)
-        .expect("write");
-    let output = child.wait_with_output().expect("serial");
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+    support::serial_of_pem(&String::from_utf8_lossy(&pem))
 }
 
 #[test]

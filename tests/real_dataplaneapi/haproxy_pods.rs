@@ -272,61 +272,19 @@ async fn servers_that_come_and_go_are_added_and_deleted_at_runtime_by_the_real_a
     assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
 }
 
-/// A self-signed certificate and key for `host` (PEM, one text), made by openssl.
+/// A self-signed certificate and key for `host` (PEM, one text).
 fn certificate_pem(host: &str) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
-    let status = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "30", "-subj"])
-        .arg(format!("/CN={host}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl runs");
-    assert!(status.success());
-    std::fs::read_to_string(&cert).expect("cert") + &std::fs::read_to_string(&key).expect("key")
+    let (cert, key) = crate::support::self_signed_pem(host);
+    cert + &key
 }
 
 /// The serial of the certificate `ip:8443` presents for `host`.
 fn served_serial(ip: std::net::Ipv4Addr, host: &str) -> String {
-    let output = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "openssl s_client -connect {ip}:8443 -servername {host} </dev/null 2>/dev/null | openssl x509 -noout -serial"
-        ))
-        .output()
-        .expect("openssl runs");
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+    crate::support::served_serial(&format!("{ip}:8443"), host).unwrap_or_default()
 }
 
 fn serial_of(pem: &str) -> String {
-    use std::io::Write;
-    let mut child = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-serial"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("openssl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(pem.as_bytes())
-        .expect("write");
-    String::from_utf8_lossy(&child.wait_with_output().expect("serial").stdout)
-        .trim()
-        .to_string()
+    crate::support::serial_of_pem(pem)
 }
 
 /// A TLS frontend on `${POD_IP}:8443` with a default certificate and one crt-list, and the

@@ -160,3 +160,67 @@ impl Drop for Launcher {
         let _ = self.child.wait();
     }
 }
+
+/// A self-signed ECDSA certificate for `host` and its key, made by openssl (which
+/// `./scripts/test` installs): (certificate PEM, key PEM).
+pub fn self_signed_pem(host: &str) -> (String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "30", "-subj"])
+        .arg(format!("/CN={host}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success(), "openssl made no certificate for {host}");
+    (
+        std::fs::read_to_string(&cert).expect("certificate"),
+        std::fs::read_to_string(&key).expect("key"),
+    )
+}
+
+/// The serial of a PEM certificate, as `openssl x509 -serial` prints it (`serial=…`).
+pub fn serial_of_pem(pem: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(pem.as_bytes())
+        .expect("write the certificate");
+    let output = child.wait_with_output().expect("the serial");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// The serial of the certificate the TLS server at `address` presents for SNI `host`;
+/// `None` when no certificate came back.
+pub fn served_serial(address: &str, host: &str) -> Option<String> {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect {address} -servername {host} </dev/null 2>/dev/null | openssl x509 -noout -serial"
+        ))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    text.starts_with("serial=").then_some(text)
+}

@@ -88,6 +88,18 @@ pub fn assign_slots(
             slots[index] = Some(endpoint.clone());
         }
     }
+    fill_free_slots(&mut slots, &placed, wanted, false);
+    slots
+}
+
+/// Puts each endpoint of `wanted` not `placed` yet into the lowest free slot, in sorted
+/// order; with `grow`, past the last slot once none is free (else it is left out).
+fn fill_free_slots(
+    slots: &mut Vec<Option<String>>,
+    placed: &BTreeSet<String>,
+    wanted: &BTreeSet<String>,
+    grow: bool,
+) {
     let mut free = slots
         .iter()
         .enumerate()
@@ -96,11 +108,12 @@ pub fn assign_slots(
         .collect::<Vec<_>>()
         .into_iter();
     for endpoint in wanted.iter().filter(|e| !placed.contains(*e)) {
-        if let Some(index) = free.next() {
-            slots[index] = Some(endpoint.clone());
+        match free.next() {
+            Some(index) => slots[index] = Some(endpoint.clone()),
+            None if grow => slots.push(Some(endpoint.clone())),
+            None => {}
         }
     }
-    slots
 }
 
 fn assign_dynamic(previous: &[Option<String>], wanted: &BTreeSet<String>) -> Vec<Option<String>> {
@@ -113,19 +126,7 @@ fn assign_dynamic(previous: &[Option<String>], wanted: &BTreeSet<String>) -> Vec
                 .cloned()
         })
         .collect();
-    let mut free = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.is_none())
-        .map(|(i, _)| i)
-        .collect::<Vec<_>>()
-        .into_iter();
-    for endpoint in wanted.iter().filter(|e| !placed.contains(*e)) {
-        match free.next() {
-            Some(index) => slots[index] = Some(endpoint.clone()),
-            None => slots.push(Some(endpoint.clone())),
-        }
-    }
+    fill_free_slots(&mut slots, &placed, wanted, true);
     while slots.last().is_some_and(Option::is_none) {
         slots.pop();
     }
