@@ -25,11 +25,12 @@ fn port(name: &'static str) -> u16 {
     backend(name).port
 }
 
-/// A Service `name` with an EndpointSlice to `backend_port` and an Ingress for `host`: a new
-/// backend, so deploying it takes one reload.
+/// A Service `name` with an EndpointSlice to `backend_port` and an Ingress for `host`: its
+/// annotation gives it a backend of its own (a plain Service would take a pool member at
+/// runtime), so deploying it takes one reload.
 fn new_app(name: &str, host: &str, backend_port: u16) -> String {
     format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\nports: [{{name: http, port: {backend_port}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: {name}, port: {{number: 80}}}}}}}}\n"
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default, annotations: {{haproxy.org/timeout-server: 30s}}}}\nspec:\n  ports: [{{name: http, port: 80}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: {name}}}\nports: [{{name: http, port: {backend_port}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - {{path: /, pathType: Prefix, backend: {{service: {{name: {name}, port: {{number: 80}}}}}}}}\n"
     )
 }
 

@@ -112,16 +112,30 @@ async fn served_ingresses_get_the_publish_address_and_only_haptors_own_ingresses
     // A render caused by unrelated changes (a new Service, a new served Ingress) does not
     // rewrite the unchanged status.
     let version = served.metadata.resource_version.clone();
-    service(&client, &ns, "unrelated", 81).await;
-    create_ingress(&client, &ns, "second", "haptor", "second.example").await;
-    let backend = format!("svc_{ns}_unrelated_81");
-    wait_for("the render with the new Service", &[&replica], || async {
+    // The new Service takes a pool backend: its render shows in services.map, which routes
+    // it there.
+    let services_map = || async {
         Api::<HAProxyCfg>::namespaced(client.clone(), &ns)
             .get_opt("haptor-config")
             .await
             .ok()
             .flatten()
-            .filter(|c| c.spec.content.contains(&backend))
+            .and_then(|c| {
+                c.spec
+                    .auxiliary_files
+                    .maps
+                    .into_iter()
+                    .find(|m| m.name == "services.map")
+                    .map(|m| m.checksum)
+            })
+    };
+    let before = services_map().await;
+    service(&client, &ns, "unrelated", 81).await;
+    create_ingress(&client, &ns, "second", "haptor", "second.example").await;
+    wait_for("the render with the new Service", &[&replica], || async {
+        services_map()
+            .await
+            .filter(|now| Some(now) != before.as_ref())
     })
     .await;
     wait_for("the second Ingress's status", &[&replica], || async {
