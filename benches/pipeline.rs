@@ -52,23 +52,7 @@ fn compiled(path: &str) -> CompiledConfig {
 
 fn loaded_stores(config: &CompiledConfig) -> Stores {
     let stores = config.new_stores().expect("stores");
-    for n in 0..INGRESSES {
-        stores
-            .get("ingresses")
-            .expect("store")
-            .apply(fixtures::ingress(n, "haptor"))
-            .expect("applies");
-        stores
-            .get("services")
-            .expect("store")
-            .apply(fixtures::service(n))
-            .expect("applies");
-        stores
-            .get("endpointslices")
-            .expect("store")
-            .apply(fixtures::endpoint_slice(n, 3))
-            .expect("applies");
-    }
+    fixtures::load_apps(&stores, INGRESSES, "haptor", 3).expect("applies");
     stores
 }
 

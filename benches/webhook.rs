@@ -47,19 +47,7 @@ fn library() -> CompiledConfig {
 
 fn loaded_stores(config: &CompiledConfig) -> Stores {
     let stores = config.new_stores().expect("stores");
-    for n in 0..INGRESSES {
-        for (store, object) in [
-            ("ingresses", fixtures::ingress(n, "haptor")),
-            ("services", fixtures::service(n)),
-            ("endpointslices", fixtures::endpoint_slice(n, 3)),
-        ] {
-            stores
-                .get(store)
-                .expect("store")
-                .apply(object)
-                .expect("applies");
-        }
-    }
+    fixtures::load_apps(&stores, INGRESSES, "haptor", 3).expect("applies");
     stores
 }
 

@@ -7,6 +7,31 @@
 
 use serde_json::{Value, json};
 
+use crate::pure::store::{StoreError, Stores};
+
+/// Applies apps `0..count` (Ingress of class `class`, Service, EndpointSlice with
+/// `endpoints` addresses) to the stores named `ingresses`, `services` and `endpointslices`,
+/// as the Ingress library and the example config name them.
+pub fn load_apps(
+    stores: &Stores,
+    count: usize,
+    class: &str,
+    endpoints: usize,
+) -> Result<(), StoreError> {
+    for n in 0..count {
+        for (store, object) in [
+            ("ingresses", ingress(n, class)),
+            ("services", service(n)),
+            ("endpointslices", endpoint_slice(n, endpoints)),
+        ] {
+            if let Some(store) = stores.get(store) {
+                store.apply(object)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The Ingress of app `n`.
 pub fn ingress(n: usize, class: &str) -> Value {
     json!({

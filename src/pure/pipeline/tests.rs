@@ -787,23 +787,7 @@ fn an_endpoint_change_under_the_ingress_library_replaces_server_lines_instead_of
     let spliced = CompiledConfig::compile(library.spec.clone()).expect("compiles");
     let fresh = || CompiledConfig::compile(library.spec.clone()).expect("compiles");
     let stores = spliced.new_stores().expect("stores");
-    for n in 0..20 {
-        stores
-            .get("ingresses")
-            .expect("store")
-            .apply(fixtures::ingress(n, "haptor"))
-            .expect("applies");
-        stores
-            .get("services")
-            .expect("store")
-            .apply(fixtures::service(n))
-            .expect("applies");
-        stores
-            .get("endpointslices")
-            .expect("store")
-            .apply(fixtures::endpoint_slice(n, 2))
-            .expect("applies");
-    }
+    fixtures::load_apps(&stores, 20, "haptor", 2).expect("applies");
     let render = |config: &CompiledConfig| {
         config
             .render(stores.snapshot(), None, HaproxyVersion::DEFAULT)
