@@ -748,7 +748,7 @@ impl LocalTarget {
                     return Ok(false);
                 }
             }
-            Operation::ReplaceMap { path, entries } => {
+            Operation::ReplaceMap { path, entries, .. } => {
                 return self.replace_map(route, path, entries).await;
             }
             Operation::WriteConfig | Operation::WriteFile { .. } | Operation::DeleteFile { .. } => {

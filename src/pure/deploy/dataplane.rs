@@ -641,7 +641,7 @@ pub fn live_changes(
                     .or_default()
                     .insert("admin_state".into(), Value::from(state));
             }
-            Operation::ReplaceMap { path, entries } => {
+            Operation::ReplaceMap { path, entries, .. } => {
                 let old = from
                     .aux_files
                     .get(path)

@@ -21,6 +21,37 @@ pub enum ServerState {
     Maint,
 }
 
+/// How a map's entries changed, by key: added, removed, and kept with another value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MapDelta {
+    pub added: usize,
+    pub removed: usize,
+    pub changed: usize,
+}
+
+impl MapDelta {
+    /// The difference between two entry lists (the first value of a key counts, as
+    /// HAProxy's lookup takes it).
+    pub fn between(old: &[(String, String)], new: &[(String, String)]) -> MapDelta {
+        let index = |entries: &[(String, String)]| {
+            let mut by_key = std::collections::BTreeMap::new();
+            for (key, value) in entries {
+                by_key.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+            by_key
+        };
+        let (old, new) = (index(old), index(new));
+        MapDelta {
+            added: new.keys().filter(|k| !old.contains_key(*k)).count(),
+            removed: old.keys().filter(|k| !new.contains_key(*k)).count(),
+            changed: new
+                .iter()
+                .filter(|(k, v)| old.get(*k).is_some_and(|before| before != *v))
+                .count(),
+        }
+    }
+}
+
 /// One step of a deployment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -77,6 +108,8 @@ pub enum Operation {
     ReplaceMap {
         path: String,
         entries: Vec<(String, String)>,
+        /// How the entries differ from the map's before, for people reading the plan.
+        delta: MapDelta,
     },
     /// Write `haproxy.cfg`.
     WriteConfig,
@@ -185,8 +218,19 @@ impl fmt::Display for Operation {
                 write!(f, "runtime: del ssl crt-list {list} {certificate}")
             }
             Operation::DelCertificate { path } => write!(f, "runtime: del ssl cert {path}"),
-            Operation::ReplaceMap { path, entries } => {
-                write!(f, "runtime: replace map {path} ({} entries)", entries.len())
+            Operation::ReplaceMap {
+                path,
+                entries,
+                delta,
+            } => {
+                write!(
+                    f,
+                    "runtime: replace map {path} ({} entries: {} added, {} removed, {} changed)",
+                    entries.len(),
+                    delta.added,
+                    delta.removed,
+                    delta.changed
+                )
             }
             Operation::WriteConfig => write!(f, "file: write haproxy.cfg"),
             Operation::WriteFile { path } => write!(f, "file: write {path}"),
@@ -345,11 +389,14 @@ pub fn plan(
     for (path, file) in &to.aux_files {
         match from.aux_files.get(path) {
             Some(previous) if previous.content == file.content => {}
-            Some(_) if file.kind == AuxKind::Map => {
+            Some(previous) if file.kind == AuxKind::Map => {
                 files.push(Operation::WriteFile { path: path.clone() });
+                let entries = map_entries(&file.content);
+                let delta = MapDelta::between(&map_entries(&previous.content), &entries);
                 runtime.push(Operation::ReplaceMap {
                     path: path.clone(),
-                    entries: map_entries(&file.content),
+                    entries,
+                    delta,
                 });
             }
             // Certificates and crt-list lines change at runtime (`certificate_changes`).

@@ -403,3 +403,21 @@ fn the_line_check_of_runtime_only_changes_agrees_with_the_plan_and_gives_up_on_s
         }
     }
 }
+
+#[test]
+fn a_map_change_says_how_many_entries_were_added_removed_and_changed() {
+    let from = with_map(
+        cfg("  server s1 10.0.0.1:80\n"),
+        "a.example be_a\nb.example be_b\nc.example be_c\n",
+    );
+    let to = with_map(
+        cfg("  server s1 10.0.0.1:80\n"),
+        "a.example be_a\nb.example be_x\nd.example be_d\n",
+    );
+    let plan = plan(Some(&from), &to).expect("plans");
+    assert!(!plan.reload);
+    assert_eq!(
+        plan.to_text(),
+        "runtime: replace map maps/hosts.map (3 entries: 1 added, 1 removed, 1 changed)\nfile: write maps/hosts.map\nreload: no\n"
+    );
+}
