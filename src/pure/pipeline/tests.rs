@@ -829,3 +829,116 @@ fn an_endpoint_change_under_the_ingress_library_replaces_server_lines_instead_of
         );
     }
 }
+
+#[test]
+fn renders_that_reuse_fragments_equal_full_renders_of_the_ingress_library_through_a_sequence_of_changes()
+ {
+    use crate::pure::fixtures;
+    use crate::pure::template::{TemplateSet, TemplateSetInput};
+    let library = crate::pure::config::config_from_yaml(
+        "deploy/library/ingress.yaml",
+        include_str!("../../../deploy/library/ingress.yaml"),
+    )
+    .expect("the library parses");
+    let memoised = CompiledConfig::compile(library.spec.clone()).expect("compiles");
+    let mut full = CompiledConfig::compile(library.spec.clone()).expect("compiles");
+    let empty = TemplateSet::compile(TemplateSetInput::default()).expect("compiles");
+    full.templates = std::mem::replace(&mut full.templates, empty).without_memos();
+    let stores = memoised.new_stores().expect("stores");
+    fixtures::load_apps(&stores, 30, "haptor", 2).expect("applies");
+    let apply = |store: &str, object: serde_json::Value| {
+        stores
+            .get(store)
+            .expect("store")
+            .apply(object)
+            .expect("applies");
+    };
+    let render_both = |step: &str| {
+        let a = memoised
+            .render(stores.snapshot(), None, HaproxyVersion::DEFAULT)
+            .expect("renders");
+        let b = full
+            .render(stores.snapshot(), None, HaproxyVersion::DEFAULT)
+            .expect("renders");
+        assert_eq!(a.haproxy_cfg, b.haproxy_cfg, "{step}: haproxy.cfg");
+        assert_eq!(a.aux_files, b.aux_files, "{step}: maps and files");
+        assert_eq!(a.outcomes, b.outcomes, "{step}: outcomes");
+        assert_eq!(a.status_records, b.status_records, "{step}: status");
+        memoised.templates.fragments_reused_in_last_render()
+    };
+    assert_eq!(render_both("first render"), 0, "nothing to reuse yet");
+
+    let mut timed = fixtures::ingress(4, "haptor");
+    timed["metadata"]["annotations"] = json!({"haproxy.org/timeout-server": "42s"});
+    apply("ingresses", timed);
+    // Four loops over the 30 Ingresses (one of them in the crt-list snippet, rendered into a
+    // capture) and one over the Services keep fragments: all but the changed Ingress's are
+    // reused, and every Service's.
+    assert_eq!(
+        render_both("an Ingress with a backend of its own"),
+        4 * 29 + 30,
+        "every other iteration is written from its fragment"
+    );
+
+    let mut moved = fixtures::ingress(9, "haptor");
+    moved["spec"]["rules"][0]["host"] = json!("moved.example");
+    moved["spec"]["tls"] = json!([{"hosts": ["moved.example"], "secretName": "missing"}]);
+    apply("ingresses", moved);
+    render_both("an Ingress moved to another host, with TLS");
+
+    // A new Service (a pool member at runtime), its endpoints and its Ingress.
+    for (store, object) in [
+        ("services", fixtures::service(30)),
+        ("endpointslices", fixtures::endpoint_slice(30, 3)),
+        ("ingresses", fixtures::ingress(30, "haptor")),
+    ] {
+        apply(store, object);
+    }
+    render_both("a new app");
+    apply("endpointslices", fixtures::endpoint_slice(7, 5));
+    render_both("an endpoint change");
+    assert_eq!(
+        memoised.templates.spliced_in_last_render(),
+        [crate::pure::template::HAPROXY_CFG],
+        "the server lines written from fragments are where the memo says"
+    );
+    let mut other_class = fixtures::ingress(11, "other");
+    other_class["metadata"]["annotations"] = json!({"haproxy.org/request-capture": "hdr(x-id)"});
+    apply("ingresses", other_class);
+    render_both("an Ingress handed to another class");
+    apply("endpointslices", fixtures::endpoint_slice(12, 0));
+    let mut canary = fixtures::ingress(13, "haptor");
+    canary["metadata"]["annotations"] = json!({"haproxy.org/load-balance": "source"});
+    apply("ingresses", canary);
+    render_both("endpoints gone and a static algorithm at once");
+    let mut service = fixtures::service(14);
+    service["metadata"]["annotations"] = json!({"haproxy.org/timeout-server": "7s"});
+    apply("services", service);
+    render_both("a Service with backend annotations");
+    stores
+        .get("ingresses")
+        .expect("store")
+        .delete_ref(&crate::pure::store::ObjectRef::new("ns-5", "app-5"));
+    render_both("an Ingress deleted");
+
+    // The webhook's what-if render reuses the live render's fragments and equals a full one.
+    let mut proposed = fixtures::ingress(20, "haptor");
+    proposed["metadata"]["annotations"] = json!({"haproxy.org/timeout-server": "9s"});
+    let mut snapshot = stores.snapshot();
+    snapshot.insert(
+        stores
+            .get("ingresses")
+            .expect("store")
+            .snapshot_with_applied(proposed)
+            .expect("applies"),
+    );
+    let trial = memoised
+        .render_trial(snapshot.clone(), None, HaproxyVersion::DEFAULT)
+        .expect("renders");
+    let reference = full
+        .render_trial(snapshot, None, HaproxyVersion::DEFAULT)
+        .expect("renders");
+    assert_eq!(trial.haproxy_cfg, reference.haproxy_cfg);
+    assert_eq!(trial.aux_files, reference.aux_files);
+    assert_eq!(trial.outcomes, reference.outcomes);
+}

@@ -266,6 +266,10 @@ pub struct TemplateSet {
     /// Registry names of the templates the last render made by replacing server lines in
     /// their last output (`RenderState::splice`).
     spliced: std::sync::Mutex<Vec<String>>,
+    /// Whether a template or snippet reads `@index` (a fragment's key then holds it).
+    reads_index: bool,
+    /// Iterations the last render wrote from their fragments.
+    fragments_reused: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -353,6 +357,7 @@ impl TemplateSet {
                 .map(|template| (name.as_str(), template))
         });
         checker.check(templates)?;
+        let reads_index = sources.iter().any(|(_, source)| source.contains("@index"));
 
         Ok(TemplateSet {
             registry,
@@ -367,6 +372,8 @@ impl TemplateSet {
             memoise: true,
             reused: std::sync::Mutex::default(),
             spliced: std::sync::Mutex::default(),
+            reads_index,
+            fragments_reused: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -382,6 +389,13 @@ impl TemplateSet {
     /// had changed.
     pub fn spliced_in_last_render(&self) -> Vec<String> {
         self.spliced.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// How many top-level `resources`/`fetch` iterations the last render wrote from their
+    /// fragments (`memo.rs`) instead of rendering them.
+    pub fn fragments_reused_in_last_render(&self) -> usize {
+        self.fragments_reused
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Registry names (`haproxy.cfg`, `maps/<name>`, …) of the templates the last render
@@ -463,6 +477,7 @@ impl TemplateSet {
             self.limits.max_render_time,
             &previous_slots,
             &previous_pool,
+            self.reads_index,
         );
         let mut remaining = self.limits.max_output_bytes;
 
@@ -506,6 +521,9 @@ impl TemplateSet {
         let pool = state.take_pool();
         let outcomes = state.take_outcomes();
         let status_records = state.take_statuses();
+        let fragments_reused = state
+            .fragments_reused
+            .load(std::sync::atomic::Ordering::Relaxed);
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
                 Some(existing) if existing.content == file.content => {}
@@ -527,6 +545,8 @@ impl TemplateSet {
         }
         // Only a successful render's assignments and memos are remembered.
         if remember {
+            self.fragments_reused
+                .store(fragments_reused, std::sync::atomic::Ordering::Relaxed);
             if let Ok(mut memory) = self.slot_memory.lock() {
                 *memory = Arc::new(slots);
             }
@@ -582,6 +602,12 @@ impl TemplateSet {
             return Ok(output);
         }
         state.take_trace();
+        let fragments = previous
+            .get(name)
+            .filter(|memo| self.memoise && memo.context_generation == context_generation)
+            .map(|memo| Arc::clone(&memo.fragments))
+            .unwrap_or_default();
+        state.begin_fragments(fragments, remember && self.memoise);
         // Room for the last output and a little more, so it is not regrown by doubling.
         let capacity = previous
             .get(name)

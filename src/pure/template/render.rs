@@ -31,6 +31,8 @@
 //! that writes nothing and calls no stateful helper runs to its end. The output limit
 //! counts bytes across all templates of one render and stops at the first write past it.
 
+mod fragment;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
@@ -42,10 +44,11 @@ use handlebars::{
     BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output,
     RenderContext as HbRenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson,
 };
+use memchr::memmem::Finder;
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
-use super::memo::{SlotSpan, TemplateMemo, TemplateTrace, next_context_generation};
+use super::memo::{Fragments, SlotSpan, TemplateMemo, TemplateTrace, next_context_generation};
 use super::pool::{PoolMember, PoolMemory, PoolRender};
 use super::slots::{SlotEntry, SlotMemory};
 use super::{RenderContext, TemplateError};
@@ -208,6 +211,17 @@ pub(crate) struct RenderState<'a> {
     /// output is writing. Captures (`with_rendered`, `sort_lines`) write elsewhere.
     top_output: AtomicUsize,
     written: AtomicUsize,
+    /// The fragments of the template being rendered (`memo.rs`): its last render's, read,
+    /// and this render's, written when the render will be remembered (`None`: not kept).
+    fragments_before: Mutex<Arc<Fragments>>,
+    fragments: Mutex<Option<Fragments>>,
+    /// Whether a template of the set reads `@index`: then it is part of a fragment's key.
+    reads_index: bool,
+    /// Iterations written from fragments in this render.
+    pub(crate) fragments_reused: AtomicUsize,
+    /// What changed in a store since an older snapshot of it (by the older one's address),
+    /// computed once per render for the fragments that find their EndpointSlices moved on.
+    changes_since: Mutex<HashMap<usize, Arc<[EntryKey]>>>,
 }
 
 impl<'a> RenderState<'a> {
@@ -218,6 +232,7 @@ impl<'a> RenderState<'a> {
         time_limit: Duration,
         previous_slots: &'a SlotMemory,
         previous_pool: &'a PoolMemory,
+        reads_index: bool,
     ) -> RenderState<'a> {
         RenderState {
             stores: &input.stores,
@@ -238,6 +253,11 @@ impl<'a> RenderState<'a> {
             trace: Mutex::new(TemplateTrace::default()),
             top_output: AtomicUsize::new(0),
             written: AtomicUsize::new(0),
+            fragments_before: Mutex::default(),
+            fragments: Mutex::default(),
+            reads_index,
+            fragments_reused: AtomicUsize::new(0),
+            changes_since: Mutex::default(),
         }
     }
 
@@ -355,6 +375,13 @@ impl<'a> RenderState<'a> {
             spans: (!trace.unspliceable).then_some(trace.spans),
             slot_only,
             pool_taken: trace.pool_taken,
+            fragments: Arc::new(
+                self.fragments
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                    .unwrap_or_default(),
+            ),
         }
     }
 
@@ -457,6 +484,7 @@ impl<'a> RenderState<'a> {
             spans: Some(new_spans),
             slot_only: memo.slot_only.clone(),
             pool_taken: memo.pool_taken.clone(),
+            fragments: Arc::clone(&memo.fragments),
         };
         Some((output, memo))
     }
@@ -796,8 +824,19 @@ impl HelperDef for StoreHelper<'_> {
             };
         }
         let count = entries.len();
+        // Iterations at the template's top level are fragments (`memo.rs`).
+        let fragments = self.state.at_top_level(rc);
         for (n, entry) in entries.iter().enumerate() {
             self.state.check_time()?;
+            let key = fragments.then(|| {
+                self.state
+                    .fragment_key(body, entry.object(), (n, count), rc, out)
+            });
+            if let Some(key) = &key
+                && self.state.replay_fragment(key, entry.object(), rc, out)?
+            {
+                continue;
+            }
             let mut block = BlockContext::new();
             if let Some(enclosing) = rc.block() {
                 // With a block parameter, `this` stays what it was around the block.
@@ -823,7 +862,14 @@ impl HelperDef for StoreHelper<'_> {
                 block.set_base_value(object);
             }
             rc.push_block(block);
-            let result = body.render(registry, ctx, rc, out);
+            let result = match key {
+                Some(key) => self
+                    .state
+                    .record_fragment(key, entry.object(), rc, out, |rc, out| {
+                        body.render(registry, ctx, rc, out)
+                    }),
+                None => body.render(registry, ctx, rc, out),
+            };
             rc.pop_block();
             result?;
         }
@@ -831,13 +877,17 @@ impl HelperDef for StoreHelper<'_> {
     }
 }
 
-/// The words of a store helper's `mentioning=` (see [`StoreHelper`]), if it has one.
-fn mentioning(helper: &Helper<'_>) -> Result<Option<Vec<String>>, HelperFailure> {
+/// The words of a store helper's `mentioning=` (see [`StoreHelper`]), if it has one, each
+/// ready to be searched for (the search is built once per call, not once per object).
+fn mentioning(helper: &Helper<'_>) -> Result<Option<Vec<Finder<'static>>>, HelperFailure> {
     match helper.hash_get("mentioning").map(|v| v.value()) {
         None => Ok(None),
-        Some(Value::String(words)) if !words.trim().is_empty() => {
-            Ok(Some(words.split_whitespace().map(str::to_string).collect()))
-        }
+        Some(Value::String(words)) if !words.trim().is_empty() => Ok(Some(
+            words
+                .split_whitespace()
+                .map(|word| Finder::new(word).into_owned())
+                .collect(),
+        )),
         Some(other) => Err(misuse(format!(
             "mentioning={other} is not words separated by spaces"
         ))),
@@ -845,10 +895,10 @@ fn mentioning(helper: &Helper<'_>) -> Result<Option<Vec<String>>, HelperFailure>
 }
 
 /// Whether `entry` passes `mentioning` (no words: every entry does).
-fn mentions(entry: &SnapshotEntry, words: Option<&[String]>) -> bool {
+fn mentions(entry: &SnapshotEntry, words: Option<&[Finder<'_>]>) -> bool {
     words.is_none_or(|words| {
-        let json = entry.object().json();
-        words.iter().any(|word| json.contains(word.as_str()))
+        let json = entry.object().json().as_bytes();
+        words.iter().any(|word| word.find(json).is_some())
     })
 }
 
@@ -1087,23 +1137,30 @@ impl HelperDef for PoolHelper<'_> {
                             .hash_get("when")
                             .is_none_or(|v| v.value().as_bool().unwrap_or(false));
                         if when {
-                            let taken = pool.take(self.state.previous_pool, member);
-                            if taken.is_some()
-                                && let Some(member) = pool.taken.get(&key)
-                            {
-                                let noted = (key.clone(), member.clone());
-                                self.state.with_trace(|trace| trace.pool_taken.push(noted));
-                            }
+                            let taken = pool.take(self.state.previous_pool, member.clone());
+                            let noted = taken
+                                .as_ref()
+                                .and_then(|_| pool.taken.get(&key))
+                                .map(|member| (key.clone(), member.clone()));
+                            let answer = taken.clone();
+                            self.state.with_trace(|trace| {
+                                trace.pool_taken.extend(noted);
+                                trace.pool_calls.push((member, answer));
+                            });
                             taken
                         } else {
                             None
                         }
                     }
-                    _ => pool.lookup(&key),
+                    _ => {
+                        self.state.with_trace(|trace| trace.pool_dependent = true);
+                        pool.lookup(&key)
+                    }
                 };
                 name.map_or(Value::Null, Value::String)
             }
             PoolOp::Members => {
+                self.state.with_trace(|trace| trace.pool_dependent = true);
                 let size = args
                     .optional(0)
                     .and_then(Value::as_u64)
