@@ -14,7 +14,7 @@
 //! of a `resources` or `fetch` block written at the template's top level (not inside
 //! another block or a snippet) is a *fragment* whose text depends only on its object, the
 //! context and what its helpers read. Its text and side effects are kept per object
-//! ([`Fragment`]), and the next render writes them again without turning the object into a
+//! ([`BlockFragments`]), and the next render writes them again without turning the object into a
 //! tree when that very object (the same stored text), every store snapshot the iteration
 //! read and its backend pool decisions are unchanged. One changed Ingress at 1 000 then
 //! costs one iteration per loop, not a thousand, in the live render and in the admission
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::pool::PoolMember;
 use super::slots::SlotEntry;
 use crate::pure::gateway_status::StatusRecord;
-use crate::pure::rendered::{AuxFile, Outcomes};
+use crate::pure::rendered::{AuxFile, ObjectKey, Outcome, Outcomes};
 use crate::pure::store::{CompactObject, StoreSnapshot, StoresSnapshot};
 
 /// A number for a newly built render context, never given twice in a process, so a memo
@@ -61,9 +61,8 @@ pub(crate) struct TemplateTrace {
     /// Backend pool members taken (`take_pool_backend`).
     pub(crate) pool_taken: Vec<(String, PoolMember)>,
     /// Every `take_pool_backend` call that took part (its `when` true) and what it
-    /// answered: a fragment replays only when each would answer the same again (a
-    /// first render's "its own backend" stays so, as the Service joins the baseline).
-    pub(crate) pool_calls: Vec<(PoolMember, Option<String>)>,
+    /// answered: a fragment replays only when each would answer the same again.
+    pub(crate) pool_calls: Vec<PoolCall>,
     /// A helper read this render's pool decisions (`pool_backend`, `pool_backends`): the
     /// text depends on other iterations.
     pub(crate) pool_dependent: bool,
@@ -76,10 +75,10 @@ pub(crate) struct SlotSpan {
     pub(crate) offset: usize,
     pub(crate) len: usize,
     /// The slot assignment's key (`namespace/service/port[#name]`).
-    pub(crate) key: String,
-    pub(crate) store: String,
-    pub(crate) namespace: String,
-    pub(crate) service: String,
+    pub(crate) key: Arc<str>,
+    pub(crate) store: Arc<str>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) service: Arc<str>,
     /// The lines' slot entry.
     pub(crate) entry: Arc<SlotEntry>,
 }
@@ -103,43 +102,92 @@ pub(crate) struct TemplateMemo {
     pub(crate) fragments: Arc<Fragments>,
 }
 
-/// Which fragment: the block (the address of its compiled body, fixed for the life of the
-/// template set), the object (the address of its stored text, held by the fragment so it
-/// cannot be reused), its `@index` when a template reads `@index`, and the iteration's
-/// `@first`/`@last` and the handlebars line state it started from.
+/// Which fragment of a block: the object (the address of its stored text, held by the
+/// fragment so it cannot be reused), its `@index` when a template reads `@index`
+/// (`u32::MAX` otherwise), and the iteration's `@first`/`@last` and the handlebars line
+/// state it started from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct FragmentKey {
-    pub(crate) block: usize,
     pub(crate) object: usize,
-    pub(crate) index: Option<usize>,
+    pub(crate) index: u32,
     pub(crate) flags: u8,
 }
 
-/// One iteration's text and what it did besides: enough to write it again as if rendered.
+/// One `take_pool_backend` call and its answer.
+#[derive(Debug, Clone)]
+pub(crate) enum PoolCall {
+    /// The Service port (by key) keeps a backend of its own: the same while the first
+    /// render's baseline holds it (a first render's answer too, as the key joins it).
+    OwnBackend(String),
+    /// It took this member (by name).
+    Member(Box<PoolMember>, String),
+}
+
+/// The fragments of one block (a `resources`/`fetch` body, by the address of its compiled
+/// template, fixed for the life of the template set). At 10 000 Ingresses a render keeps
+/// some 50 000 fragments, so they are laid out in one table per block: every text in one
+/// string, each fragment a small record, and what most lack kept apart.
+#[derive(Default)]
+pub(crate) struct BlockFragments {
+    pub(crate) by_key: HashMap<FragmentKey, u32>,
+    pub(crate) text: String,
+    pub(crate) entries: Vec<Fragment>,
+}
+
+/// One iteration: where its text is, and what it read.
 #[derive(Clone)]
 pub(crate) struct Fragment {
     /// The iterated object (kept so the key's address stays its own).
     pub(crate) object: CompactObject,
-    pub(crate) text: Arc<str>,
+    /// Its text: `text[start..start + len]` of its block's table.
+    pub(crate) start: u32,
+    pub(crate) len: u32,
     /// The handlebars line state the iteration ended in.
     pub(crate) end_flags: u8,
     pub(crate) reads: FragmentReads,
-    pub(crate) registered: Vec<AuxFile>,
-    pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
-    pub(crate) outcomes: Outcomes,
-    pub(crate) statuses: Vec<StatusRecord>,
+    /// What it did besides writing, when anything.
+    pub(crate) effects: Option<Arc<FragmentEffects>>,
+}
+
+/// What an iteration did besides writing: outcomes, files, server lines, status records,
+/// pool members.
+#[derive(Default)]
+pub(crate) struct FragmentEffects {
+    /// The `served`/`ignored` outcomes recorded.
+    pub(crate) outcomes: Box<[(ObjectKey, Outcome)]>,
+    pub(crate) registered: Box<[AuxFile]>,
+    pub(crate) slots: Box<[(String, Arc<SlotEntry>)]>,
+    pub(crate) statuses: Box<[StatusRecord]>,
     /// `server_slots` positions, relative to the fragment's start.
-    pub(crate) spans: Vec<SlotSpan>,
+    pub(crate) spans: Box<[SlotSpan]>,
+    pub(crate) pool_calls: Box<[PoolCall]>,
+    pub(crate) pool_taken: Box<[(String, PoolMember)]>,
     pub(crate) unspliceable: bool,
-    pub(crate) pool_calls: Vec<(PoolMember, Option<String>)>,
-    pub(crate) pool_taken: Vec<(String, PoolMember)>,
+}
+
+impl FragmentEffects {
+    fn is_empty(&self) -> bool {
+        self.outcomes.is_empty()
+            && self.registered.is_empty()
+            && self.slots.is_empty()
+            && self.statuses.is_empty()
+            && self.spans.is_empty()
+            && !self.unspliceable
+            && self.pool_calls.is_empty()
+            && self.pool_taken.is_empty()
+    }
+
+    /// `Some` only when there is anything.
+    pub(crate) fn shared(self) -> Option<Arc<FragmentEffects>> {
+        (!self.is_empty()).then(|| Arc::new(self))
+    }
 }
 
 /// The store snapshots a fragment read, each with whether only `server_slots` read it.
 pub(crate) type FragmentReads = Arc<[(Arc<StoreSnapshot>, bool)]>;
 
-/// A template's fragments.
-pub(crate) type Fragments = HashMap<FragmentKey, Arc<Fragment>>;
+/// A template's fragments, by block.
+pub(crate) type Fragments = HashMap<usize, BlockFragments>;
 
 impl TemplateMemo {
     /// Whether rendering the template again would read exactly what this render read.

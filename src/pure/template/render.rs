@@ -48,7 +48,9 @@ use memchr::memmem::Finder;
 use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
-use super::memo::{Fragments, SlotSpan, TemplateMemo, TemplateTrace, next_context_generation};
+use super::memo::{
+    Fragments, PoolCall, SlotSpan, TemplateMemo, TemplateTrace, next_context_generation,
+};
 use super::pool::{PoolMember, PoolMemory, PoolRender};
 use super::slots::{SlotEntry, SlotMemory};
 use super::{RenderContext, TemplateError};
@@ -222,6 +224,8 @@ pub(crate) struct RenderState<'a> {
     /// What changed in a store since an older snapshot of it (by the older one's address),
     /// computed once per render for the fragments that find their EndpointSlices moved on.
     changes_since: Mutex<HashMap<usize, Arc<[EntryKey]>>>,
+    /// The reads of the last fragment recorded, shared by the next when the same.
+    last_fragment_reads: Mutex<Option<super::memo::FragmentReads>>,
 }
 
 impl<'a> RenderState<'a> {
@@ -258,6 +262,7 @@ impl<'a> RenderState<'a> {
             reads_index,
             fragments_reused: AtomicUsize::new(0),
             changes_since: Mutex::default(),
+            last_fragment_reads: Mutex::default(),
         }
     }
 
@@ -375,13 +380,21 @@ impl<'a> RenderState<'a> {
             spans: (!trace.unspliceable).then_some(trace.spans),
             slot_only,
             pool_taken: trace.pool_taken,
-            fragments: Arc::new(
-                self.fragments
+            fragments: Arc::new({
+                let mut fragments = self
+                    .fragments
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .take()
-                    .unwrap_or_default(),
-            ),
+                    .unwrap_or_default();
+                // Kept until the next render: no room to grow.
+                for table in fragments.values_mut() {
+                    table.text.shrink_to_fit();
+                    table.entries.shrink_to_fit();
+                    table.by_key.shrink_to_fit();
+                }
+                fragments
+            }),
         }
     }
 
@@ -428,23 +441,23 @@ impl<'a> RenderState<'a> {
             if span.offset < cursor || memo.output.get(span.offset..end)? != &*old.lines {
                 return None;
             }
-            let prefix = [span.namespace.as_str(), span.service.as_str()];
+            let prefix = [&*span.namespace, &*span.service];
             let touched = changes
-                .get(span.store.as_str())
+                .get(&*span.store)
                 .is_none_or(|keys| keys.iter().any(|k| k.cmp_prefix(&prefix).is_eq()));
             let entry = if !touched {
                 Arc::clone(old)
-            } else if let Some(entry) = made.get(span.key.as_str()) {
+            } else if let Some(entry) = made.get(&*span.key) {
                 Arc::clone(entry)
             } else {
                 let snapshot = self.stores.get(&span.store)?;
                 let range = snapshot.fetch_range(&prefix).ok()?;
                 let entry = slot_entry(
-                    self.previous_slots.get(&span.key),
+                    self.previous_slots.get(&*span.key),
                     &snapshot.entries()[range],
                     &old.settings,
                 );
-                made.insert(span.key.as_str(), Arc::clone(&entry));
+                made.insert(&*span.key, Arc::clone(&entry));
                 entry
             };
             output.push_str(&memo.output[cursor..span.offset]);
@@ -830,7 +843,7 @@ impl HelperDef for StoreHelper<'_> {
             self.state.check_time()?;
             let key = fragments.then(|| {
                 self.state
-                    .fragment_key(body, entry.object(), (n, count), rc, out)
+                    .fragment_place(body, entry.object(), (n, count), rc, out)
             });
             if let Some(key) = &key
                 && self.state.replay_fragment(key, entry.object(), rc, out)?
@@ -993,10 +1006,10 @@ impl ServerSlots<'_> {
             offset: 0,
             len: entry.lines.len(),
             entry: Arc::clone(&entry),
-            key,
-            store: store.into_owned(),
-            namespace: namespace.into_owned(),
-            service: service.into_owned(),
+            key: key.into(),
+            store: store.into(),
+            namespace: namespace.into(),
+            service: service.into(),
         };
         Ok((span, entry))
     }
@@ -1142,10 +1155,13 @@ impl HelperDef for PoolHelper<'_> {
                                 .as_ref()
                                 .and_then(|_| pool.taken.get(&key))
                                 .map(|member| (key.clone(), member.clone()));
-                            let answer = taken.clone();
+                            let call = match &taken {
+                                Some(name) => PoolCall::Member(Box::new(member), name.clone()),
+                                None => PoolCall::OwnBackend(key.clone()),
+                            };
                             self.state.with_trace(|trace| {
                                 trace.pool_taken.extend(noted);
-                                trace.pool_calls.push((member, answer));
+                                trace.pool_calls.push(call);
                             });
                             taken
                         } else {

@@ -11,7 +11,11 @@ use handlebars::{Output, RenderContext as HbRenderContext, RenderError, template
 use super::RenderState;
 use crate::pure::rendered::record_outcome;
 use crate::pure::store::{CompactObject, EntryKey, StoreSnapshot};
-use crate::pure::template::memo::{Fragment, FragmentKey, FragmentReads, Fragments, TemplateTrace};
+use crate::pure::template::memo::{
+    BlockFragments, Fragment, FragmentEffects, FragmentKey, FragmentReads, Fragments, PoolCall,
+    TemplateTrace,
+};
+use crate::pure::template::pool::PoolMember;
 
 const FIRST: u8 = 1;
 const LAST: u8 = 1 << 1;
@@ -61,6 +65,23 @@ impl Output for Recording<'_> {
     }
 }
 
+fn is_slot_only(trace: &TemplateTrace, store: &str) -> bool {
+    trace.slot_stores.contains(store) && !trace.other_stores.contains(store)
+}
+
+impl Fragment {
+    /// Its effects (none: the empty set).
+    fn effects(&self) -> &FragmentEffects {
+        static NONE: std::sync::OnceLock<FragmentEffects> = std::sync::OnceLock::new();
+        self.effects
+            .as_deref()
+            .unwrap_or_else(|| NONE.get_or_init(FragmentEffects::default))
+    }
+}
+
+/// A fragment's place: its block and its key there.
+pub(crate) type FragmentPlace = (usize, FragmentKey);
+
 impl RenderState<'_> {
     /// Starts a template's render with the fragments of its last render; `collect` keeps
     /// this render's for its memo.
@@ -92,14 +113,14 @@ impl RenderState<'_> {
         top
     }
 
-    pub(crate) fn fragment_key(
+    pub(crate) fn fragment_place(
         &self,
         body: &Template,
         object: &CompactObject,
         (index, count): (usize, usize),
         rc: &HbRenderContext<'_, '_>,
         out: &dyn Output,
-    ) -> FragmentKey {
+    ) -> FragmentPlace {
         let mut flags = line_state(rc);
         if self.top_offset(out).is_some() {
             flags |= INTO_TEMPLATE_OUTPUT;
@@ -110,48 +131,63 @@ impl RenderState<'_> {
         if index + 1 == count {
             flags |= LAST;
         }
-        FragmentKey {
-            block: std::ptr::from_ref(body).addr(),
+        let key = FragmentKey {
             object: object.json().as_ptr().addr(),
-            index: self.reads_index.then_some(index),
+            // Past u32::MAX iterations the index wraps; `@first`/`@last` and the object
+            // still tell fragments apart, and a template set that reads `@index` with that
+            // many objects is not one a render finishes anyway.
+            index: if self.reads_index {
+                index as u32
+            } else {
+                u32::MAX
+            },
             flags,
-        }
+        };
+        (std::ptr::from_ref(body).addr(), key)
     }
 
-    /// Writes the fragment `key` again when everything it read is unchanged; false (and
-    /// nothing written) when the iteration must render.
+    /// Writes the fragment at `place` again when everything it read is unchanged; false
+    /// (and nothing written) when the iteration must render.
     pub(crate) fn replay_fragment(
         &self,
-        key: &FragmentKey,
+        (block, key): &FragmentPlace,
         object: &CompactObject,
         rc: &mut HbRenderContext<'_, '_>,
         out: &mut dyn Output,
     ) -> Result<bool, RenderError> {
-        let found = self
-            .fragments_before
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let before = Arc::clone(
+            &self
+                .fragments_before
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let Some(table) = before.get(block) else {
+            return Ok(false);
+        };
+        let Some(fragment) = table
+            .by_key
             .get(key)
-            .cloned();
-        let Some(mut fragment) = found.filter(|f| CompactObject::same(&f.object, object)) else {
+            .and_then(|at| table.entries.get(*at as usize))
+            .filter(|f| CompactObject::same(&f.object, object))
+        else {
             return Ok(false);
         };
-        let Some(reads) = self.current_reads(&fragment) else {
+        let Some(text) = (fragment.start as usize)
+            .checked_add(fragment.len as usize)
+            .and_then(|end| table.text.get(fragment.start as usize..end))
+        else {
             return Ok(false);
         };
-        if !Arc::ptr_eq(&reads, &fragment.reads) {
-            // Only EndpointSlices under none of its `server_slots` calls moved on: the same
-            // fragment, noted as reading the current snapshots.
-            let mut refreshed = Fragment::clone(&fragment);
-            refreshed.reads = reads;
-            fragment = Arc::new(refreshed);
-        }
-        {
+        let Some(reads) = self.current_reads(fragment) else {
+            return Ok(false);
+        };
+        let effects = fragment.effects();
+        if !effects.registered.is_empty() {
             let files = self
                 .registered
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let conflict = fragment.registered.iter().any(|file| {
+            let conflict = effects.registered.iter().any(|file| {
                 files
                     .get(&file.path)
                     .is_some_and(|existing| existing.content != file.content)
@@ -160,30 +196,69 @@ impl RenderState<'_> {
                 return Ok(false);
             }
         }
-        {
+        if !effects.pool_calls.is_empty() {
             // Taking again is what a render would do; an answer that differs means the pool
-            // moved (a first render, members freed): render the iteration.
+            // moved (members freed, a Service no longer in the baseline): render it.
             let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-            for (member, answer) in &fragment.pool_calls {
-                if pool.take(self.previous_pool, member.clone()) != *answer {
+            for call in &effects.pool_calls {
+                let same = match call {
+                    PoolCall::OwnBackend(key) => self
+                        .previous_pool
+                        .baseline
+                        .as_ref()
+                        .is_some_and(|baseline| baseline.contains(key)),
+                    PoolCall::Member(member, name) => {
+                        pool.take(self.previous_pool, PoolMember::clone(member))
+                            .as_ref()
+                            == Some(name)
+                    }
+                };
+                if !same {
                     return Ok(false);
                 }
             }
         }
         let start = self.written.load(Ordering::Relaxed);
-        out.write(&fragment.text)?;
+        out.write(text)?;
         set_line_state(rc, fragment.end_flags);
-        self.apply(&fragment, start);
-        if let Some(kept) = self
-            .fragments
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-        {
-            kept.insert(*key, fragment);
-        }
+        self.apply(fragment, &reads, start);
+        self.keep(
+            *block,
+            *key,
+            Fragment {
+                reads,
+                ..fragment.clone()
+            },
+            text,
+        );
         self.fragments_reused.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Adds a fragment and its text to this render's table of `block`, when this render
+    /// keeps fragments.
+    fn keep(&self, block: usize, key: FragmentKey, mut fragment: Fragment, text: &str) {
+        let mut kept = self
+            .fragments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(kept) = kept.as_mut() else {
+            return;
+        };
+        let table: &mut BlockFragments = kept.entry(block).or_default();
+        let (Ok(start), Ok(len), Ok(at)) = (
+            u32::try_from(table.text.len()),
+            u32::try_from(text.len()),
+            u32::try_from(table.entries.len()),
+        ) else {
+            // A table past 4 GiB is not kept; its iterations render next time.
+            return;
+        };
+        fragment.start = start;
+        fragment.len = len;
+        table.text.push_str(text);
+        table.entries.push(fragment);
+        table.by_key.insert(key, at);
     }
 
     /// The fragment's reads as the current snapshots (the fragment's own when none moved),
@@ -203,6 +278,8 @@ impl RenderState<'_> {
         if !moved {
             return Some(Arc::clone(&fragment.reads));
         }
+        // Only EndpointSlices under none of its `server_slots` calls moved on: the same
+        // fragment, noted as reading the current snapshots.
         Some(
             fragment
                 .reads
@@ -223,6 +300,10 @@ impl RenderState<'_> {
         older: &Arc<StoreSnapshot>,
         current: &StoreSnapshot,
     ) -> bool {
+        let effects = fragment.effects();
+        if effects.unspliceable {
+            return false;
+        }
         let changed = {
             let mut cache = self
                 .changes_since
@@ -234,53 +315,53 @@ impl RenderState<'_> {
                     .or_insert_with(|| current.changed_since(older).into_iter().cloned().collect()),
             )
         };
-        fragment
+        effects
             .spans
             .iter()
-            .filter(|span| span.store == older.name())
+            .filter(|span| &*span.store == older.name())
             .all(|span| {
-                let prefix = [span.namespace.as_str(), span.service.as_str()];
+                let prefix = [&*span.namespace, &*span.service];
                 !changed
                     .iter()
                     .any(|key: &EntryKey| key.cmp_prefix(&prefix).is_eq())
             })
-            && !fragment.unspliceable
     }
 
     /// Takes over what the fragment did besides its text, written at `start`, into this
     /// render and the template's trace.
-    fn apply(&self, fragment: &Fragment, start: usize) {
-        {
+    fn apply(&self, fragment: &Fragment, reads: &FragmentReads, start: usize) {
+        let effects = fragment.effects();
+        if !effects.registered.is_empty() {
             let mut files = self
                 .registered
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            for file in &fragment.registered {
+            for file in &effects.registered {
                 files
                     .entry(file.path.clone())
                     .or_insert_with(|| file.clone());
             }
         }
-        {
+        if !effects.slots.is_empty() {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            for (key, entry) in &fragment.slots {
+            for (key, entry) in &effects.slots {
                 slots.insert(key.clone(), Arc::clone(entry));
             }
         }
-        if !fragment.pool_taken.is_empty() {
+        if !effects.pool_taken.is_empty() {
             let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-            for (key, member) in &fragment.pool_taken {
+            for (key, member) in &effects.pool_taken {
                 pool.taken.insert(key.clone(), member.clone());
             }
         }
-        if !fragment.statuses.is_empty() {
+        if !effects.statuses.is_empty() {
             self.statuses
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .extend(fragment.statuses.iter().cloned());
+                .extend(effects.statuses.iter().cloned());
         }
         self.with_trace(|trace| {
-            for (read, slot_only) in fragment.reads.iter() {
+            for (read, slot_only) in reads.iter() {
                 let name = read.name();
                 if !trace.reads.contains_key(name) {
                     trace.reads.insert(name.to_string(), Arc::clone(read));
@@ -294,32 +375,35 @@ impl RenderState<'_> {
                     readers.insert(name.to_string());
                 }
             }
-            trace
-                .registered
-                .extend(fragment.registered.iter().map(|file| file.path.clone()));
-            trace
-                .slot_keys
-                .extend(fragment.slots.iter().map(|(key, _)| key.clone()));
-            for (key, outcome) in &fragment.outcomes {
+            if fragment.effects.is_none() {
+                return;
+            }
+            for (key, outcome) in effects.outcomes.iter() {
                 record_outcome(&mut trace.outcomes, key.clone(), outcome.clone());
             }
-            trace.statuses.extend(fragment.statuses.iter().cloned());
-            trace.spans.extend(fragment.spans.iter().map(|span| {
+            trace
+                .registered
+                .extend(effects.registered.iter().map(|file| file.path.clone()));
+            trace
+                .slot_keys
+                .extend(effects.slots.iter().map(|(key, _)| key.clone()));
+            trace.statuses.extend(effects.statuses.iter().cloned());
+            trace.spans.extend(effects.spans.iter().map(|span| {
                 let mut span = span.clone();
                 span.offset += start;
                 span
             }));
-            trace.unspliceable |= fragment.unspliceable;
-            trace.pool_taken.extend(fragment.pool_taken.iter().cloned());
-            trace.pool_calls.extend(fragment.pool_calls.iter().cloned());
+            trace.unspliceable |= effects.unspliceable;
+            trace.pool_taken.extend(effects.pool_taken.iter().cloned());
+            trace.pool_calls.extend(effects.pool_calls.iter().cloned());
         });
     }
 
     /// Renders one iteration (`render`, with its block pushed) and, when this render keeps
-    /// fragments, records it as the fragment `key`.
+    /// fragments, records it at `place`.
     pub(crate) fn record_fragment<'reg, 'rc>(
         &self,
-        key: FragmentKey,
+        (block, key): FragmentPlace,
         object: &CompactObject,
         rc: &mut HbRenderContext<'reg, 'rc>,
         out: &mut dyn Output,
@@ -361,17 +445,11 @@ impl RenderState<'_> {
         }
         let inner = self.take_trace();
         let fragment = (result.is_ok() && !inner.pool_dependent)
-            .then(|| self.fragment_of(&inner, object, recording.text, end, start));
+            .then(|| self.fragment_of(&inner, object, end, start));
         self.restore_trace(outer, inner);
         result?;
-        if let Some(fragment) = fragment
-            && let Some(kept) = self
-                .fragments
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-        {
-            kept.insert(key, Arc::new(fragment));
+        if let Some(fragment) = fragment {
+            self.keep(block, key, fragment, &recording.text);
         }
         Ok(())
     }
@@ -380,20 +458,13 @@ impl RenderState<'_> {
         &self,
         trace: &TemplateTrace,
         object: &CompactObject,
-        text: String,
         end_flags: u8,
         start: usize,
     ) -> Fragment {
-        let reads = trace
-            .reads
-            .iter()
-            .map(|(name, read)| {
-                let slot_only =
-                    trace.slot_stores.contains(name) && !trace.other_stores.contains(name);
-                (Arc::clone(read), slot_only)
-            })
-            .collect();
-        let registered = {
+        let reads = self.interned_reads(trace);
+        let registered = if trace.registered.is_empty() {
+            Vec::new()
+        } else {
             let files = self
                 .registered
                 .lock()
@@ -404,7 +475,9 @@ impl RenderState<'_> {
                 .filter_map(|path| files.get(path).cloned())
                 .collect()
         };
-        let slots = {
+        let slots = if trace.slot_keys.is_empty() {
+            Vec::new()
+        } else {
             let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             trace
                 .slot_keys
@@ -412,15 +485,15 @@ impl RenderState<'_> {
                 .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
                 .collect()
         };
-        Fragment {
-            object: object.clone(),
-            text: text.into(),
-            end_flags,
-            reads,
-            registered,
-            slots,
-            outcomes: trace.outcomes.clone(),
-            statuses: trace.statuses.clone(),
+        let effects = FragmentEffects {
+            outcomes: trace
+                .outcomes
+                .iter()
+                .map(|(key, outcome)| (key.clone(), outcome.clone()))
+                .collect(),
+            registered: registered.into(),
+            slots: slots.into(),
+            statuses: trace.statuses.clone().into(),
             spans: trace
                 .spans
                 .iter()
@@ -431,9 +504,44 @@ impl RenderState<'_> {
                 })
                 .collect(),
             unspliceable: trace.unspliceable,
-            pool_calls: trace.pool_calls.clone(),
-            pool_taken: trace.pool_taken.clone(),
+            pool_calls: trace.pool_calls.clone().into(),
+            pool_taken: trace.pool_taken.clone().into(),
+        };
+        Fragment {
+            object: object.clone(),
+            start: 0,
+            len: 0,
+            end_flags,
+            reads,
+            effects: effects.shared(),
         }
+    }
+
+    /// The trace's reads, shared with the last fragment's when they are the same snapshots
+    /// (most iterations of a loop read the same stores).
+    fn interned_reads(&self, trace: &TemplateTrace) -> FragmentReads {
+        let mut last = self
+            .last_fragment_reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let same = last.as_ref().is_some_and(|last| {
+            last.len() == trace.reads.len()
+                && last.iter().zip(trace.reads.iter()).all(
+                    |((read, slot_only), (name, current))| {
+                        Arc::ptr_eq(read, current) && *slot_only == is_slot_only(trace, name)
+                    },
+                )
+        });
+        if !same {
+            *last = Some(
+                trace
+                    .reads
+                    .iter()
+                    .map(|(name, read)| (Arc::clone(read), is_slot_only(trace, name)))
+                    .collect(),
+            );
+        }
+        last.clone().unwrap_or_else(|| Arc::from([]))
     }
 
     /// Puts the template's trace back, with what one iteration added to it.
