@@ -66,6 +66,18 @@ pub(crate) struct TemplateTrace {
     /// A helper read this render's pool decisions (`pool_backend`, `pool_backends`): the
     /// text depends on other iterations.
     pub(crate) pool_dependent: bool,
+    /// While a fragment records: what its iteration read and recorded (the rest of what it
+    /// did is what the lists above gained meanwhile).
+    pub(crate) iteration: Option<IterationTrace>,
+}
+
+/// What one recorded iteration read and recorded, beside the template's trace.
+#[derive(Default)]
+pub(crate) struct IterationTrace {
+    /// Each store snapshot read, with whether `server_slots` and whether another helper
+    /// read it.
+    pub(crate) reads: Vec<(Arc<StoreSnapshot>, bool, bool)>,
+    pub(crate) outcomes: Vec<(ObjectKey, Outcome)>,
 }
 
 /// Where one `server_slots` call wrote its lines into a template's output, and what it

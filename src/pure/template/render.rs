@@ -226,6 +226,8 @@ pub(crate) struct RenderState<'a> {
     changes_since: Mutex<HashMap<usize, Arc<[EntryKey]>>>,
     /// The reads of the last fragment recorded, shared by the next when the same.
     last_fragment_reads: Mutex<Option<super::memo::FragmentReads>>,
+    /// The buffer an iteration's text is recorded in, kept between iterations.
+    recording: Mutex<String>,
 }
 
 impl<'a> RenderState<'a> {
@@ -263,6 +265,7 @@ impl<'a> RenderState<'a> {
             fragments_reused: AtomicUsize::new(0),
             changes_since: Mutex::default(),
             last_fragment_reads: Mutex::default(),
+            recording: Mutex::default(),
         }
     }
 
@@ -317,6 +320,23 @@ impl<'a> RenderState<'a> {
             };
             if !readers.contains(name) {
                 readers.insert(name.to_string());
+            }
+            if let Some(iteration) = &mut trace.iteration {
+                match iteration
+                    .reads
+                    .iter_mut()
+                    .find(|(read, _, _)| Arc::ptr_eq(read, snapshot))
+                {
+                    Some((_, by_slots, by_others)) => {
+                        *by_slots |= server_slots;
+                        *by_others |= !server_slots;
+                    }
+                    None => {
+                        iteration
+                            .reads
+                            .push((Arc::clone(snapshot), server_slots, !server_slots));
+                    }
+                }
             }
         });
         Ok(snapshot)
@@ -583,7 +603,12 @@ impl<'a> RenderState<'a> {
 
     /// Records an outcome for the render and for the trace of the template being rendered.
     fn record(&self, key: ObjectKey, outcome: Outcome) {
-        self.with_trace(|trace| record_outcome(&mut trace.outcomes, key, outcome));
+        self.with_trace(|trace| {
+            if let Some(iteration) = &mut trace.iteration {
+                iteration.outcomes.push((key.clone(), outcome.clone()));
+            }
+            record_outcome(&mut trace.outcomes, key, outcome);
+        });
     }
 
     /// The backend pool decisions this render made.

@@ -9,13 +9,15 @@ use std::sync::{Arc, PoisonError};
 use handlebars::{Output, RenderContext as HbRenderContext, RenderError, template::Template};
 
 use super::RenderState;
+use crate::pure::rendered::AuxFile;
 use crate::pure::rendered::record_outcome;
 use crate::pure::store::{CompactObject, EntryKey, StoreSnapshot};
 use crate::pure::template::memo::{
-    BlockFragments, Fragment, FragmentEffects, FragmentKey, FragmentReads, Fragments, PoolCall,
-    TemplateTrace,
+    BlockFragments, Fragment, FragmentEffects, FragmentKey, FragmentReads, Fragments,
+    IterationTrace, PoolCall, TemplateTrace,
 };
 use crate::pure::template::pool::PoolMember;
+use crate::pure::template::slots::SlotEntry;
 
 const FIRST: u8 = 1;
 const LAST: u8 = 1 << 1;
@@ -63,10 +65,6 @@ impl Output for Recording<'_> {
         self.text.push_str(segment);
         Ok(())
     }
-}
-
-fn is_slot_only(trace: &TemplateTrace, store: &str) -> bool {
-    trace.slot_stores.contains(store) && !trace.other_stores.contains(store)
 }
 
 impl Fragment {
@@ -417,12 +415,25 @@ impl RenderState<'_> {
         if !collect {
             return render(rc, out);
         }
-        let outer = self.take_trace();
+        // What the iteration adds to the template's trace is what its lists gain from here.
+        let mut marks = TraceMarks::default();
+        self.with_trace(|trace| {
+            marks = TraceMarks::of(trace);
+            trace.unspliceable = false;
+            trace.pool_dependent = false;
+            trace.iteration = Some(IterationTrace::default());
+        });
         let start = self.written.load(Ordering::Relaxed);
         let mut recording = Recording {
             inner: out,
-            text: String::new(),
+            text: std::mem::take(
+                &mut *self
+                    .recording
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
         };
+        recording.text.clear();
         // Helpers writing to the recording write to the template's output (when the
         // iteration writes there, not into a capture).
         let top = (key.flags & INTO_TEMPLATE_OUTPUT != 0).then(|| {
@@ -443,59 +454,65 @@ impl RenderState<'_> {
         if produced_before {
             rc.set_content_produced(true);
         }
-        let inner = self.take_trace();
-        let fragment = (result.is_ok() && !inner.pool_dependent)
-            .then(|| self.fragment_of(&inner, object, end, start));
-        self.restore_trace(outer, inner);
-        result?;
+        let mut fragment = None;
+        self.with_trace(|trace| {
+            let iteration = trace.iteration.take().unwrap_or_default();
+            if result.is_ok() && !trace.pool_dependent {
+                fragment = Some(self.fragment_of(trace, &marks, iteration, object, end, start));
+            }
+            trace.unspliceable |= marks.unspliceable;
+            trace.pool_dependent |= marks.pool_dependent;
+        });
         if let Some(fragment) = fragment {
             self.keep(block, key, fragment, &recording.text);
         }
-        Ok(())
+        *self
+            .recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = recording.text;
+        result
     }
 
+    /// The fragment of the iteration whose trace is `iteration` and what `trace` gained
+    /// since `marks`.
     fn fragment_of(
         &self,
         trace: &TemplateTrace,
+        marks: &TraceMarks,
+        iteration: IterationTrace,
         object: &CompactObject,
         end_flags: u8,
         start: usize,
     ) -> Fragment {
-        let reads = self.interned_reads(trace);
-        let registered = if trace.registered.is_empty() {
-            Vec::new()
-        } else {
-            let files = self
-                .registered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            trace
-                .registered
-                .iter()
-                .filter_map(|path| files.get(path).cloned())
-                .collect()
+        let reads = self.interned_reads(&iteration.reads);
+        let registered: Box<[AuxFile]> = match &trace.registered[marks.registered..] {
+            [] => Box::default(),
+            paths => {
+                let files = self
+                    .registered
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                paths
+                    .iter()
+                    .filter_map(|path| files.get(path).cloned())
+                    .collect()
+            }
         };
-        let slots = if trace.slot_keys.is_empty() {
-            Vec::new()
-        } else {
-            let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            trace
-                .slot_keys
-                .iter()
-                .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
-                .collect()
+        let slots: Box<[(String, Arc<SlotEntry>)]> = match &trace.slot_keys[marks.slot_keys..] {
+            [] => Box::default(),
+            keys => {
+                let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+                keys.iter()
+                    .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
+                    .collect()
+            }
         };
         let effects = FragmentEffects {
-            outcomes: trace
-                .outcomes
-                .iter()
-                .map(|(key, outcome)| (key.clone(), outcome.clone()))
-                .collect(),
-            registered: registered.into(),
-            slots: slots.into(),
-            statuses: trace.statuses.clone().into(),
-            spans: trace
-                .spans
+            outcomes: iteration.outcomes.into(),
+            registered,
+            slots,
+            statuses: trace.statuses[marks.statuses..].into(),
+            spans: trace.spans[marks.spans..]
                 .iter()
                 .map(|span| {
                     let mut span = span.clone();
@@ -504,8 +521,8 @@ impl RenderState<'_> {
                 })
                 .collect(),
             unspliceable: trace.unspliceable,
-            pool_calls: trace.pool_calls.clone().into(),
-            pool_taken: trace.pool_taken.clone().into(),
+            pool_calls: trace.pool_calls[marks.pool_calls..].into(),
+            pool_taken: trace.pool_taken[marks.pool_taken..].into(),
         };
         Fragment {
             object: object.clone(),
@@ -517,51 +534,58 @@ impl RenderState<'_> {
         }
     }
 
-    /// The trace's reads, shared with the last fragment's when they are the same snapshots
-    /// (most iterations of a loop read the same stores).
-    fn interned_reads(&self, trace: &TemplateTrace) -> FragmentReads {
+    /// An iteration's reads (each store with whether `server_slots` alone read it), shared
+    /// with the last fragment's when they are the same (most iterations of a loop read the
+    /// same stores).
+    fn interned_reads(&self, reads: &[(Arc<StoreSnapshot>, bool, bool)]) -> FragmentReads {
         let mut last = self
             .last_fragment_reads
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let same = last.as_ref().is_some_and(|last| {
-            last.len() == trace.reads.len()
-                && last.iter().zip(trace.reads.iter()).all(
-                    |((read, slot_only), (name, current))| {
-                        Arc::ptr_eq(read, current) && *slot_only == is_slot_only(trace, name)
+            last.len() == reads.len()
+                && last.iter().zip(reads).all(
+                    |((read, slot_only), (current, by_slots, by_others))| {
+                        Arc::ptr_eq(read, current) && *slot_only == (*by_slots && !*by_others)
                     },
                 )
         });
         if !same {
             *last = Some(
-                trace
-                    .reads
+                reads
                     .iter()
-                    .map(|(name, read)| (Arc::clone(read), is_slot_only(trace, name)))
+                    .map(|(read, by_slots, by_others)| (Arc::clone(read), *by_slots && !*by_others))
                     .collect(),
             );
         }
         last.clone().unwrap_or_else(|| Arc::from([]))
     }
+}
 
-    /// Puts the template's trace back, with what one iteration added to it.
-    fn restore_trace(&self, mut outer: TemplateTrace, inner: TemplateTrace) {
-        for (name, read) in inner.reads {
-            outer.reads.entry(name).or_insert(read);
+/// How long the template trace's lists were when an iteration started, and its flags then.
+#[derive(Default)]
+struct TraceMarks {
+    registered: usize,
+    slot_keys: usize,
+    statuses: usize,
+    spans: usize,
+    pool_calls: usize,
+    pool_taken: usize,
+    unspliceable: bool,
+    pool_dependent: bool,
+}
+
+impl TraceMarks {
+    fn of(trace: &TemplateTrace) -> TraceMarks {
+        TraceMarks {
+            registered: trace.registered.len(),
+            slot_keys: trace.slot_keys.len(),
+            statuses: trace.statuses.len(),
+            spans: trace.spans.len(),
+            pool_calls: trace.pool_calls.len(),
+            pool_taken: trace.pool_taken.len(),
+            unspliceable: trace.unspliceable,
+            pool_dependent: trace.pool_dependent,
         }
-        outer.registered.extend(inner.registered);
-        outer.slot_keys.extend(inner.slot_keys);
-        for (key, outcome) in inner.outcomes {
-            record_outcome(&mut outer.outcomes, key, outcome);
-        }
-        outer.statuses.extend(inner.statuses);
-        outer.slot_stores.extend(inner.slot_stores);
-        outer.other_stores.extend(inner.other_stores);
-        outer.spans.extend(inner.spans);
-        outer.unspliceable |= inner.unspliceable;
-        outer.pool_taken.extend(inner.pool_taken);
-        outer.pool_calls.extend(inner.pool_calls);
-        outer.pool_dependent |= inner.pool_dependent;
-        self.with_trace(|trace| *trace = outer);
     }
 }
