@@ -199,7 +199,63 @@ impl FragmentEffects {
 pub(crate) type FragmentReads = Arc<[(Arc<StoreSnapshot>, bool)]>;
 
 /// A template's fragments, by block.
-pub(crate) type Fragments = HashMap<usize, BlockFragments>;
+pub(crate) type Fragments = HashMap<usize, Arc<BlockFragments>>;
+
+impl BlockFragments {
+    /// A table of the first `count` fragments of this one.
+    pub(crate) fn prefix(&self, count: usize) -> BlockFragments {
+        let entries: Vec<Fragment> = self.entries.iter().take(count).cloned().collect();
+        let end = entries
+            .last()
+            .map_or(0, |last| last.start as usize + last.len as usize);
+        BlockFragments {
+            by_key: self
+                .by_key
+                .iter()
+                .filter(|(_, at)| (**at as usize) < entries.len())
+                .map(|(key, at)| (*key, *at))
+                .collect(),
+            text: self.text.get(..end).unwrap_or_default().to_string(),
+            entries,
+        }
+    }
+}
+
+/// A block's table as a render makes it: while every iteration so far was written from
+/// the last render's table in the same order, that table itself (`shared`, with how many
+/// of its fragments were matched), so nothing is copied: a render that changes one Ingress
+/// shares the tables of every loop it did not change.
+#[derive(Default)]
+pub(crate) struct BlockBuild {
+    pub(crate) shared: Option<(Arc<BlockFragments>, usize)>,
+    pub(crate) own: BlockFragments,
+}
+
+impl BlockBuild {
+    /// The table being made, copied out of the last render's when it was shared so far.
+    pub(crate) fn table_mut(&mut self) -> &mut BlockFragments {
+        if let Some((table, matched)) = self.shared.take() {
+            self.own = table.prefix(matched);
+        }
+        &mut self.own
+    }
+
+    /// The finished table.
+    pub(crate) fn finish(self) -> Arc<BlockFragments> {
+        match self.shared {
+            Some((table, matched)) if matched == table.entries.len() => table,
+            Some((table, matched)) => Arc::new(table.prefix(matched)),
+            None => {
+                let mut table = self.own;
+                // Kept until the next render: no room to grow.
+                table.text.shrink_to_fit();
+                table.entries.shrink_to_fit();
+                table.by_key.shrink_to_fit();
+                Arc::new(table)
+            }
+        }
+    }
+}
 
 impl TemplateMemo {
     /// Whether rendering the template again would read exactly what this render read.

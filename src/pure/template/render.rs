@@ -216,7 +216,7 @@ pub(crate) struct RenderState<'a> {
     /// The fragments of the template being rendered (`memo.rs`): its last render's, read,
     /// and this render's, written when the render will be remembered (`None`: not kept).
     fragments_before: Mutex<Arc<Fragments>>,
-    fragments: Mutex<Option<Fragments>>,
+    fragments: Mutex<Option<HashMap<usize, super::memo::BlockBuild>>>,
     /// Whether a template of the set reads `@index`: then it is part of a fragment's key.
     reads_index: bool,
     /// Iterations written from fragments in this render.
@@ -400,21 +400,16 @@ impl<'a> RenderState<'a> {
             spans: (!trace.unspliceable).then_some(trace.spans),
             slot_only,
             pool_taken: trace.pool_taken,
-            fragments: Arc::new({
-                let mut fragments = self
-                    .fragments
+            fragments: Arc::new(
+                self.fragments
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .take()
-                    .unwrap_or_default();
-                // Kept until the next render: no room to grow.
-                for table in fragments.values_mut() {
-                    table.text.shrink_to_fit();
-                    table.entries.shrink_to_fit();
-                    table.by_key.shrink_to_fit();
-                }
-                fragments
-            }),
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(block, build)| (block, build.finish()))
+                    .collect(),
+            ),
         }
     }
 

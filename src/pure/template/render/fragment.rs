@@ -2,7 +2,7 @@
 //! and side effects as it renders, and writing them again in a later render when nothing
 //! the iteration read has changed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
@@ -13,7 +13,7 @@ use crate::pure::rendered::AuxFile;
 use crate::pure::rendered::record_outcome;
 use crate::pure::store::{CompactObject, EntryKey, StoreSnapshot};
 use crate::pure::template::memo::{
-    BlockFragments, Fragment, FragmentEffects, FragmentKey, FragmentReads, Fragments,
+    BlockBuild, BlockFragments, Fragment, FragmentEffects, FragmentKey, FragmentReads, Fragments,
     IterationTrace, PoolCall, TemplateTrace,
 };
 use crate::pure::template::pool::PoolMember;
@@ -91,7 +91,7 @@ impl RenderState<'_> {
         *self
             .fragments
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = collect.then(Fragments::new);
+            .unwrap_or_else(PoisonError::into_inner) = collect.then(HashMap::new);
     }
 
     /// Whether a block helper sits at the template's top level: no enclosing block or
@@ -162,11 +162,11 @@ impl RenderState<'_> {
         let Some(table) = before.get(block) else {
             return Ok(false);
         };
-        let Some(fragment) = table
+        let Some((at, fragment)) = table
             .by_key
             .get(key)
-            .and_then(|at| table.entries.get(*at as usize))
-            .filter(|f| CompactObject::same(&f.object, object))
+            .and_then(|at| Some((*at as usize, table.entries.get(*at as usize)?)))
+            .filter(|(_, f)| CompactObject::same(&f.object, object))
         else {
             return Ok(false);
         };
@@ -220,17 +220,56 @@ impl RenderState<'_> {
         out.write(text)?;
         set_line_state(rc, fragment.end_flags);
         self.apply(fragment, &reads, start);
-        self.keep(
-            *block,
-            *key,
-            Fragment {
-                reads,
-                ..fragment.clone()
-            },
-            text,
-        );
+        if !self.keep_shared(*block, table, at, &reads) {
+            self.keep(
+                *block,
+                *key,
+                Fragment {
+                    reads,
+                    ..fragment.clone()
+                },
+                text,
+            );
+        }
         self.fragments_reused.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Notes that the fragment written was entry `at` of the last render's `table`, unchanged
+    /// (`reads` are its own): true when this render's table of `block` is still that table
+    /// (every fragment so far its next one), which then stays shared.
+    fn keep_shared(
+        &self,
+        block: usize,
+        table: &Arc<BlockFragments>,
+        at: usize,
+        reads: &FragmentReads,
+    ) -> bool {
+        let mut kept = self
+            .fragments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(kept) = kept.as_mut() else {
+            // Nothing is kept: nothing to do.
+            return true;
+        };
+        let unchanged = table
+            .entries
+            .get(at)
+            .is_some_and(|fragment| Arc::ptr_eq(&fragment.reads, reads));
+        let build = kept.entry(block).or_insert_with(|| BlockBuild {
+            shared: Some((Arc::clone(table), 0)),
+            own: BlockFragments::default(),
+        });
+        match &mut build.shared {
+            Some((shared, matched))
+                if unchanged && Arc::ptr_eq(shared, table) && *matched == at =>
+            {
+                *matched += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Adds a fragment and its text to this render's table of `block`, when this render
@@ -243,7 +282,7 @@ impl RenderState<'_> {
         let Some(kept) = kept.as_mut() else {
             return;
         };
-        let table: &mut BlockFragments = kept.entry(block).or_default();
+        let table: &mut BlockFragments = kept.entry(block).or_default().table_mut();
         let (Ok(start), Ok(len), Ok(at)) = (
             u32::try_from(table.text.len()),
             u32::try_from(text.len()),
