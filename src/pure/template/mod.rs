@@ -23,7 +23,9 @@
 //! A template whose inputs did not change since the last successful render (the same
 //! context, the same snapshot of every store it read) is not rendered again: its output,
 //! the files it registered, the server slots it assigned and the outcomes it recorded are
-//! reused (`memo.rs`).
+//! reused (`memo.rs`). One that renders again writes each iteration of its top-level
+//! `resources`/`fetch` loops whose object and reads are unchanged from that iteration's
+//! fragment of the last render (`render/fragment.rs`).
 //!
 //! Notes for template authors (handlebars-rust 6 behaviour):
 //! - In strict mode `{{#if a.b}}` tolerates a missing `b`, but `{{#with x}}` on null fails
