@@ -1477,3 +1477,63 @@ fn server_lines_written_into_a_capture_make_the_template_render_whole() {
     );
     assert!(a.haproxy_cfg.contains("10.0.0.2:8080"), "{}", a.haproxy_cfg);
 }
+
+fn kube_service(name: &str, port: u16) -> serde_json::Value {
+    let mut service = named_service(name, port);
+    service["apiVersion"] = json!("v1");
+    service["kind"] = json!("Service");
+    service
+}
+
+/// haproxy.cfg loops over the Services at its top level (each iteration writes a line,
+/// registers a file and records an outcome) and again inside a `with` block, and reads
+/// the EndpointSlices once; `@index` is read when `index` is set.
+fn fragment_test_set(index: bool) -> TemplateSet {
+    let at = if index { "{{@index}}:" } else { "" };
+    TemplateSet::compile(input(&format!(
+        "{{{{#resources \"svc\" as |s|}}}}{at}{{{{s.metadata.name}}}}={{{{s.spec.port}}}} \
+         {{{{register_file \"file\" (concat s.metadata.name \".txt\") s.metadata.name}}}}\
+         {{{{served s}}}}\n{{{{/resources}}}}\
+         {{{{#with \"x\" as |x|}}}}{{{{#resources \"svc\" as |s|}}}}{{{{x}}}}{{{{s.metadata.name}}}} {{{{/resources}}}}{{{{/with}}}}\n\
+         {{{{#each (resources \"eps\")}}}}eps{{{{/each}}}}\n"
+    )))
+    .unwrap()
+}
+
+#[test]
+fn iterations_over_unchanged_objects_are_written_from_their_fragments_and_equal_a_full_render() {
+    for index in [false, true] {
+        let memoised = fragment_test_set(index);
+        let full = fragment_test_set(index).without_memos();
+        let (slices, services) = slice_and_service_stores();
+        for (name, port) in [("api", 81), ("web", 80), ("db", 5432)] {
+            services.apply(kube_service(name, port)).unwrap();
+        }
+        let both = |step: &str| {
+            let a = render_stores(&memoised, &[&slices, &services], json!({}));
+            let b = render_stores(&full, &[&slices, &services], json!({}));
+            assert_eq!(a, b, "index {index}, {step}");
+            memoised.fragments_reused_in_last_render()
+        };
+        assert_eq!(both("first render"), 0);
+        services.apply(kube_service("web", 8080)).unwrap();
+        assert_eq!(
+            both("one Service changed"),
+            2,
+            "the two unchanged Services' top-level iterations (the loop in `with` renders)"
+        );
+        slices.apply(web_slice(&["10.0.0.1"])).unwrap();
+        assert_eq!(
+            both("another store the template reads changed"),
+            3,
+            "no iteration read the EndpointSlices"
+        );
+        services.apply(kube_service("cache", 6379)).unwrap();
+        // `cache` sorts second: with `@index` read, the indexes after it move and only
+        // `api`'s iteration is reused.
+        assert_eq!(
+            both("a Service added among the others"),
+            if index { 1 } else { 3 }
+        );
+    }
+}
