@@ -538,7 +538,15 @@ async fn a_request_not_decided_within_the_timeout_is_answered_by_the_failure_pol
             ],
         )
         .await;
-        let object = ingress("slow", "slow.example", None, json!({}));
+        // A backend of its own: a structural change, which `haproxy -c` must check, so no
+        // decision fits in 1 ms (a host alone is a map entry, decided in less since renders
+        // reuse their fragments).
+        let object = ingress(
+            "slow",
+            "slow.example",
+            None,
+            json!({"haproxy.org/timeout-server": "42s"}),
+        );
         let response = post_review(&client, port, &review("u-1", &ns, &object)).await;
         assert_eq!(response["allowed"], allowed, "{response}");
         let said = if allowed {
