@@ -43,6 +43,10 @@ struct FileContent {
     /// document starts at: the objects themselves live in the resource source only, so a
     /// large folder is held in memory once.
     objects: HashMap<ObjectKey, (u64, usize)>,
+    /// The distinct `(apiVersion, kind)` of its objects: a file whose kinds are all watched
+    /// (most are, and big ones hold one kind) is passed over by [`ManifestFolder::unwatched`]
+    /// without a look at each object.
+    kinds: BTreeSet<(String, String)>,
     configs: Vec<(usize, Value)>,
     /// The path became a directory; reported once, its last good objects kept.
     shadowed: bool,
@@ -342,9 +346,14 @@ impl ManifestFolder {
                     .filter(|k| !objects.contains_key(*k))
                     .cloned(),
             );
+            let kinds = objects
+                .keys()
+                .map(|key| (key.0.clone(), key.1.clone()))
+                .collect();
             *entry = FileContent {
                 stamp,
                 objects,
+                kinds,
                 configs,
                 shadowed: false,
                 vanished_scans: 0,
@@ -479,6 +488,12 @@ impl ManifestFolder {
             .collect();
         let mut found = Vec::new();
         for (path, content) in &self.files {
+            let all_watched = content.kinds.iter().all(|(api_version, kind)| {
+                watched.contains(&(api_version.as_str(), kind.as_str()))
+            });
+            if all_watched {
+                continue;
+            }
             for (key, (_, line)) in &content.objects {
                 if watched.contains(&(key.0.as_str(), key.1.as_str())) {
                     continue;

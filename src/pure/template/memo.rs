@@ -45,7 +45,7 @@ pub(crate) struct TemplateTrace {
     /// Paths of the files registered with `register_file`.
     pub(crate) registered: Vec<String>,
     /// Keys of the `server_slots` assignments made.
-    pub(crate) slot_keys: Vec<String>,
+    pub(crate) slot_keys: Vec<Arc<str>>,
     /// The `served`/`ignored` outcomes recorded, merged as the render merges them.
     pub(crate) outcomes: Outcomes,
     /// The Gateway API status records (`condition`, `listener_kinds`, `attached_route`),
@@ -101,7 +101,7 @@ pub(crate) struct TemplateMemo {
     pub(crate) reads: BTreeMap<String, Arc<StoreSnapshot>>,
     pub(crate) output: String,
     pub(crate) registered: Vec<AuxFile>,
-    pub(crate) slots: Vec<(String, Arc<SlotEntry>)>,
+    pub(crate) slots: Vec<(Arc<str>, Arc<SlotEntry>)>,
     pub(crate) outcomes: Arc<Outcomes>,
     pub(crate) statuses: Vec<StatusRecord>,
     /// Where the `server_slots` calls wrote, when every one wrote into the output itself.
@@ -168,7 +168,7 @@ pub(crate) struct FragmentEffects {
     /// The `served`/`ignored` outcomes recorded.
     pub(crate) outcomes: Box<[(ObjectKey, Outcome)]>,
     pub(crate) registered: Box<[AuxFile]>,
-    pub(crate) slots: Box<[(String, Arc<SlotEntry>)]>,
+    pub(crate) slots: Box<[(Arc<str>, Arc<SlotEntry>)]>,
     pub(crate) statuses: Box<[StatusRecord]>,
     /// `server_slots` positions, relative to the fragment's start.
     pub(crate) spans: Box<[SlotSpan]>,

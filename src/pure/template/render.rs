@@ -491,7 +491,7 @@ impl<'a> RenderState<'a> {
         }
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         for (key, entry) in &made {
-            slots.insert((*key).to_string(), Arc::clone(entry));
+            slots.insert(Arc::from(*key), Arc::clone(entry));
         }
         drop(slots);
         let memo = TemplateMemo {
@@ -503,7 +503,7 @@ impl<'a> RenderState<'a> {
                 .slots
                 .iter()
                 .map(|(key, entry)| {
-                    let entry = made.get(key.as_str()).unwrap_or(entry);
+                    let entry = made.get(&**key).unwrap_or(entry);
                     (key.clone(), Arc::clone(entry))
                 })
                 .collect(),
@@ -1002,10 +1002,10 @@ impl ServerSlots<'_> {
         let entries = &snapshot.entries()[range];
         // Slots named otherwise are another set of the same Service's endpoints (in another
         // role, e.g. backup servers), remembered apart.
-        let key = if name == DEFAULT_SLOT_NAME {
-            format!("{namespace}/{service}/{port_name}")
+        let key: Arc<str> = if name == DEFAULT_SLOT_NAME {
+            format!("{namespace}/{service}/{port_name}").into()
         } else {
-            format!("{namespace}/{service}/{port_name}#{name}")
+            format!("{namespace}/{service}/{port_name}#{name}").into()
         };
         self.state
             .with_trace(|trace| trace.slot_keys.push(key.clone()));
@@ -1026,7 +1026,7 @@ impl ServerSlots<'_> {
             offset: 0,
             len: entry.lines.len(),
             entry: Arc::clone(&entry),
-            key: key.into(),
+            key,
             store: store.into(),
             namespace: namespace.into(),
             service: service.into(),

@@ -61,7 +61,7 @@ impl SlotEntry {
 }
 
 /// Slot assignments of the last successful render, by `namespace/service/port`.
-pub type SlotMemory = HashMap<String, Arc<SlotEntry>>;
+pub type SlotMemory = HashMap<Arc<str>, Arc<SlotEntry>>;
 
 /// Assigns `wanted` endpoints (`address:port`) to slots: at least `min_slots` slots, growing
 /// in steps of `min_slots`; endpoints keep the slot they had in `previous`; new ones fill the

@@ -537,7 +537,7 @@ impl RenderState<'_> {
                     .collect()
             }
         };
-        let slots: Box<[(String, Arc<SlotEntry>)]> = match &trace.slot_keys[marks.slot_keys..] {
+        let slots: Box<[(Arc<str>, Arc<SlotEntry>)]> = match &trace.slot_keys[marks.slot_keys..] {
             [] => Box::default(),
             keys => {
                 let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
