@@ -526,12 +526,7 @@ impl<'a> RenderState<'a> {
             .registered
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let conflict = memo.registered.iter().any(|file| {
-            files
-                .get(&file.path)
-                .is_some_and(|existing| existing.content != file.content)
-        });
-        if conflict {
+        if conflicts(&files, &memo.registered) {
             return false;
         }
         for file in &memo.registered {
@@ -908,6 +903,17 @@ impl HelperDef for StoreHelper<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether a file of `taken` has the path of a file already `registered` with other
+/// content: what was written before cannot be taken over as it was, so it renders again and
+/// `register_file` reports the conflict.
+fn conflicts(registered: &BTreeMap<String, AuxFile>, taken: &[AuxFile]) -> bool {
+    taken.iter().any(|file| {
+        registered
+            .get(&file.path)
+            .is_some_and(|existing| existing.content != file.content)
+    })
 }
 
 /// The words of a store helper's `mentioning=` (see [`StoreHelper`]), if it has one, each

@@ -185,12 +185,7 @@ impl RenderState<'_> {
                 .registered
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let conflict = effects.registered.iter().any(|file| {
-                files
-                    .get(&file.path)
-                    .is_some_and(|existing| existing.content != file.content)
-            });
-            if conflict {
+            if super::conflicts(&files, &effects.registered) {
                 return Ok(false);
             }
         }
