@@ -102,6 +102,12 @@ fn reconciliation(c: &mut Criterion) {
             resources: Arc::new(source.clone()),
             leadership: leader_rx,
             instances: instances_rx,
+            http: std::sync::Arc::new(
+                haptor::drivers::http_resource::HttpResourceFetcher::new(std::sync::Arc::new(
+                    haptor::drivers::http_resource::NoCredentials,
+                ))
+                .expect("the HTTP client builds"),
+            ),
         };
         // Keep the senders alive for the whole bench.
         std::mem::forget((_config_tx, _leader_tx, _instances_tx));

@@ -106,6 +106,12 @@ fn endpoint_change(c: &mut Criterion) {
             resources: Arc::new(source.clone()),
             leadership: leader_rx,
             instances: instances_rx,
+            http: std::sync::Arc::new(
+                haptor::drivers::http_resource::HttpResourceFetcher::new(std::sync::Arc::new(
+                    haptor::drivers::http_resource::NoCredentials,
+                ))
+                .expect("the HTTP client builds"),
+            ),
         };
         let controller = start_controller(
             sources,

@@ -6,6 +6,7 @@
 //! - [`ResourceSourceFactory`]: the events of one watched resource (a Kubernetes watch, a
 //!   manifest folder, a test channel);
 //! - [`ReconcilePipeline`]: one render and validation (the coordinator runs `FullPipeline`);
+//! - [`HttpFetcher`]: one fetch of an HTTP resource the templates read;
 //! - [`PublishSink`]: where the `HAProxyCfg` of each render goes ([`InMemorySink`] keeps it
 //!   in memory).
 
@@ -16,6 +17,7 @@ use futures::stream::BoxStream;
 use crate::messages::ResourceEvent;
 use crate::messages::deploy::{RenderFailure, RenderedAndValidated};
 use crate::pure::config::{HAProxyCfgSpec, HAProxyCfgStatus, WatchedResource};
+use crate::pure::http_resources::{Fetched, HttpResource, Validators};
 use crate::pure::pipeline::CompiledConfig;
 use crate::pure::rendered::Outcomes;
 use crate::pure::store::StoresSnapshot;
@@ -34,6 +36,37 @@ pub trait ReconcilePipeline: Send + Sync {
         compiled: &CompiledConfig,
         snapshot: StoresSnapshot,
     ) -> Result<RenderedAndValidated, RenderFailure>;
+
+    /// Judges a what-if snapshot without moving anything the next [`Self::run`] uses (the
+    /// templates' memos, server slots, the baseline): content on trial (an HTTP resource's
+    /// new body) may be used only when this passes. The production pipeline runs all three
+    /// validation phases with no baseline, so `haproxy -c` reads the new content; this
+    /// default renders only, as a render-only pipeline's `run` does.
+    fn trial(
+        &self,
+        compiled: &CompiledConfig,
+        snapshot: StoresSnapshot,
+    ) -> Result<(), RenderFailure> {
+        compiled
+            .render_trial(
+                snapshot,
+                None,
+                crate::pure::haproxy::HaproxyVersion::default(),
+            )
+            .map(|_| ())
+            .map_err(|e| RenderFailure::of_render(&e))
+    }
+}
+
+/// Fetches one HTTP resource of the config: its credential, timeout, retries, size limit
+/// and a request conditional on `validators` (the content in use). The real one is
+/// `drivers::http_resource::HttpResourceFetcher`.
+pub trait HttpFetcher: Send + Sync {
+    fn fetch(
+        &self,
+        resource: HttpResource,
+        validators: Validators,
+    ) -> futures::future::BoxFuture<'static, Fetched>;
 }
 
 /// Where the ConfigPublisher writes `HAProxyCfg`: the Kubernetes API in-cluster, memory

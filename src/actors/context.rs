@@ -28,6 +28,8 @@ pub struct Sources {
     pub resources: Arc<dyn ResourceSourceFactory>,
     pub leadership: watch::Receiver<Leadership>,
     pub instances: watch::Receiver<Vec<Instance>>,
+    /// Fetches the config's HTTP resources (`spec.httpResources`).
+    pub http: Arc<dyn crate::seams::HttpFetcher>,
 }
 
 /// Timing settings of the actor system.
@@ -149,6 +151,8 @@ pub struct LatestState {
     pub all_synced: bool,
     pub instances: Vec<Instance>,
     pub last_render: Option<ValidatedRender>,
+    /// Each HTTP resource's state as last published, replayed into a new publisher.
+    pub http_resources: std::collections::BTreeMap<String, crate::pure::config::HttpResourceStatus>,
 }
 
 /// Everything one config iteration shares.
@@ -179,6 +183,7 @@ impl Iteration {
                 all_synced: false,
                 instances,
                 last_render: None,
+                http_resources: std::collections::BTreeMap::new(),
             }),
             config_updates: watch::channel(0).0,
         })

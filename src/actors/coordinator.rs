@@ -45,6 +45,10 @@ pub struct CoordinatorState {
 /// How many objects one render reports as left out one by one; the rest are counted.
 const LEFT_OUT_REPORTED_ONE_BY_ONE: usize = 20;
 
+/// What a failed render or validation is about in `/debug/vars/errors`: the next render
+/// that passes resolves it.
+const RECONCILIATION: &str = "reconciliation";
+
 impl Coordinator {
     fn start_render(
         &self,
@@ -172,6 +176,9 @@ impl Coordinator {
                     .set_rendered(Arc::clone(&done.rendered), done.checksum);
                 services
                     .introspection
+                    .resolve_errors_about(RECONCILIATION, "a later render passed every check");
+                services
+                    .introspection
                     .update_state(|s| s.reconciliations += 1);
                 if state.last_checksum == Some(done.checksum) {
                     tracing::debug!(checksum = %done.checksum, "render unchanged; nothing to deploy");
@@ -224,7 +231,8 @@ impl Coordinator {
                 tracing::warn!(stage = %failure.stage, error = %failure.message, "reconciliation failed; the last good configuration keeps serving");
                 services.introspection.record_error(
                     ErrorRecord::new(failure.stage.metric_label(), failure.message)
-                        .at(failure.template, failure.line),
+                        .at(failure.template, failure.line)
+                        .about(RECONCILIATION),
                 );
             }
         }

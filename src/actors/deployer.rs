@@ -111,6 +111,10 @@ impl Deployer {
         };
         match (result, end) {
             (Ok(outcome), _) => {
+                services.introspection.resolve_errors_of(
+                    &format!("deploy:{}", self.instance),
+                    "a later deployment succeeded",
+                );
                 services.fanout.publish(
                     correlation,
                     EventKind::DeploymentSucceeded {

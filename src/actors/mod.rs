@@ -11,6 +11,7 @@ pub mod drift;
 pub mod edge;
 pub mod event_pump;
 pub mod http;
+pub mod http_resources;
 pub mod leadership;
 pub mod metrics;
 pub mod publisher;

@@ -9,7 +9,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::ConfigPublisherMsg;
+use crate::pure::checksum::AuxDigests;
 use crate::pure::config::{AuxiliaryFileSummary, HAProxyCfgSpec, HAProxyCfgStatus, InstanceStatus};
+use crate::pure::rendered::RenderedConfig;
 use crate::seams::PublishSink;
 
 /// Publishes the rendered configuration and each instance's state.
@@ -22,6 +24,9 @@ pub struct ConfigPublisher {
 pub struct PublisherState {
     spec: Option<HAProxyCfgSpec>,
     status: HAProxyCfgStatus,
+    /// The render last published and the digests of its auxiliary files: the next summary
+    /// hashes only the files that changed.
+    digests: Option<(Arc<RenderedConfig>, AuxDigests)>,
 }
 
 impl Actor for ConfigPublisher {
@@ -35,9 +40,17 @@ impl Actor for ConfigPublisher {
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.publisher, Some(myself));
+        // State replay: the HTTP resources' states known before this publisher started.
+        let http_resources = self
+            .iteration
+            .with_latest(|l| l.http_resources.values().cloned().collect());
         Ok(PublisherState {
             spec: None,
-            status: HAProxyCfgStatus::default(),
+            status: HAProxyCfgStatus {
+                http_resources,
+                ..HAProxyCfgStatus::default()
+            },
+            digests: None,
         })
     }
 
@@ -63,6 +76,13 @@ impl Actor for ConfigPublisher {
                         dataplane.path_resolver().base_dir,
                     )
                 });
+                let digests = AuxDigests::after(
+                    &render.rendered,
+                    state
+                        .digests
+                        .as_ref()
+                        .map(|(rendered, digests)| (&**rendered, digests)),
+                );
                 state.spec = Some(HAProxyCfgSpec {
                     path,
                     // Userlist password hashes are not published.
@@ -72,8 +92,23 @@ impl Actor for ConfigPublisher {
                     content_encoding: None,
                     size: None,
                     checksum: render.checksum.prefixed(),
-                    auxiliary_files: AuxiliaryFileSummary::of(&render.rendered, &base_dir),
+                    auxiliary_files: AuxiliaryFileSummary::with_digests(
+                        &render.rendered,
+                        &base_dir,
+                        &digests,
+                    ),
                 });
+                state.digests = Some((Arc::clone(&render.rendered), digests));
+            }
+            ConfigPublisherMsg::HttpResource(resource) => {
+                let list = &mut state.status.http_resources;
+                match list.iter_mut().find(|r| r.name == resource.name) {
+                    Some(entry) => *entry = resource,
+                    None => {
+                        list.push(resource);
+                        list.sort_by(|a, b| a.name.cmp(&b.name));
+                    }
+                }
             }
             ConfigPublisherMsg::InstanceResult {
                 instance,
@@ -143,7 +178,7 @@ impl Actor for ConfigPublisher {
 
 /// Now, as RFC 3339 in UTC to the second (`2026-12-01T08:41:01Z`), as Kubernetes writes
 /// times; the fraction is cut, never rounded up into the next second.
-fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
     jiff::Timestamp::from_second(now.as_second())
         .unwrap_or(now)

@@ -12,6 +12,7 @@
 //!     │   ├── config-loader
 //!     │   ├── index-tracker, reconciler
 //!     │   ├── watcher-<resource> × N
+//!     │   ├── http-resources (when the config declares any)
 //!     │   ├── discovery
 //!     │   └── leader-elector
 //!     └── leader-only (supervisor, only while leading)
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::actors::context::{Iteration, Services, current, forward_watch, set};
+use crate::actors::http_resources::HttpResources;
 use crate::actors::leadership::{Discovery, LeaderElector};
 use crate::actors::reconciler::Reconciler;
 use crate::actors::validators::{ConfigValidator, ValidatorKind, gather_verdicts};
@@ -46,6 +48,7 @@ pub const CONFIG_ITERATION: &str = "config-iteration";
 fn same_watches(a: &HAProxyTemplateConfigSpec, b: &HAProxyTemplateConfigSpec) -> bool {
     a.watched_resources == b.watched_resources
         && a.watched_resources_ignore_fields == b.watched_resources_ignore_fields
+        && a.http_resources == b.http_resources
 }
 
 /// Reports a config that cannot be used, each error naming the config object; the running
@@ -71,11 +74,15 @@ fn reject(services: &Services, config: &HAProxyTemplateConfig, errors: Vec<Strin
         .publish(None, EventKind::ConfigRejected { errors });
 }
 
-/// Reports an accepted config and applies its log level.
+/// Reports an accepted config (the errors of configs rejected before it are resolved now)
+/// and applies its log level.
 fn accept(services: &Services, config: &HAProxyTemplateConfig) {
     services
         .introspection
         .set_config(serde_json::to_value(&config.spec).unwrap_or_default());
+    services
+        .introspection
+        .resolve_errors_of("config", "a later configuration was accepted");
     services.fanout.publish(
         None,
         EventKind::ConfigAccepted {
@@ -100,6 +107,8 @@ pub struct ConfigLoader {
 
 pub struct ConfigLoaderState {
     source_task: tokio::task::JoinHandle<()>,
+    /// The last config read was rejected: the running one coming back is accepted again.
+    rejected: bool,
 }
 
 impl Actor for ConfigLoader {
@@ -121,20 +130,28 @@ impl Actor for ConfigLoader {
                 config.map(|config| ConfigLoaderMsg::ConfigChanged(Box::new((*config).clone())))
             },
         );
-        Ok(ConfigLoaderState { source_task })
+        Ok(ConfigLoaderState {
+            source_task,
+            rejected: false,
+        })
     }
 
     async fn handle(
         &self,
         _: ActorRef<Self::Msg>,
         msg: Self::Msg,
-        _: &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let ConfigLoaderMsg::ConfigChanged(config) = msg;
         let services = &self.iteration.services;
         let _busy = services.introspection.busy("config-loader");
         let running = self.iteration.with_latest(|l| Arc::clone(&l.compiled));
         if *running.spec == config.spec {
+            // Back to the running config after a rejection (the edit undone): it is the
+            // config in use, accepted again, and the rejection's errors are resolved.
+            if std::mem::take(&mut state.rejected) {
+                accept(services, &config);
+            }
             return Ok(());
         }
         let validators = current(&self.iteration.wiring.validators);
@@ -148,15 +165,18 @@ impl Actor for ConfigLoader {
         let problems: Vec<String> = verdicts.into_iter().flat_map(|v| v.problems).collect();
         if !problems.is_empty() {
             reject(services, &config, problems);
+            state.rejected = true;
             return Ok(());
         }
         let compiled = match CompiledConfig::compile(config.spec.clone()) {
             Ok(compiled) => Arc::new(compiled),
             Err(e) => {
                 reject(services, &config, vec![e.to_string()]);
+                state.rejected = true;
                 return Ok(());
             }
         };
+        state.rejected = false;
         accept(services, &config);
         if same_watches(&running.spec, &compiled.spec) {
             self.iteration.update_config(compiled);
@@ -236,6 +256,14 @@ pub fn iteration_spec(
             iteration: Arc::clone(&iteration),
         };
         children.push(all_replica(format!("watcher-{name}"), watcher));
+    }
+    if !compiled.http_resources.is_empty() {
+        children.push(all_replica(
+            "http-resources",
+            HttpResources {
+                iteration: Arc::clone(&iteration),
+            },
+        ));
     }
     children.push(all_replica(
         "discovery",
@@ -363,9 +391,14 @@ impl Actor for IterationManager {
         // Before the watchers start (they may sync before StartChild returns): what the new
         // iteration watches, and a fresh start for what the old one knew.
         let resources: Vec<String> = compiled.spec.watched_resources.keys().cloned().collect();
+        let awaited = resources
+            .iter()
+            .cloned()
+            .chain(compiled.critical_http_stores())
+            .collect::<Vec<_>>();
         self.services
             .readiness
-            .update(|r| r.iteration_started(resources.clone()));
+            .update(|r| r.iteration_started(awaited));
         self.services
             .introspection
             .iteration_started(resources.clone());

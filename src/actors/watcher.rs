@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::actors::context::{Iteration, current, set};
 use crate::messages::events::new_correlation_id;
 use crate::messages::{EventKind, IndexTrackerMsg, ReconcilerMsg, WatcherMsg};
+use crate::observability::introspection::ErrorRecord;
 use crate::pure::config::WatchedResource;
 use crate::pure::pipeline::CompiledConfig;
 use crate::pure::store::{
@@ -62,6 +63,13 @@ impl ResourceWatcher {
     fn act_on(&self, myself: &ActorRef<WatcherMsg>, outcome: WatchOutcome) {
         for error in &outcome.rejected {
             tracing::warn!(resource = %self.resource, %error, "object not stored");
+            self.iteration
+                .services
+                .introspection
+                .record_error(ErrorRecord::new(
+                    format!("watch:{}", self.resource),
+                    error.to_string(),
+                ));
         }
         if let Some(objects) = outcome.synced
             && let Some(tracker) = current(&self.iteration.wiring.index_tracker)
@@ -228,12 +236,15 @@ impl Actor for IndexTracker {
         _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
         set(&self.iteration.wiring.index_tracker, Some(myself));
+        // Every watched resource's initial list, and each critical HTTP resource's first
+        // content (`actors::http_resources`).
         let expected = self.iteration.with_latest(|l| {
             l.compiled
                 .spec
                 .watched_resources
                 .keys()
                 .cloned()
+                .chain(l.compiled.critical_http_stores())
                 .collect::<BTreeSet<_>>()
         });
         if expected.is_empty() {

@@ -99,7 +99,13 @@ pub fn migrate(args: &MigrateArgs) -> ExitCode {
     let compiled = match CompiledConfig::compile(config.spec.clone()) {
         Ok(compiled) => compiled,
         Err(e) => {
-            eprintln!("{source}: {e}");
+            match &e {
+                // A template error names the file and line itself.
+                crate::pure::pipeline::ConfigError::Template(t) if t.file_line().is_some() => {
+                    eprintln!("{e}");
+                }
+                _ => eprintln!("{source}: {e}"),
+            }
             return ExitCode::from(EXIT_PROBLEMS);
         }
     };

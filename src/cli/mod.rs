@@ -4,6 +4,7 @@
 
 mod migrate;
 mod offline;
+mod render_report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +59,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Render a config against fixture manifests and print haproxy.cfg and its files.
     Render(RenderArgs),
+    /// Render a config against fixture manifests N times, each a first, full render, and
+    /// print the mean and percentiles of the render time.
+    Bench(BenchArgs),
     /// Parse and schema-check plain haproxy.cfg files (optionally with `haproxy -c`).
     Lint(LintArgs),
     /// Print the operations a deployment from one haproxy.cfg to another would perform
@@ -254,10 +258,64 @@ pub struct RenderArgs {
     /// Write the files into this folder instead of printing them.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The body of the config's HTTP resource NAME, read from FILE (repeatable): offline
+    /// commands fetch nothing, so a resource that is on and not given reads as empty, with
+    /// a warning.
+    #[arg(long = "http-resource", value_name = "NAME=FILE")]
+    pub http_resources: Vec<String>,
     /// Also validate the result (parser, schema, `haproxy -c`).
     #[arg(long)]
     pub validate: bool,
     /// The haproxy binary used with --validate.
+    #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
+    pub haproxy_bin: String,
+    #[command(flatten)]
+    pub versions: VersionArgs,
+    /// Print, instead of the files, which template line wrote each of their lines and
+    /// through which snippets (`render`, `render_glob`, `with_rendered`, `{{> name}}`) it
+    /// was reached; --out still writes the files.
+    #[arg(long)]
+    pub trace: bool,
+    /// Print, instead of the files, the calls and the time of each template and snippet,
+    /// with and without the snippets it included, longest first; --out still writes the
+    /// files.
+    #[arg(long)]
+    pub profile: bool,
+    /// Output format: json prints one object with `haproxy.cfg`, `files` and, when asked
+    /// for, `trace` and `profile`.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The HAProxyTemplateConfig YAML file.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Folder of fixture manifests (multi-document YAML) to render against.
+    #[arg(long)]
+    pub fixtures: Option<PathBuf>,
+    /// The body of the config's HTTP resource NAME, read from FILE (repeatable): offline
+    /// commands fetch nothing, so a resource that is on and not given reads as empty, with
+    /// a warning.
+    #[arg(long = "http-resource", value_name = "NAME=FILE")]
+    pub http_resources: Vec<String>,
+    /// How many timed renders.
+    #[arg(short = 'n', long = "iterations", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iterations: u32,
+    /// Renders before the timed ones, not counted.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// Time renders that also trace every line (as `render --trace` does).
+    #[arg(long)]
+    pub trace: bool,
+    /// Time renders that also profile every template and snippet (as `render --profile`).
+    #[arg(long)]
+    pub profile: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Summary)]
+    pub output: OutputFormat,
+    /// The haproxy binary whose version the render is for.
     #[arg(long, default_value_t = installed_haproxy(), env = "HAPROXY_BIN")]
     pub haproxy_bin: String,
     #[command(flatten)]
@@ -384,6 +442,7 @@ pub fn execute(cli: Cli, log_level: Option<LogLevelHandle>) -> ExitCode {
         }
         Command::Validate(args) => offline::validate(&args),
         Command::Render(args) => offline::render(&args),
+        Command::Bench(args) => render_report::bench(&args),
         Command::Lint(args) => offline::lint(&args),
         Command::Plan(args) => offline::plan(&args),
         Command::Run(args) => run_in_cluster(*args, log_level),

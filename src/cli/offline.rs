@@ -3,7 +3,7 @@
 //! per line as `file:line: message`; the exit code is 0 when all is well, 1 when the input
 //! has problems and 2 when the command could not run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{
@@ -13,13 +13,15 @@ use super::{
 use crate::drivers::haproxy_check::{CheckerSettings, VersionedChecker};
 use crate::output::{out, outln};
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
-use crate::pure::haproxy::{check_schema_for, parse_config, view};
+use crate::pure::haproxy::{Config, SectionKind, check_schema_for, parse_config, view};
 use crate::pure::pipeline::{CompiledConfig, PipelineError};
 use crate::pure::rendered::{AuxFile, AuxKind, RenderedConfig};
 use crate::pure::selector::NamespaceLabels;
 use crate::pure::store::Stores;
+use crate::pure::validate::semantic::prepare::{PreparedConfig, quote_config_word};
 use crate::pure::validate::semantic::{HaproxyMessage, Severity, parse_haproxy_output};
 use crate::pure::validation_tests::run_suite;
+use crate::pure::watched_kinds::WatchedKinds;
 
 pub fn print_crds() -> ExitCode {
     match crate::pure::config::crds_yaml() {
@@ -35,7 +37,9 @@ pub fn print_crds() -> ExitCode {
 }
 
 /// Reads and compiles a config file, printing every problem on failure.
-fn load_config(path: &Path) -> Result<(HAProxyTemplateConfig, CompiledConfig), ExitCode> {
+pub(super) fn load_config(
+    path: &Path,
+) -> Result<(HAProxyTemplateConfig, CompiledConfig), ExitCode> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         eprintln!("{}: cannot read: {e}", path.display());
         ExitCode::from(EXIT_UNUSABLE)
@@ -51,6 +55,10 @@ fn load_config(path: &Path) -> Result<(HAProxyTemplateConfig, CompiledConfig), E
                 for problem in problems {
                     eprintln!("{source}: {problem}");
                 }
+            }
+            // A template error names the file and line itself.
+            crate::pure::pipeline::ConfigError::Template(e) if e.file_line().is_some() => {
+                eprintln!("{e}");
             }
             other => eprintln!("{source}: {other}"),
         }
@@ -167,10 +175,14 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
 }
 
 pub fn render(args: &RenderArgs) -> ExitCode {
-    let (_, compiled) = match load_config(&args.file) {
+    let (_, mut compiled) = match load_config(&args.file) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    let instrument = super::render_report::instrument_for(args.trace, args.profile);
+    if let Err(code) = super::render_report::instrument(&mut compiled, instrument, &args.file) {
+        return code;
+    }
     let stores = match compiled.new_stores() {
         Ok(stores) => stores,
         Err(e) => {
@@ -179,6 +191,10 @@ pub fn render(args: &RenderArgs) -> ExitCode {
         }
     };
     let mut had_problems = false;
+    if let Err(e) = load_http_resources(&compiled, &stores, &args.http_resources) {
+        eprintln!("{e}");
+        return ExitCode::from(EXIT_UNUSABLE);
+    }
     if let Some(dir) = &args.fixtures {
         match load_fixture_dir(&compiled, &stores, dir) {
             Ok(problems) => {
@@ -198,7 +214,10 @@ pub fn render(args: &RenderArgs) -> ExitCode {
     let rendered = match compiled.render(stores.snapshot(), None, target) {
         Ok(rendered) => rendered,
         Err(e) => {
-            eprintln!("{}: {e}", args.file.display());
+            match e.file_line() {
+                Some(_) => eprintln!("{e}"),
+                None => eprintln!("{}: {e}", args.file.display()),
+            }
             return ExitCode::from(EXIT_PROBLEMS);
         }
     };
@@ -221,7 +240,11 @@ pub fn render(args: &RenderArgs) -> ExitCode {
                 out.display()
             );
         }
+        None if instrument.any() || args.output == OutputFormat::Json => {}
         None => print_rendered(&rendered),
+    }
+    if let Err(code) = super::render_report::print(&compiled, &rendered, args.output) {
+        return code;
     }
     if args.validate {
         let validator = crate::drivers::haproxy_check::versioned_validator(
@@ -259,11 +282,62 @@ pub fn render(args: &RenderArgs) -> ExitCode {
     }
 }
 
+/// Puts the bodies `--http-resource NAME=FILE` gives into the HTTP resources' stores, and
+/// warns on standard error of each resource that is on and not given: offline commands fetch
+/// nothing, so it reads as empty.
+pub(super) fn load_http_resources(
+    compiled: &CompiledConfig,
+    stores: &Stores,
+    given: &[String],
+) -> Result<(), String> {
+    use crate::pure::http_resources::{content_object, store_name};
+    let mut bodies = std::collections::BTreeMap::new();
+    for argument in given {
+        let (name, file) = argument
+            .split_once('=')
+            .ok_or_else(|| format!("--http-resource {argument}: expected NAME=FILE"))?;
+        let resource = compiled
+            .http_resources
+            .iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| {
+                format!("--http-resource {argument}: the config declares no HTTP resource named '{name}' (spec.httpResources)")
+            })?;
+        let body = std::fs::read_to_string(file)
+            .map_err(|e| format!("--http-resource {argument}: cannot read {file}: {e}"))?;
+        bodies.insert(resource.name.clone(), body);
+    }
+    for resource in &compiled.http_resources {
+        let store = stores
+            .get(&store_name(&resource.name))
+            .ok_or_else(|| format!("no store for the HTTP resource '{}'", resource.name))?;
+        match bodies.get(&resource.name) {
+            Some(body) => {
+                let url = if resource.is_on() {
+                    resource.url.as_str()
+                } else {
+                    "file:"
+                };
+                store
+                    .apply(content_object(&resource.name, url, body))
+                    .map_err(|e| format!("HTTP resource '{}': {e}", resource.name))?;
+            }
+            None if resource.is_on() => eprintln!(
+                "warning: HTTP resource {} ({}) is not fetched offline and reads as empty; give its body with --http-resource {}=FILE",
+                resource.name, resource.url, resource.name
+            ),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
 /// Loads a folder of manifests into the stores of the watched resources they belong to,
 /// leaving out the objects their selectors exclude (namespace selectors match the labels of
 /// the folder's Namespace manifests). Returns the problems of documents that could not be
-/// used.
-fn load_fixture_dir(
+/// used (an object whose fields have the wrong type among them: `pure::object_schema`), and
+/// warns on standard error of each object the config does not read, as `haptor local` does.
+pub(super) fn load_fixture_dir(
     compiled: &CompiledConfig,
     stores: &Stores,
     dir: &Path,
@@ -271,6 +345,7 @@ fn load_fixture_dir(
     let set = crate::drivers::manifest_dir::load_dir(dir).map_err(|e| e.to_string())?;
     let mut problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
     let namespaces = NamespaceLabels::from_objects(set.manifests.iter().map(|m| &m.object));
+    let read = WatchedKinds::of(&compiled.spec);
     for manifest in &set.manifests {
         // An object goes into every watched resource of its kind whose selectors admit it
         // (the library watches Secrets twice: by TLS type and by basic-auth label).
@@ -284,15 +359,25 @@ fn load_fixture_dir(
             if let Some(store) = stores.get(resource)
                 && let Err(e) = store.apply(manifest.object.clone())
             {
-                problems.push(format!(
-                    "{}:{}: {e}",
-                    manifest.file.display(),
-                    manifest.line
-                ));
+                let problem = format!("{}:{}: {e}", manifest.file.display(), manifest.line);
+                // Once, though the object goes to several stores.
+                if problems.last() != Some(&problem) {
+                    problems.push(problem);
+                }
             }
         }
-        if !watched {
-            tracing::debug!(file = %manifest.file.display(), object = %manifest.display_name(), "not a watched kind; skipped");
+        if !watched
+            && let Some(why) = read.not_read(
+                manifest.api_version(),
+                manifest.kind(),
+                &manifest.display_name(),
+            )
+        {
+            eprintln!(
+                "{}:{}: warning: {why}",
+                manifest.file.display(),
+                manifest.line
+            );
         }
     }
     Ok(problems)
@@ -357,6 +442,12 @@ pub fn lint(args: &LintArgs) -> ExitCode {
     let mut problems = 0usize;
     let mut dumps = Vec::new();
     for file in &args.files {
+        // A folder `haptor render --out` wrote stands for its haproxy.cfg.
+        let file = &if file.is_dir() {
+            file.join("haproxy.cfg")
+        } else {
+            file.clone()
+        };
         let name = file.display();
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
@@ -382,7 +473,15 @@ pub fn lint(args: &LintArgs) -> ExitCode {
             problems += 1;
         }
         if let Some(binary) = &checker {
-            match haproxy_check_in_place(binary, file) {
+            let origin = rendered_origin(&parsed, file);
+            if let Some((configured, folder)) = &origin {
+                eprintln!(
+                    "{name}: haproxy -c resolves its relative paths against {} (laid out as haptor render --out writes: maps/, ssl/, general/), not the '{configured}' of its default-path",
+                    folder.display()
+                );
+            }
+            match haproxy_check_in_place(binary, file, origin.map(|(_, folder)| folder).as_deref())
+            {
                 Ok(messages) => {
                     for message in messages.iter().filter(|m| m.severity == Severity::Alert) {
                         match &message.location {
@@ -427,18 +526,90 @@ pub fn lint(args: &LintArgs) -> ExitCode {
     }
 }
 
+/// The folders `haptor render --out` writes beside haproxy.cfg, by the default layout (and
+/// `haptor plan` reads back): maps, certificates, crt-lists and other files.
+const RENDERED_LAYOUT: [(&str, AuxKind); 3] = [
+    ("maps", AuxKind::Map),
+    ("ssl", AuxKind::Cert),
+    ("general", AuxKind::File),
+];
+
+/// When `file` is the haproxy.cfg of a folder `haptor render --out` wrote (one of the
+/// [`RENDERED_LAYOUT`] folders beside it) and its `global` section's `default-path` names
+/// another directory (the pods' `/etc/haproxy`, where a deployment puts those files): what
+/// it names, and the folder, against which `haproxy -c` resolves the relative paths instead.
+fn rendered_origin(parsed: &Config, file: &Path) -> Option<(String, PathBuf)> {
+    let configured = parsed
+        .sections_of(SectionKind::Global)
+        .flat_map(|global| global.directives_named("default-path"))
+        .last()?
+        .args()
+        .join(" ");
+    let folder = match file.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let folder = std::fs::canonicalize(folder).ok()?;
+    let rendered = RENDERED_LAYOUT
+        .iter()
+        .any(|(dir, _)| folder.join(dir).is_dir());
+    let names_folder = configured
+        .strip_prefix("origin ")
+        .is_some_and(|base| std::fs::canonicalize(base.trim()).ok().as_deref() == Some(&folder));
+    (rendered && !names_folder).then_some((configured, folder))
+}
+
 /// Runs `haproxy -c` on a file where it lies (relative paths resolve as they would for the
-/// user), returning HAProxy's messages. A failure to run is an error; a rejection is a list
-/// of alerts.
-fn haproxy_check_in_place(binary: &str, file: &Path) -> Result<Vec<HaproxyMessage>, String> {
+/// user), returning HAProxy's messages. With `origin`, a copy whose `default-path` is
+/// `origin <origin>` is checked instead (the same lines, so HAProxy's line numbers hold, and
+/// its messages name `file`). A failure to run is an error; a rejection is a list of alerts.
+fn haproxy_check_in_place(
+    binary: &str,
+    file: &Path,
+    origin: Option<&Path>,
+) -> Result<Vec<HaproxyMessage>, String> {
+    // Kept until HAProxy has run.
+    let mut copy = None;
+    let checked = match origin.map(|origin| (origin, origin.to_str())) {
+        None => file.to_path_buf(),
+        Some((origin, None)) => {
+            return Err(format!(
+                "{}: the path is not UTF-8, so a configuration cannot name it",
+                origin.display()
+            ));
+        }
+        Some((_, Some(origin))) => {
+            let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read: {e}"))?;
+            let prepared = PreparedConfig::new(&text, &quote_config_word(origin));
+            let dir = tempfile::Builder::new()
+                .prefix("haptor-lint-")
+                .tempdir()
+                .map_err(|e| format!("cannot create a scratch directory: {e}"))?;
+            let path = dir.path().join("haproxy.cfg");
+            std::fs::write(&path, &prepared.text)
+                .map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+            copy = Some((dir, path.clone(), prepared));
+            path
+        }
+    };
     let output = std::process::Command::new(binary)
         .args(["-c", "-dr", "-f"])
-        .arg(file)
+        .arg(&checked)
         .output()
         .map_err(|e| format!("cannot run '{binary}': {e}; install haproxy (apt-get install haproxy) or pass --haproxy-bin"))?;
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&output.stderr));
-    let messages = parse_haproxy_output(&text);
+    if let Some((_, path, _)) = &copy {
+        text = text.replace(&path.display().to_string(), &file.display().to_string());
+    }
+    let mut messages = parse_haproxy_output(&text);
+    if let Some((_, _, prepared)) = &copy {
+        for message in &mut messages {
+            if let Some((_, line)) = &mut message.location {
+                *line = prepared.original_line(*line).unwrap_or(*line);
+            }
+        }
+    }
     let code = output.status.code();
     if matches!(code, Some(0) | Some(2)) || messages.iter().any(|m| m.severity == Severity::Alert) {
         Ok(messages)
@@ -467,11 +638,7 @@ fn read_rendered(path: &Path) -> Result<RenderedConfig, String> {
     let cfg = path.join("haproxy.cfg");
     let haproxy_cfg = std::fs::read_to_string(&cfg).map_err(|e| cannot(&cfg, e))?;
     let mut aux_files = std::collections::BTreeMap::new();
-    for (dir, kind) in [
-        ("maps", AuxKind::Map),
-        ("ssl", AuxKind::Cert),
-        ("general", AuxKind::File),
-    ] {
+    for (dir, kind) in RENDERED_LAYOUT {
         let Ok(entries) = std::fs::read_dir(path.join(dir)) else {
             continue;
         };

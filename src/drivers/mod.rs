@@ -22,9 +22,26 @@ impl Drop for AbortOnDrop {
 pub mod dataplane;
 pub mod default_certificate;
 pub mod haproxy_check;
+pub mod http_resource;
 pub mod kube;
 pub mod local;
 pub mod manifest_dir;
 pub mod memory_source;
 pub mod pipeline;
 pub mod webhook_certificate;
+
+/// An error with its causes, as one line (reqwest's errors keep the reason in their
+/// sources: "error sending request: connection refused").
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -43,12 +43,7 @@ impl ReconcilePipeline for FullPipeline {
         let started = Instant::now();
         let rendered = compiled
             .render(snapshot, None, self.validator.haproxy_version())
-            .map_err(|e| RenderFailure {
-                stage: FailureStage::Render,
-                message: e.to_string(),
-                template: e.template().map(String::from),
-                line: e.line(),
-            })?;
+            .map_err(|e| RenderFailure::of_render(&e))?;
         let render_time = started.elapsed();
         let baseline = self
             .baseline
@@ -58,26 +53,7 @@ impl ReconcilePipeline for FullPipeline {
         let validated = self
             .validator
             .validate_after(baseline.as_deref(), rendered)
-            .map_err(|e| match e {
-                PipelineError::Invalid(invalid) => RenderFailure {
-                    stage: FailureStage::Validation(invalid.phase),
-                    line: invalid.problems.first().and_then(|p| p.line),
-                    template: invalid.problems.first().map(|p| p.file.clone()),
-                    message: invalid.to_string(),
-                },
-                PipelineError::Render(e) => RenderFailure {
-                    stage: FailureStage::Render,
-                    message: e.to_string(),
-                    template: None,
-                    line: None,
-                },
-                PipelineError::CheckUnavailable(message) => RenderFailure {
-                    stage: FailureStage::CheckUnavailable,
-                    message,
-                    template: None,
-                    line: None,
-                },
-            })?;
+            .map_err(validation_failure)?;
         *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(Arc::clone(&validated.rendered));
         Ok(RenderedAndValidated {
@@ -88,5 +64,45 @@ impl ReconcilePipeline for FullPipeline {
             cache_hit: validated.from_cache,
             semantic_skipped: validated.semantic_skipped,
         })
+    }
+
+    fn trial(
+        &self,
+        compiled: &CompiledConfig,
+        snapshot: StoresSnapshot,
+    ) -> Result<(), RenderFailure> {
+        let rendered = compiled
+            .render_trial(snapshot, None, self.validator.haproxy_version())
+            .map_err(|e| RenderFailure::of_render(&e))?;
+        // No baseline: the trial is what lets new content in, so `haproxy -c` reads it even
+        // where the rest of the render changes only in runtime-changeable values.
+        self.validator
+            .validate_after(None, rendered)
+            .map(|_| ())
+            .map_err(validation_failure)
+    }
+}
+
+/// A validation failure as the coordinator reports it.
+fn validation_failure(error: PipelineError) -> RenderFailure {
+    match error {
+        PipelineError::Invalid(invalid) => RenderFailure {
+            stage: FailureStage::Validation(invalid.phase),
+            line: invalid.problems.first().and_then(|p| p.line),
+            template: invalid.problems.first().map(|p| p.file.clone()),
+            message: invalid.to_string(),
+        },
+        PipelineError::Render(e) => RenderFailure {
+            stage: FailureStage::Render,
+            message: e.to_string(),
+            template: None,
+            line: None,
+        },
+        PipelineError::CheckUnavailable(message) => RenderFailure {
+            stage: FailureStage::CheckUnavailable,
+            message,
+            template: None,
+            line: None,
+        },
     }
 }

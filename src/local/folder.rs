@@ -27,7 +27,10 @@ use serde_json::Value;
 use crate::drivers::memory_source::MemorySource;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_value};
 use crate::pure::manifests::{self, ManifestError};
+use crate::pure::object_schema::{self, SchemaError};
 use crate::pure::store::CompactObject;
+use crate::pure::watched_kinds::WatchedKinds;
+use crate::pure::yaml_lines::YamlLines;
 
 /// When a file last changed, as far as a scan can tell without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +50,8 @@ struct FileContent {
     /// (most are, and big ones hold one kind) is passed over by [`ManifestFolder::unwatched`]
     /// without a look at each object.
     kinds: BTreeSet<(String, String)>,
-    configs: Vec<(usize, Value)>,
+    /// Each config's document line, object, and where its keys are (for error lines).
+    configs: Vec<(usize, Value, Arc<YamlLines>)>,
     /// The path became a directory; reported once, its last good objects kept.
     shadowed: bool,
     /// Timed scans in a row the file was missing, or read empty while it held objects.
@@ -155,9 +159,14 @@ pub struct ScanReport {
     pub files_read: usize,
     pub applied: usize,
     pub deleted: usize,
-    /// Problems with the file and line they are at; the affected files kept their last good content.
+    /// Problems with the file and line they are at; the affected files kept their last good
+    /// content (an object whose fields have the wrong type, its last good version).
     pub problems: Vec<ManifestError>,
-    /// A new config (the folder's HAProxyTemplateConfig changed).
+    /// Files (and the folder itself) whose earlier problems are gone: read again without a
+    /// problem of their own, deleted, or (the folder) readable again.
+    pub resolved: Vec<PathBuf>,
+    /// A new config: the folder's HAProxyTemplateConfig changed, or it is gone
+    /// ([`ManifestFolder::config`] is `None` then).
     pub config_changed: bool,
 }
 
@@ -198,7 +207,8 @@ impl ManifestFolder {
         &self.dir
     }
 
-    /// The folder's HAProxyTemplateConfig, if it has a valid one.
+    /// The folder's HAProxyTemplateConfig, if it has a valid one; `None` once the folder
+    /// holds none (any more).
     pub fn config(&self) -> Option<Arc<HAProxyTemplateConfig>> {
         self.config.clone()
     }
@@ -249,7 +259,9 @@ impl ManifestFolder {
                 return report;
             }
         };
-        self.unreadable = None;
+        if self.unreadable.take().is_some() {
+            report.resolved.push(self.dir.clone());
+        }
         let mut changed = false;
         // A file that became a directory keeps its last good objects: a folder where a
         // manifest was is more likely a mistake than a deletion.
@@ -297,16 +309,28 @@ impl ManifestFolder {
             };
             let mut read = Vec::new();
             let mut configs = Vec::new();
+            // Objects whose fields have the wrong type: not published, as an API server
+            // would refuse them.
+            let mut refused: Vec<(ObjectKey, usize, SchemaError)> = Vec::new();
             let problems = manifests::visit_manifests(&path, &text, &mut |manifest| {
                 if manifest.kind() == "HAProxyTemplateConfig" {
-                    configs.push((manifest.line, manifest.object));
+                    let lines =
+                        YamlLines::of_document(path.display().to_string(), &text, manifest.line);
+                    configs.push((manifest.line, manifest.object, Arc::new(lines)));
                 } else {
                     let key = object_key(&manifest.object);
+                    if let Err(error) = object_schema::check(&manifest.object) {
+                        refused.push((key, manifest.line, error));
+                        return;
+                    }
                     let object = CompactObject::from(manifest.object);
                     read.push((key, content_hash(&object), manifest.line, object));
                 }
             });
-            let holds_nothing = read.is_empty() && configs.is_empty() && text.trim().is_empty();
+            let holds_nothing = read.is_empty()
+                && refused.is_empty()
+                && configs.is_empty()
+                && text.trim().is_empty();
             drop(text);
             if holds_nothing && (!entry.objects.is_empty() || !entry.configs.is_empty()) {
                 entry.vanished_scans += u32::from(timed);
@@ -324,6 +348,7 @@ impl ManifestFolder {
                 report.problems.extend(problems);
                 continue;
             }
+            let problems_before = report.problems.len();
             let mut objects: HashMap<ObjectKey, (u64, usize)> = HashMap::new();
             for (key, hash, line, object) in read {
                 // As `kubectl apply` of the file would: the later document wins.
@@ -338,6 +363,24 @@ impl ManifestFolder {
                     });
                 }
                 incoming.insert(key, (hash, object));
+            }
+            for (key, line, error) in refused {
+                // The version this file held before stays published, as the file was.
+                let kept = match (objects.contains_key(&key), entry.objects.get(&key)) {
+                    (false, Some(held)) => {
+                        objects.insert(key, *held);
+                        "its last good version stays"
+                    }
+                    _ => "the object is left out",
+                };
+                report.problems.push(ManifestError {
+                    file: path.clone(),
+                    line: Some(line),
+                    message: format!("{error}; {kept}"),
+                });
+            }
+            if report.problems.len() == problems_before {
+                report.resolved.push(path.clone());
             }
             dropped.extend(
                 entry
@@ -381,6 +424,7 @@ impl ManifestFolder {
             }
             if let Some(content) = self.files.remove(&path) {
                 dropped.extend(content.objects.into_keys());
+                report.resolved.push(path);
                 changed = true;
             }
         }
@@ -413,15 +457,21 @@ impl ManifestFolder {
             }
         }
 
-        let configs: Vec<(&PathBuf, usize, &Value)> = self
+        let configs: Vec<(&PathBuf, usize, &Value, &Arc<YamlLines>)> = self
             .files
             .iter()
-            .flat_map(|(path, c)| c.configs.iter().map(move |(line, v)| (path, *line, v)))
+            .flat_map(|(path, c)| {
+                c.configs
+                    .iter()
+                    .map(move |(line, v, l)| (path, *line, v, l))
+            })
             .collect();
         match configs.as_slice() {
-            [] => {}
-            [(path, line, value)] => match config_from_value(&path.display().to_string(), (*value).clone()) {
-                Ok(config) => {
+            // Gone: the caller falls back to its default.
+            [] => report.config_changed |= self.config.take().is_some(),
+            [(path, line, value, lines)] => match config_from_value(&path.display().to_string(), (*value).clone()) {
+                Ok(mut config) => {
+                    config.spec.source = Some(Arc::clone(lines));
                     let config = Arc::new(config);
                     if self.config.as_ref().is_none_or(|c| c.spec != config.spec) {
                         self.config = Some(config);
@@ -430,7 +480,7 @@ impl ManifestFolder {
                 }
                 Err(e) => report.problems.push(ManifestError { file: (*path).clone(), line: Some(*line), message: e.to_string() }),
             },
-            [(first, first_line, _), (second, second_line, _), ..] => report.problems.push(ManifestError {
+            [(first, first_line, ..), (second, second_line, ..), ..] => report.problems.push(ManifestError {
                 file: (*second).clone(),
                 line: Some(*second_line),
                 message: format!(
@@ -477,38 +527,29 @@ impl ManifestFolder {
         problems
     }
 
-    /// Each object in the folder that no watched resource of the config reads, with where
-    /// it is: `watched` holds `(apiVersion, kind)` pairs.
-    pub fn unwatched(&self, watched: &BTreeSet<(String, String)>) -> Vec<(String, ManifestError)> {
-        // Looked up borrowed: this runs after every scan that applied a change, over every
-        // object of the folder.
-        let watched: BTreeSet<(&str, &str)> = watched
-            .iter()
-            .map(|(api_version, kind)| (api_version.as_str(), kind.as_str()))
-            .collect();
+    /// Each object in the folder that the config does not read, with where it is and why
+    /// (`WatchedKinds::not_read`: with the closest kind it reads).
+    pub fn unwatched(&self, watched: &WatchedKinds) -> Vec<(String, ManifestError)> {
         let mut found = Vec::new();
         for (path, content) in &self.files {
-            let all_watched = content.kinds.iter().all(|(api_version, kind)| {
-                watched.contains(&(api_version.as_str(), kind.as_str()))
-            });
+            // Most files hold watched kinds only: passed over without a look at each object.
+            let all_watched = content
+                .kinds
+                .iter()
+                .all(|(api_version, kind)| watched.reads(api_version, kind));
             if all_watched {
                 continue;
             }
             for (key, (_, line)) in &content.objects {
-                if watched.contains(&(key.0.as_str(), key.1.as_str())) {
+                let Some(message) = watched.not_read(&key.0, &key.1, &display_key(key)) else {
                     continue;
-                }
+                };
                 found.push((
                     display_key(key),
                     ManifestError {
                         file: path.clone(),
                         line: Some(*line),
-                        message: format!(
-                            "{} is not read by the config: no watched resource has apiVersion {} and kind {}",
-                            display_key(key),
-                            key.0,
-                            key.1
-                        ),
+                        message,
                     },
                 ));
             }
@@ -756,6 +797,125 @@ mod tests {
             report.problems[0]
                 .message
                 .contains("a second HAProxyTemplateConfig")
+        );
+    }
+
+    fn slice(port: &str) -> String {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints:\n  - addresses: [\"127.0.0.1\"]\n"
+        )
+    }
+
+    #[test]
+    fn an_object_whose_field_has_the_wrong_type_is_refused_naming_file_line_and_field_and_its_last_good_version_stays()
+     {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let path = dir.path().join("apps.yaml");
+        let port = |source: &MemorySource| {
+            source.objects("discovery.k8s.io/v1", "EndpointSlice")[0]
+                .to_value()
+                .pointer("/ports/0/port")
+                .cloned()
+        };
+
+        // Refused from the start: nothing of it is published, the rest of the file is.
+        write(
+            &path,
+            &format!("{}---\n{}", svc("web", 80), slice("\"19001\"")),
+        );
+        let report = folder.scan(&source);
+        assert_eq!(report.applied, 1, "the Service");
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert_eq!(
+            report.problems[0].to_string(),
+            format!(
+                "{}:9: EndpointSlice default/web-1: ports[0].port: expected an integer, got the string \"19001\" (write 19001 without quotes); the object is left out",
+                path.display()
+            )
+        );
+        assert!(
+            source
+                .objects("discovery.k8s.io/v1", "EndpointSlice")
+                .is_empty()
+        );
+        assert!(!report.resolved.contains(&path), "the file has a problem");
+
+        // Fixed: published, and the file's problems are resolved.
+        write(&path, &format!("{}---\n{}", svc("web", 80), slice("19001")));
+        let report = folder.scan(&source);
+        assert_eq!(report.applied, 1);
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_eq!(report.resolved, vec![path.clone()]);
+        assert_eq!(port(&source), Some(19001.into()));
+
+        // Broken again: the last good version stays.
+        write(
+            &path,
+            &format!("{}---\n{}", svc("web", 8080), slice("\"19002\"")),
+        );
+        let report = folder.scan(&source);
+        assert_eq!(
+            (report.applied, report.deleted),
+            (1, 0),
+            "the Service changed"
+        );
+        assert!(
+            report.problems[0]
+                .message
+                .ends_with("; its last good version stays"),
+            "{:?}",
+            report.problems
+        );
+        assert_eq!(port(&source), Some(19001.into()));
+    }
+
+    #[test]
+    fn removing_the_folders_config_leaves_the_folder_without_one_and_says_the_config_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        let config = "apiVersion: haptor.dev/v1alpha1\nkind: HAProxyTemplateConfig\nmetadata: {name: c}\nspec:\n  haproxyConfig: {template: \"global\\n\"}\n";
+        write(&dir.path().join("config.yaml"), config);
+        write(&dir.path().join("a.yaml"), &svc("web", 80));
+        assert!(folder.scan(&source).config_changed);
+        std::fs::remove_file(dir.path().join("config.yaml")).expect("delete");
+        for _ in 1..VANISHED_SCANS {
+            assert!(
+                !folder.scan(&source).config_changed,
+                "not yet: it may come back"
+            );
+        }
+        let report = folder.scan(&source);
+        assert!(report.config_changed);
+        assert!(folder.config().is_none());
+        assert!(
+            !folder.scan(&source).config_changed,
+            "told once, not on every scan"
+        );
+    }
+
+    #[test]
+    fn an_object_of_a_misspelt_kind_is_unwatched_with_the_closest_watched_kind_suggested() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = MemorySource::new();
+        let mut folder = ManifestFolder::new(dir.path());
+        write(
+            &dir.path().join("a.yaml"),
+            &svc("web", 80).replace("kind: Service", "kind: Servce"),
+        );
+        write(&dir.path().join("b.yaml"), &svc("api", 80));
+        folder.scan(&source);
+        let found = folder.unwatched(&WatchedKinds::from_pairs([("v1", "Service")]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "Servce default/web");
+        assert_eq!(
+            found[0].1.to_string(),
+            format!(
+                "{}:1: Servce default/web is not read by the config: no watched resource has apiVersion v1 and kind Servce; did you mean kind Service?",
+                dir.path().join("a.yaml").display()
+            )
         );
     }
 

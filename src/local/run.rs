@@ -24,6 +24,8 @@ use crate::messages::{Instance, Leadership};
 use crate::observability::introspection::{ErrorRecord, Introspection};
 use crate::output::outln;
 use crate::pure::config::{HAProxyTemplateConfig, config_from_yaml};
+use crate::pure::manifests::ManifestError;
+use crate::pure::watched_kinds::WatchedKinds;
 use crate::seams::InMemorySink;
 use crate::supervision::SupervisorMsg;
 use crate::telemetry::LogLevelHandle;
@@ -120,13 +122,15 @@ pub async fn run(
     for problem in &first.problems {
         tracing::warn!(%problem, "manifest not loaded");
     }
+    // Parsed once: it is also what the folder falls back to when its own config goes.
+    let embedded = Arc::new(embedded_default()?);
     let config = match folder.config() {
         Some(config) => config,
         None => {
             tracing::info!(
                 "no HAProxyTemplateConfig in the folder; using the embedded Ingress library"
             );
-            Arc::new(embedded_default()?)
+            Arc::clone(&embedded)
         }
     };
     let mut unwatched = UnwatchedReport::default();
@@ -157,6 +161,14 @@ pub async fn run(
         resources: Arc::new(memory.clone()),
         leadership: leader_rx,
         instances: instances_rx,
+        http: Arc::new(
+            crate::drivers::http_resource::HttpResourceFetcher::new(Arc::new(
+                crate::drivers::http_resource::FileCredentials {
+                    base: options.dir.clone(),
+                },
+            ))
+            .map_err(|e| LocalError::Controller(format!("the HTTP resource client: {e}")))?,
+        ),
     };
     let addresses = ServerAddresses {
         metrics: Some(options.metrics_addr.clone()),
@@ -196,7 +208,7 @@ pub async fn run(
         controller
             .services
             .introspection
-            .record_error(ErrorRecord::new("manifest", problem.to_string()));
+            .record_error(manifest_error(problem));
     }
     unwatched.report(&folder, &current_config, &controller.services.introspection);
 
@@ -275,20 +287,28 @@ pub async fn run(
                 Scan::Timed => folder.scan(&memory),
                 Scan::ForChange => folder.scan_for_change(&memory),
             };
+            let introspection = &controller.services.introspection;
+            for file in &report.resolved {
+                introspection.resolve_errors_about(
+                    &file.display().to_string(),
+                    "a later scan read it without problems (or it is gone)",
+                );
+            }
             for problem in &report.problems {
                 tracing::warn!(%problem, "manifest not loaded; its last good content stays");
-                controller
-                    .services
-                    .introspection
-                    .record_error(ErrorRecord::new("manifest", problem.to_string()));
+                introspection.record_error(manifest_error(problem));
             }
-            if report.config_changed
-                && let Some(config) = folder.config()
-            {
+            if report.config_changed {
+                let config = folder.config().unwrap_or_else(|| {
+                    tracing::info!(
+                        "the folder holds no HAProxyTemplateConfig any more; using the embedded Ingress library"
+                    );
+                    Arc::clone(&embedded)
+                });
                 current_config = Arc::clone(&config);
                 let _ = config_tx.send(Some(config));
             }
-            if report.applied > 0 || report.config_changed {
+            if report.applied > 0 || report.deleted > 0 || report.config_changed {
                 unwatched.report(&folder, &current_config, &controller.services.introspection);
             }
             let rewatch = schedule.scanned(
@@ -433,9 +453,16 @@ async fn supervise_haproxy(
     }
 }
 
+/// A manifest problem as `/debug/vars/errors` holds it: about its file, so a later scan
+/// that reads the file without problems marks it resolved.
+fn manifest_error(problem: &ManifestError) -> ErrorRecord {
+    ErrorRecord::new("manifest", problem.to_string()).about(problem.file.display().to_string())
+}
+
 /// Tells the user, once per object, about objects in the folder the config does not watch
-/// (a kind it names no watched resource for, or a typo in `apiVersion`): they are held,
-/// like a cluster holds them, and no template sees them.
+/// (a kind it names no watched resource for, or a typo in `kind` or `apiVersion`, with the
+/// closest kind it watches): they are held, like a cluster holds them, and no template sees
+/// them.
 #[derive(Default)]
 struct UnwatchedReport {
     reported: std::collections::BTreeSet<String>,
@@ -448,21 +475,7 @@ impl UnwatchedReport {
         config: &HAProxyTemplateConfig,
         introspection: &Introspection,
     ) {
-        let mut watched: std::collections::BTreeSet<(String, String)> = config
-            .spec
-            .watched_resources
-            .values()
-            .map(|w| (w.api_version.clone(), w.kind_name()))
-            .collect();
-        if config
-            .spec
-            .watched_resources
-            .values()
-            .any(|w| w.namespace_selector.is_some())
-        {
-            watched.insert(("v1".into(), "Namespace".into()));
-        }
-        let found = folder.unwatched(&watched);
+        let found = folder.unwatched(&WatchedKinds::of(&config.spec));
         let now: std::collections::BTreeSet<String> =
             found.iter().map(|(object, _)| object.clone()).collect();
         for (object, problem) in found {
@@ -470,12 +483,24 @@ impl UnwatchedReport {
                 continue;
             }
             tracing::warn!(%problem, "object not watched");
-            introspection.record_error(ErrorRecord::new("manifest", problem.to_string()));
+            introspection.record_error(
+                ErrorRecord::new("manifest", problem.to_string()).about(unwatched_subject(&object)),
+            );
         }
         // An object watched again (the config changed), or removed, is told of again when
-        // it is unwatched again.
+        // it is unwatched again; what was told of it is resolved.
+        for object in self.reported.difference(&now) {
+            introspection.resolve_errors_about(
+                &unwatched_subject(object),
+                "the object is read by the config now, or gone",
+            );
+        }
         self.reported = now;
     }
+}
+
+fn unwatched_subject(object: &str) -> String {
+    format!("not read: {object}")
 }
 
 /// The master or runtime socket of the work directory, when it is gone.

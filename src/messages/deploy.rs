@@ -78,6 +78,18 @@ pub struct RenderFailure {
     pub line: Option<usize>,
 }
 
+impl RenderFailure {
+    /// A template that did not render, located at its template and line.
+    pub fn of_render(error: &crate::pure::template::TemplateError) -> RenderFailure {
+        RenderFailure {
+            stage: FailureStage::Render,
+            message: error.to_string(),
+            template: error.template().map(String::from),
+            line: error.line(),
+        }
+    }
+}
+
 /// The step of a render+validate run that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureStage {
@@ -172,6 +184,8 @@ pub enum DriftMonitorMsg {
 pub enum ConfigPublisherMsg {
     /// Publish a validated render (the HAProxyCfg resource).
     Publish(ValidatedRender),
+    /// Record an HTTP resource's state in the published status.
+    HttpResource(crate::pure::config::HttpResourceStatus),
     /// Record an instance's deployment result in the published status.
     InstanceResult {
         instance: String,

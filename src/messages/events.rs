@@ -171,10 +171,51 @@ pub enum EventKind {
         epoch: u64,
     },
     LeadershipLost,
+    /// An HTTP resource was fetched (or its fetch failed, or its new content was refused
+    /// by the trial render); `in_use_bytes` is the size of the content in use when this
+    /// fetch confirmed or replaced it.
+    HttpResourceFetched {
+        resource: String,
+        url: String,
+        result: HttpFetchResult,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        in_use_bytes: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     ActorRestarted {
         actor: String,
         restarts: u32,
     },
+}
+
+/// What one fetch of an HTTP resource came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpFetchResult {
+    /// New content, in use now.
+    Changed,
+    /// The same content as the one in use (a 200 with an equal body).
+    Unchanged,
+    /// 304: the content in use is current.
+    NotModified,
+    /// The fetch failed; the content in use (if any) keeps serving.
+    Error,
+    /// New content failed its trial render; the content in use keeps serving.
+    Rejected,
+}
+
+impl HttpFetchResult {
+    /// The `result` label of `haptor_http_resource_fetches_total`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            HttpFetchResult::Changed => "changed",
+            HttpFetchResult::Unchanged => "unchanged",
+            HttpFetchResult::NotModified => "not_modified",
+            HttpFetchResult::Error => "error",
+            HttpFetchResult::Rejected => "rejected",
+        }
+    }
 }
 
 impl EventKind {
@@ -200,6 +241,7 @@ impl EventKind {
             EventKind::LeadershipGained { .. } => "leadership_gained",
             EventKind::LeadershipLost => "leadership_lost",
             EventKind::ActorRestarted { .. } => "actor_restarted",
+            EventKind::HttpResourceFetched { .. } => "http_resource_fetched",
         }
     }
 }

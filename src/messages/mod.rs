@@ -23,4 +23,4 @@ pub use deploy::{
     DriftMonitorMsg, Instance, ValidatedRender,
 };
 pub use events::{CorrelationId, EventFanout, EventKind, ObservedEvent};
-pub use resources::{IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};
+pub use resources::{HttpResourcesMsg, IndexTrackerMsg, ReconcilerMsg, ResourceEvent, WatcherMsg};

@@ -19,6 +19,22 @@ pub enum WatcherMsg {
     SourceEnded,
 }
 
+/// Messages of the HttpResources actor (the config's HTTP resources).
+pub enum HttpResourcesMsg {
+    /// A resource's fetch loop fetched it (or failed to).
+    Fetched {
+        name: String,
+        fetched: crate::pure::http_resources::Fetched,
+    },
+    /// The trial render of a resource's pending content finished.
+    TrialFinished {
+        name: String,
+        body: std::sync::Arc<str>,
+        validators: crate::pure::http_resources::Validators,
+        result: Result<(), crate::messages::deploy::RenderFailure>,
+    },
+}
+
 /// Messages of the IndexTracker.
 pub enum IndexTrackerMsg {
     /// A watcher finished its initial list.

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use crate::messages::events::{EventKind, ObservedEvent};
+use crate::messages::events::{EventKind, HttpFetchResult, ObservedEvent};
 
 /// How loudly a comment is logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,23 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
             let generation = generation
                 .map(|g| format!(" (generation {g})"))
                 .unwrap_or_default();
-            Comment::new(Info, format!("configuration accepted{generation}"))
+            let verdict = last_matching(history, |k| {
+                matches!(
+                    k,
+                    EventKind::ConfigAccepted { .. } | EventKind::ConfigRejected { .. }
+                )
+            });
+            let after_rejection = if verdict
+                .is_some_and(|e| matches!(e.kind, EventKind::ConfigRejected { .. }))
+            {
+                " after a rejection: it is in use, and the rejected config's errors are marked resolved in /debug/vars/errors"
+            } else {
+                ""
+            };
+            Comment::new(
+                Info,
+                format!("configuration accepted{generation}{after_rejection}"),
+            )
         }
         EventKind::ConfigRejected { errors } => Comment::new(
             Warn,
@@ -345,6 +361,40 @@ pub fn comment_on(history: &VecDeque<ObservedEvent>, event: &ObservedEvent) -> C
             Warn,
             format!("actor {actor} restarted (restart {restarts})"),
         ),
+        EventKind::HttpResourceFetched {
+            resource,
+            url,
+            result,
+            in_use_bytes,
+            error,
+        } => {
+            let error = error.as_deref().unwrap_or("unknown");
+            match result {
+                HttpFetchResult::Changed => Comment::new(
+                    Info,
+                    format!(
+                        "HTTP resource {resource} ({url}): new content in use ({} bytes)",
+                        in_use_bytes.unwrap_or_default()
+                    ),
+                ),
+                HttpFetchResult::Unchanged | HttpFetchResult::NotModified => Comment::new(
+                    Debug,
+                    format!("HTTP resource {resource} ({url}): content unchanged"),
+                ),
+                HttpFetchResult::Error => Comment::new(
+                    Warn,
+                    format!(
+                        "HTTP resource {resource} ({url}): fetch failed, the content in use keeps serving: {error}"
+                    ),
+                ),
+                HttpFetchResult::Rejected => Comment::new(
+                    Warn,
+                    format!(
+                        "HTTP resource {resource} ({url}): new content rejected, the last good content keeps serving: {error}"
+                    ),
+                ),
+            }
+        }
     }
 }
 
@@ -374,6 +424,30 @@ mod tests {
             "{}",
             comment.text
         );
+    }
+
+    #[test]
+    fn a_config_accepted_after_a_rejection_says_so_and_a_plain_acceptance_does_not() {
+        let accepted = at(None, 900, EventKind::ConfigAccepted { generation: None });
+        let rejected = at(
+            None,
+            500,
+            EventKind::ConfigRejected {
+                errors: vec!["template 'haproxy.cfg' line 2: unknown helper".into()],
+            },
+        );
+        let after: VecDeque<_> = [rejected.clone()].into();
+        let comment = comment_on(&after, &accepted);
+        assert_eq!(comment.level, CommentLevel::Info);
+        assert!(
+            comment
+                .text
+                .starts_with("configuration accepted after a rejection"),
+            "{}",
+            comment.text
+        );
+        let plain: VecDeque<_> = [rejected, accepted.clone()].into();
+        assert_eq!(comment_on(&plain, &accepted).text, "configuration accepted");
     }
 
     #[test]

@@ -20,7 +20,9 @@ use crate::pure::rendered::{Checksum, RenderedConfig};
 pub const RECENT_ERRORS: usize = 50;
 
 /// One error a user should see: where it came from and, for template and config errors,
-/// which template and line.
+/// which template and line. Once what caused it is gone (a later config accepted, a later
+/// render passed, the manifest file read again without problems), it stays in the list
+/// marked `resolved`, with when and by what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErrorRecord {
     /// Milliseconds since the Unix epoch.
@@ -32,20 +34,46 @@ pub struct ErrorRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
     pub message: String,
+    /// What the error is about, so a later success can mark it resolved (a manifest file's
+    /// path, an object); not shown.
+    #[serde(skip)]
+    pub subject: Option<String>,
+    /// Whether what caused the error is gone.
+    pub resolved: bool,
+    /// When it was marked resolved, in milliseconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at_ms: Option<u128>,
+    /// What resolved it (`a later configuration was accepted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 impl ErrorRecord {
     pub fn new(source: impl Into<String>, message: impl Into<String>) -> ErrorRecord {
         ErrorRecord {
-            at_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0),
+            at_ms: now_ms(),
             source: source.into(),
             template: None,
             line: None,
             message: message.into(),
+            subject: None,
+            resolved: false,
+            resolved_at_ms: None,
+            resolution: None,
         }
+    }
+
+    /// What the error is about, for [`Introspection::resolve_errors_about`].
+    pub fn about(mut self, subject: impl Into<String>) -> ErrorRecord {
+        self.subject = Some(subject.into());
+        self
     }
 
     pub fn at(mut self, template: Option<String>, line: Option<usize>) -> ErrorRecord {
@@ -183,6 +211,39 @@ impl Introspection {
         });
     }
 
+    /// Marks every unresolved error that `matches` as resolved now, by `resolution`; returns
+    /// how many it marked.
+    pub fn resolve_errors(
+        &self,
+        matches: impl Fn(&ErrorRecord) -> bool,
+        resolution: &str,
+    ) -> usize {
+        let mut marked = 0;
+        self.write(|r| {
+            let at = now_ms();
+            for error in r.errors.iter_mut().filter(|e| !e.resolved && matches(e)) {
+                error.resolved = true;
+                error.resolved_at_ms = Some(at);
+                error.resolution = Some(resolution.to_string());
+                marked += 1;
+            }
+        });
+        if marked > 0 {
+            tracing::debug!(marked, resolution, "errors marked resolved");
+        }
+        marked
+    }
+
+    /// Marks the unresolved errors of `source` resolved (see [`Self::resolve_errors`]).
+    pub fn resolve_errors_of(&self, source: &str, resolution: &str) -> usize {
+        self.resolve_errors(|e| e.source == source, resolution)
+    }
+
+    /// Marks the unresolved errors about `subject` resolved (see [`Self::resolve_errors`]).
+    pub fn resolve_errors_about(&self, subject: &str, resolution: &str) -> usize {
+        self.resolve_errors(|e| e.subject.as_deref() == Some(subject), resolution)
+    }
+
     /// What the config watch sees now (`haptor run`'s config driver reports it; `/readyz`
     /// names it while no config is loaded).
     pub fn set_config_source(&self, source: ConfigSource) {
@@ -282,6 +343,39 @@ mod tests {
         let errors = introspection.errors();
         assert_eq!(errors.len(), RECENT_ERRORS);
         assert_eq!(errors[0].message, "error 5");
+    }
+
+    #[test]
+    fn a_resolved_error_stays_listed_marked_resolved_with_when_and_by_what() {
+        let introspection = Introspection::new();
+        introspection.record_error(ErrorRecord::new("config", "template 'haproxy.cfg' line 2"));
+        introspection.record_error(ErrorRecord::new("manifest", "a.yaml:3: bad").about("a.yaml"));
+        introspection.record_error(ErrorRecord::new("manifest", "b.yaml:1: bad").about("b.yaml"));
+        assert_eq!(
+            introspection.resolve_errors_of("config", "a later configuration was accepted"),
+            1
+        );
+        assert_eq!(
+            introspection.resolve_errors_about("a.yaml", "read again without problems"),
+            1
+        );
+        let errors = introspection.errors();
+        assert!(errors[0].resolved && errors[1].resolved && !errors[2].resolved);
+        assert_eq!(
+            errors[0].resolution.as_deref(),
+            Some("a later configuration was accepted")
+        );
+        let json = serde_json::to_value(&errors).expect("serialises");
+        assert_eq!(json[0]["resolved"], true);
+        assert!(json[0]["resolved_at_ms"].as_u64().is_some(), "{json}");
+        assert_eq!(json[2]["resolved"], false);
+        assert!(json[2].get("resolved_at_ms").is_none(), "{json}");
+        assert!(json[1].get("subject").is_none(), "not shown: {json}");
+        assert_eq!(
+            introspection.resolve_errors_of("config", "again"),
+            0,
+            "an error is resolved once"
+        );
     }
 
     #[test]

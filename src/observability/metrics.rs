@@ -164,6 +164,50 @@ pub struct Metrics {
     actor_restarts: IntCounterVec,
     events_dropped: Slot<CounterSource>,
     validation_cache: Slot<CacheStatsSource>,
+    http_fetches: IntCounterVec,
+    http_bytes: IntGaugeVec,
+    /// When each HTTP resource's content in use was last confirmed by its server (a 200
+    /// or a 304): `haptor_http_resource_content_age_seconds` is read from here at scrape.
+    http_confirmed: Arc<RwLock<HashMap<String, std::time::Instant>>>,
+}
+
+/// `haptor_http_resource_content_age_seconds`: per HTTP resource, the seconds since its
+/// server last confirmed the content in use, computed when scraped.
+struct ContentAge {
+    desc: Desc,
+    confirmed: Arc<RwLock<HashMap<String, std::time::Instant>>>,
+}
+
+impl Collector for ContentAge {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let confirmed = self.confirmed.read().unwrap_or_else(|p| p.into_inner());
+        let mut sorted: Vec<(&String, &std::time::Instant)> = confirmed.iter().collect();
+        sorted.sort();
+        let metrics = sorted
+            .into_iter()
+            .map(|(resource, at)| {
+                let mut label = proto::LabelPair::default();
+                label.set_name("resource".into());
+                label.set_value(resource.clone());
+                let mut gauge = proto::Gauge::default();
+                gauge.set_value(at.elapsed().as_secs_f64());
+                let mut metric = proto::Metric::default();
+                metric.set_label(vec![label]);
+                metric.set_gauge(gauge);
+                metric
+            })
+            .collect();
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::GAUGE);
+        family.set_metric(metrics);
+        vec![family]
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -372,6 +416,51 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
 
+        let http_fetches = counter_vec(
+            r,
+            "haptor_http_resource_fetches_total",
+            "Fetches of each HTTP resource by result: changed, unchanged, not_modified, error, \
+             or rejected (new content that failed its trial render)",
+            &["resource", "result"],
+        )?;
+        let http_bytes = register(
+            r,
+            "haptor_http_resource_bytes",
+            made(
+                "haptor_http_resource_bytes",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "haptor_http_resource_bytes",
+                        "Size of each HTTP resource's content in use",
+                    ),
+                    &["resource"],
+                ),
+            )?,
+        )?;
+        let http_confirmed: Arc<RwLock<HashMap<String, std::time::Instant>>> = Arc::default();
+        let age_name = "haptor_http_resource_content_age_seconds";
+        let age = ContentAge {
+            desc: Desc::new(
+                age_name.to_string(),
+                "Seconds since each HTTP resource's server last confirmed the content in use \
+                 (a 200 or a 304)"
+                    .to_string(),
+                vec!["resource".to_string()],
+                HashMap::new(),
+            )
+            .map_err(|source| MetricsError::Register {
+                family: age_name.to_string(),
+                source,
+            })?,
+            confirmed: Arc::clone(&http_confirmed),
+        };
+        registry
+            .register(Box::new(age))
+            .map_err(|source| MetricsError::Register {
+                family: age_name.to_string(),
+                source,
+            })?;
+
         let events_dropped: Slot<CounterSource> = Arc::default();
         let validation_cache: Slot<CacheStatsSource> = Arc::default();
         let scraped = [
@@ -432,6 +521,9 @@ impl Metrics {
             actor_restarts,
             events_dropped,
             validation_cache,
+            http_fetches,
+            http_bytes,
+            http_confirmed,
         })
     }
 
@@ -545,6 +637,16 @@ impl Metrics {
                     let _ = self.resources.remove_label_values(&[gone.as_str()]);
                 }
                 labels.retain(|l| resources.contains(l));
+                // A new iteration fetches its own HTTP resources again: one the config no
+                // longer declares leaves its size and age behind.
+                let mut confirmed = self
+                    .http_confirmed
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner());
+                for gone in confirmed.keys() {
+                    let _ = self.http_bytes.remove_label_values(&[gone.as_str()]);
+                }
+                confirmed.clear();
             }
             EventKind::LeadershipGained { .. } => {
                 self.leader_is_leader.set(1);
@@ -558,6 +660,25 @@ impl Metrics {
                 self.actor_restarts
                     .with_label_values(&[actor.as_str()])
                     .inc();
+            }
+            EventKind::HttpResourceFetched {
+                resource,
+                result,
+                in_use_bytes,
+                ..
+            } => {
+                self.http_fetches
+                    .with_label_values(&[resource.as_str(), result.metric_label()])
+                    .inc();
+                if let Some(bytes) = in_use_bytes {
+                    self.http_bytes
+                        .with_label_values(&[resource.as_str()])
+                        .set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+                    self.http_confirmed
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(resource.clone(), std::time::Instant::now());
+                }
             }
             EventKind::ConfigAccepted { .. }
             | EventKind::ConfigRejected { .. }

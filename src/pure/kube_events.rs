@@ -69,6 +69,29 @@ pub fn config_rejected(errors: &[String]) -> KubeEventNote {
     KubeEventNote::new(true, "ConfigInvalid", "Validate", &note)
 }
 
+/// An HTTP resource's fetch failed, or its new content failed the trial render
+/// (`rejected`); the content in use keeps serving either way.
+pub fn http_resource_refused(
+    resource: &str,
+    url: &str,
+    rejected: bool,
+    error: &str,
+) -> KubeEventNote {
+    let error = redact_secrets(error);
+    let url = redact_secrets(url);
+    if rejected {
+        let note = format!(
+            "HTTP resource {resource} ({url}): new content rejected, the last good content keeps serving: {error}"
+        );
+        KubeEventNote::new(true, "HTTPResourceRejected", "Validate", &note)
+    } else {
+        let note = format!(
+            "HTTP resource {resource} ({url}): fetch failed, the content in use keeps serving: {error}"
+        );
+        KubeEventNote::new(true, "HTTPResourceFetchFailed", "Fetch", &note)
+    }
+}
+
 /// A deployment to one HAProxy instance failed.
 pub fn deployment_failed(instance: &str, error: &DeployError) -> KubeEventNote {
     let error = redact_secrets(&error.to_string());

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::pure::yaml_lines::YamlLines;
+
 /// One Kubernetes object read from a manifest file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -114,7 +116,7 @@ pub fn visit_manifests(
                     .location()
                     .map(|location| start_line + newlines_before(doc_text, location.index()))
                     .unwrap_or(start_line);
-                let message = strip_location(&e.to_string());
+                let message = file_lines_in(&e.to_string(), start_line, line);
                 problems.push(problem(Some(line), format!("malformed YAML: {message}")));
                 continue;
             }
@@ -137,11 +139,23 @@ pub fn visit_manifests(
                 .into_iter()
                 .flatten()
             {
-                push_object(on_manifest, &mut problems, file, start_line, item.clone());
+                push_object(
+                    on_manifest,
+                    &mut problems,
+                    file,
+                    (start_line, None),
+                    item.clone(),
+                );
             }
             continue;
         }
-        push_object(on_manifest, &mut problems, file, start_line, value);
+        push_object(
+            on_manifest,
+            &mut problems,
+            file,
+            (start_line, Some(doc_text)),
+            value,
+        );
     }
     problems
 }
@@ -185,11 +199,13 @@ fn default_namespace(object: &mut serde_json::Value) {
     }
 }
 
+/// Hands on `object`, read from the document at `line` (with its text, unless it is an
+/// item of a `List`), or records why it cannot be used.
 fn push_object(
     on_manifest: &mut dyn FnMut(Manifest),
     problems: &mut Vec<ManifestError>,
     file: &Path,
-    line: usize,
+    (line, document): (usize, Option<&str>),
     mut object: serde_json::Value,
 ) {
     default_namespace(&mut object);
@@ -220,10 +236,14 @@ fn push_object(
             line: Some(line),
             message: format!("the document has no {}", missing.join(", ")),
         });
-    } else if let Some(problem) = invalid_name(&object) {
+    } else if let Some((field, problem)) = invalid_name(&object) {
+        // At the field's own line when the document's text shows it.
+        let field_line = document.and_then(|text| {
+            YamlLines::scan(file.display().to_string(), text, line).nearest(&["metadata", field])
+        });
         problems.push(ManifestError {
             file: file.to_path_buf(),
-            line: Some(line),
+            line: Some(field_line.unwrap_or(line)),
             message: problem,
         });
     } else {
@@ -242,8 +262,9 @@ const PATH_SEGMENT_NAMED_KINDS: &[&str] =
 
 /// What the API server would refuse in the object's `metadata.name` and
 /// `metadata.namespace`: a folder holds objects as a cluster would, so a template never
-/// sees a name a cluster could not hold (a newline, a space, a quote, `#`).
-fn invalid_name(object: &serde_json::Value) -> Option<String> {
+/// sees a name a cluster could not hold (a newline, a space, a quote, `#`). Returns the
+/// field (`name` or `namespace`) and the problem.
+fn invalid_name(object: &serde_json::Value) -> Option<(&'static str, String)> {
     let kind = object
         .get("kind")
         .and_then(|k| k.as_str())
@@ -255,16 +276,22 @@ fn invalid_name(object: &serde_json::Value) -> Option<String> {
         is_dns_subdomain(name)
     };
     if !name_ok {
-        return Some(format!(
-            "metadata.name {name:?} is not a name Kubernetes accepts for kind {kind} (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+        return Some((
+            "name",
+            format!(
+                "metadata.name {name:?} is not a name Kubernetes accepts for kind {kind} (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+            ),
         ));
     }
     match object
         .pointer("/metadata/namespace")
         .and_then(|v| v.as_str())
     {
-        Some(namespace) if !is_dns_label(namespace) => Some(format!(
-            "metadata.namespace {namespace:?} is not a namespace name Kubernetes accepts (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"
+        Some(namespace) if !is_dns_label(namespace) => Some((
+            "namespace",
+            format!(
+                "metadata.namespace {namespace:?} is not a namespace name Kubernetes accepts (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)"
+            ),
         )),
         _ => None,
     }
@@ -331,11 +358,30 @@ fn split_documents(text: &str) -> Vec<(usize, &str)> {
     docs
 }
 
-fn strip_location(message: &str) -> String {
-    match message.find(" at line ") {
-        Some(at) => message[..at].to_string(),
-        None => message.to_string(),
+/// A YAML parser message about a document starting at file line `start_line`, with every
+/// `at line N` it holds (the problem's, and the construct's it was reading, as in "did not
+/// find expected key at line 14 column 1, while parsing a block mapping at line 2 column 1")
+/// counted in the file's lines: the first, the problem's, is `problem_line`, counted in
+/// line feeds as the caller counted it.
+fn file_lines_in(message: &str, start_line: usize, problem_line: usize) -> String {
+    const AT_LINE: &str = " at line ";
+    let mut out = String::with_capacity(message.len() + 8);
+    let mut rest = message;
+    let mut first = true;
+    while let Some(at) = rest.find(AT_LINE) {
+        let after = &rest[at + AT_LINE.len()..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        out.push_str(&rest[..at + AT_LINE.len()]);
+        match after[..digits].parse::<usize>() {
+            Ok(_) if first => out.push_str(&problem_line.to_string()),
+            Ok(line) => out.push_str(&(start_line + line.saturating_sub(1)).to_string()),
+            Err(_) => {}
+        }
+        first = false;
+        rest = &after[digits..];
     }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -354,12 +400,39 @@ mod tests {
         let problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(
-            problems[0].starts_with("m.yaml:5: metadata.name \"bad\\nglobal\" is not a name"),
+            problems[0].starts_with("m.yaml:7: metadata.name \"bad\\nglobal\" is not a name"),
             "{problems:?}"
         );
         assert!(
-            problems[1].starts_with("m.yaml:9: metadata.namespace \"has space\""),
+            problems[1].starts_with("m.yaml:11: metadata.namespace \"has space\""),
             "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_bad_name_or_namespace_is_reported_at_the_line_of_its_own_field() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: ok}\n---\n# a Service\napiVersion: v1\nkind: Service\nmetadata:\n  labels:\n    app: x\n  name: Bad_Name\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: fine\n  namespace: Not-Ok\n";
+        let set = parse_manifests(Path::new("m.yaml"), text);
+        let problems: Vec<String> = set.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("m.yaml:11: metadata.name \"Bad_Name\""),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("m.yaml:17: metadata.namespace \"Not-Ok\""),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_yaml_error_keeps_both_locations_the_parser_gives_counted_in_the_files_lines() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: b\n  labels:\n    a: \"x\n";
+        let set = parse_manifests(Path::new("m.yaml"), text);
+        assert_eq!(set.problems.len(), 1, "{:?}", set.problems);
+        assert_eq!(
+            set.problems[0].to_string(),
+            "m.yaml:11: malformed YAML: found unexpected end of stream at line 11 column 1, while scanning a quoted scalar at line 10 column 8"
         );
     }
 

@@ -14,6 +14,7 @@
 //! CustomResourceDefinition not installed, the config not found or invalid), and the verdict
 //! names that instead of "a valid HAProxyTemplateConfig" ([`ReadinessState::verdict_given`]).
 
+use crate::pure::http_resources::resource_of_store;
 use std::collections::BTreeSet;
 
 use serde::Serialize;
@@ -162,10 +163,21 @@ impl ReadinessState {
                 None => "a valid HAProxyTemplateConfig".to_string(),
             });
         }
-        if !self.unsynced.is_empty() {
-            let names: Vec<&str> = self.unsynced.iter().map(String::as_str).collect();
+        let (http, watched): (Vec<&str>, Vec<&str>) = self
+            .unsynced
+            .iter()
+            .map(String::as_str)
+            .partition(|name| resource_of_store(name).is_some());
+        if !watched.is_empty() {
             waiting.push(format!(
                 "the initial sync of watched resources: {}",
+                watched.join(", ")
+            ));
+        }
+        if !http.is_empty() {
+            let names: Vec<&str> = http.iter().filter_map(|s| resource_of_store(s)).collect();
+            waiting.push(format!(
+                "the first fetch of critical HTTP resources (spec.httpResources): {}",
                 names.join(", ")
             ));
         }

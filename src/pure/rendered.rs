@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 pub use crate::pure::checksum::Checksum;
 use crate::pure::haproxy::TrustedLines;
@@ -206,20 +205,13 @@ impl RenderedConfig {
             .find(|f| f.kind == kind && f.name == name)
     }
 
-    /// SHA-256 over the configuration and every auxiliary file (path and content). Two
-    /// renders with equal checksums deploy the same bytes. The pipeline computes it once,
-    /// when it validates a render, and everything downstream carries that value.
+    /// The checksum of the configuration and every auxiliary file (path and content), made
+    /// of each file's SHA-256 ([`crate::pure::checksum::FileDigests`]). Two renders with
+    /// equal checksums deploy the same bytes. The pipeline computes it once, when it
+    /// validates a render (reusing the digests of the files the last render had the same),
+    /// and everything downstream carries that value.
     pub fn checksum(&self) -> Checksum {
-        let mut hasher = Sha256::new();
-        hasher.update(b"haproxy.cfg\0");
-        hasher.update(self.haproxy_cfg.as_bytes());
-        for (path, file) in &self.aux_files {
-            hasher.update(b"\0");
-            hasher.update(path.as_bytes());
-            hasher.update(b"\0");
-            hasher.update(file.content.as_bytes());
-        }
-        Checksum::of_hasher(hasher)
+        crate::pure::checksum::FileDigests::of(self).checksum()
     }
 }
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::pure::assertions::{self, AssertionEnvironment, AssertionOutcome};
 use crate::pure::config::{NAMESPACE_FIXTURES, ValidationTest};
+use crate::pure::http_resources::{fixture_object, store_name};
 use crate::pure::pipeline::{CompiledConfig, PipelineError, Validator, check_offline_for};
 use crate::pure::rendered::RenderedConfig;
 use crate::pure::selector::NamespaceLabels;
@@ -126,6 +127,20 @@ pub fn fixture_stores(
                     .apply(object.clone())
                     .map_err(|e| format!("fixture {resource}[{i}]: {e}"))?;
             }
+        }
+    }
+    // Each HTTP resource answers what the fixtures say of its URL (the test's own over the
+    // shared ones); one they do not mock fails the test when a template reads it.
+    let mut answers = global.map(|g| g.http_resources.clone()).unwrap_or_default();
+    answers.extend(test.http_resources.clone());
+    for resource in &config.http_resources {
+        if let (Some(store), Some(object)) = (
+            stores.get(&store_name(&resource.name)),
+            fixture_object(resource, &answers),
+        ) {
+            store
+                .apply(object)
+                .map_err(|e| format!("httpResources fixture {}: {e}", resource.url))?;
         }
     }
     Ok(stores)

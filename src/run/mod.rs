@@ -270,6 +270,15 @@ pub async fn run(
         resources: Arc::new(resources.clone()),
         leadership: leader_rx.clone(),
         instances: instances_rx,
+        http: Arc::new(
+            crate::drivers::http_resource::HttpResourceFetcher::new(Arc::new(
+                crate::drivers::kube::http_credentials::SecretCredentials {
+                    client: client.clone(),
+                    namespace: namespace.clone(),
+                },
+            ))
+            .map_err(|e| RunError::Controller(format!("the HTTP resource client: {e}")))?,
+        ),
     };
     let run_metrics =
         RunMetrics::new().map_err(|e| RunError::Controller(format!("metrics: {e}")))?;

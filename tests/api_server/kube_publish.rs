@@ -145,7 +145,7 @@ fn status_of(instances: &[&str], checksum: &str) -> HAProxyCfgStatus {
                 ..InstanceStatus::default()
             })
             .collect(),
-        conditions: Vec::new(),
+        ..HAProxyCfgStatus::default()
     }
 }
 

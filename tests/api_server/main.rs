@@ -33,6 +33,7 @@ mod leader_election;
 mod migrate_cluster;
 mod pod_networks;
 mod run_gateway_status;
+mod run_http_resources;
 mod run_ingress_status;
 mod run_mode;
 mod run_rbac;

@@ -68,7 +68,7 @@ fn status() -> HAProxyCfgStatus {
             consecutive_errors: 0,
             ..InstanceStatus::default()
         }],
-        conditions: Vec::new(),
+        ..HAProxyCfgStatus::default()
     }
 }
 

@@ -250,6 +250,21 @@ fn replace_once(text: &str, anchor: &str, replacement: &str) -> String {
     text.replacen(anchor, replacement, 1)
 }
 
+/// `config.yaml:N`: the line of the quickstart's `config.yaml` (the Ingress library with
+/// the quickstart's spec prefix) that holds `needle` once `edit` is made.
+fn config_line(edit: impl Fn(&str) -> String, needle: &str) -> String {
+    let library =
+        std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("library");
+    let prefix = Setup::quickstart(0, 0).spec_prefix;
+    let config = edit(&library.replacen("spec:\n", &format!("spec:\n{prefix}"), 1));
+    let line = config
+        .lines()
+        .position(|line| line.contains(needle))
+        .map(|index| index + 1)
+        .expect("the edited config holds the needle");
+    format!("config.yaml:{line}:")
+}
+
 /// Inserts `template` at the start of the library's `{{#if runtime_socket}}` line, line 9 of
 /// its `haproxy.cfg` template.
 fn in_haproxy_cfg(template: &'static str) -> impl Fn(&str) -> String {
@@ -363,6 +378,8 @@ fn other_private_key() -> String {
 fn template_rows() -> Vec<Row> {
     use Category::Template;
     let enters = "the HAProxyTemplateConfig's templates (config.yaml)";
+    // The file line of the haproxy.cfg template's line 9, which the rows below edit.
+    let line_9 = config_line(|config| config.to_string(), "{{#if runtime_socket}}");
     vec![
         config_edit(
             Template,
@@ -371,8 +388,19 @@ fn template_rows() -> Vec<Row> {
             in_haproxy_cfg("{{#each}}"),
             &[
                 "HAProxyTemplateConfig",
-                "template 'haproxy.cfg' line",
-                "invalid handlebars syntax",
+                &line_9,
+                "template 'haproxy.cfg' line 9, column 1: `{{#each}}` opened at line 9, column 1 is never closed: add `{{/each}}` where its block ends",
+            ],
+        ),
+        config_edit(
+            Template,
+            "a block closed by the wrong tag",
+            enters,
+            in_haproxy_cfg("{{#with x}}{{/each}}"),
+            &[
+                "HAProxyTemplateConfig",
+                &line_9,
+                "`{{/each}}` at line 9, column 12 does not close `{{#with x}}` opened at line 9, column 1: close that block with `{{/with}}` instead",
             ],
         ),
         config_edit(
@@ -381,6 +409,7 @@ fn template_rows() -> Vec<Row> {
             enters,
             in_haproxy_cfg("{{nosuchhelper 1}}"),
             &[
+                &line_9,
                 "template 'haproxy.cfg' line 9",
                 "unknown helper 'nosuchhelper'",
             ],
@@ -391,6 +420,7 @@ fn template_rows() -> Vec<Row> {
             enters,
             in_haproxy_cfg("{{> nosuchpartial}}"),
             &[
+                &line_9,
                 "template 'haproxy.cfg' line 9",
                 "no template snippet named 'nosuchpartial'",
             ],
@@ -433,21 +463,29 @@ fn template_rows() -> Vec<Row> {
             "the fail helper",
             enters,
             in_haproxy_cfg("{{fail \"the operator said no\"}}"),
-            &["haproxy.cfg:9", "the operator said no"],
+            &["haproxy.cfg:9", &line_9, "the operator said no"],
         ),
         config_edit(
             Template,
             "a store that is not watched",
             enters,
             in_haproxy_cfg("{{#each (resources \"nosuchstore\") as |x|}}{{/each}}"),
-            &["haproxy.cfg:9", "no watched resource named 'nosuchstore'"],
+            &[
+                "haproxy.cfg:9",
+                &line_9,
+                "no watched resource named 'nosuchstore'",
+            ],
         ),
         config_edit(
             Template,
             "an argument of the wrong type",
             enters,
             in_haproxy_cfg("{{add \"x\" 1}}"),
-            &["haproxy.cfg:9", "argument 1 of add is not a number"],
+            &[
+                "haproxy.cfg:9",
+                &line_9,
+                "argument 1 of add is not a number",
+            ],
         ),
         config_edit(
             Template,
@@ -492,6 +530,23 @@ fn manifest_rows() -> Vec<Row> {
             "bad.yaml",
             "apiVersion: v1\nkind: Service\nmetadata:\n  name: [broken\n".into(),
             &["bad.yaml:", "malformed YAML"],
+        ),
+        new_file(
+            Manifest,
+            "invalid YAML in a later document (both of the parser's locations, in the file's lines)",
+            "bad.yaml",
+            format!("{}---\n{}", service("yaml-ok"), "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\n  labels:\n    a: \"x\n"),
+            &["bad.yaml:13", "malformed YAML: found unexpected end of stream at line 13 column 1, while scanning a quoted scalar at line 12 column 8"],
+        ),
+        config_edit(
+            Manifest,
+            "a config whose metadata.name Kubernetes would refuse (at the name's own line)",
+            "the HAProxyTemplateConfig's metadata (config.yaml)",
+            |config| replace_once(config, "  name: haptor-ingress\n", "  name: Bad_Name\n"),
+            &[
+                &config_line(|config| config.to_string(), "  name: haptor-ingress"),
+                "metadata.name \"Bad_Name\" is not a name Kubernetes accepts",
+            ],
         ),
         new_file(
             Manifest,
@@ -569,6 +624,44 @@ fn manifest_rows() -> Vec<Row> {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: default}\ndata: {a: b}\n".into(),
             &["unwatched.yaml:1", "ConfigMap default/settings is not read by the config"],
         ),
+        new_file(
+            Manifest,
+            "an object of a misspelt kind",
+            "typo.yaml",
+            "apiVersion: v1\nkind: Servce\nmetadata: {name: app-c, namespace: default}\nspec:\n  ports: [{name: http, port: 80}]\n".into(),
+            &["typo.yaml:1", "Servce default/app-c is not read by the config", "did you mean kind Service?"],
+        ),
+        row(
+            Manifest,
+            "an EndpointSlice port written as a string",
+            "a manifest file of the folder",
+            |local| {
+                let apps = local.read("apps.yaml");
+                std::fs::write(local.dir.with_file_name("apps.yaml.good"), &apps)
+                    .expect("keep the good apps");
+                // app-a-1's ports, the first at the top level of a document.
+                let anchor = "\nports: [{name: http, port: ";
+                let at = apps.find(anchor).expect("app-a's slice has ports") + anchor.len();
+                let digits = apps[at..].find('}').expect("the port ends");
+                let quoted = format!(
+                    "{}\"{}\"{}",
+                    &apps[..at],
+                    &apps[at..at + digits],
+                    &apps[at + digits..]
+                );
+                local.write("apps.yaml", &quoted);
+            },
+            |local| {
+                let good = std::fs::read_to_string(local.dir.with_file_name("apps.yaml.good"))
+                    .expect("the good apps");
+                local.write("apps.yaml", &good);
+            },
+            &[
+                "apps.yaml:9",
+                "EndpointSlice default/app-a-1: ports[0].port: expected an integer, got the string",
+                "its last good version stays",
+            ],
+        ),
         row(
             Manifest,
             "a file replaced by a directory",
@@ -639,7 +732,7 @@ fn hostile_field_rows() -> Vec<Row> {
             "a space in a Secret's own name",
             "hostile.yaml",
             "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/tls\nmetadata: {name: \"bad name\", namespace: default}\ndata: {}\n".into(),
-            &["hostile.yaml:1", "metadata.name \"bad name\" is not a name Kubernetes accepts"],
+            &["hostile.yaml:4", "metadata.name \"bad name\" is not a name Kubernetes accepts"],
         ),
         new_file(
             HostileField,
@@ -653,14 +746,14 @@ fn hostile_field_rows() -> Vec<Row> {
             "'#' in a Service's own name",
             "hostile.yaml",
             "apiVersion: v1\nkind: Service\nmetadata: {name: \"app#1\", namespace: default}\nspec: {ports: [{port: 80}]}\n".into(),
-            &["hostile.yaml:1", "metadata.name \"app#1\""],
+            &["hostile.yaml:3", "metadata.name \"app#1\""],
         ),
         new_file(
             HostileField,
             "a newline in an Ingress's own name",
             "hostile.yaml",
             ingress("\"x\\nglobal\"", "", "x.localhost", "/", "app-a"),
-            &["hostile.yaml:1", "is not a name Kubernetes accepts for kind Ingress"],
+            &["hostile.yaml:4", "is not a name Kubernetes accepts for kind Ingress"],
         ),
         tls_row(
             "a TLS Secret whose certificate is invalid",

@@ -188,7 +188,8 @@ spec:
     let (output, cfg_path) = render_library(dir.path(), &fixtures);
     let out = text(&output);
     assert!(
-        out.contains("app.yaml:22: metadata.name")
+        // The document starts at line 22; its `name:` is line 25.
+        out.contains("app.yaml:25: metadata.name")
             && out.contains("is not a name Kubernetes accepts for kind Ingress"),
         "the fixture is refused at its file and line: {out}"
     );

@@ -417,6 +417,44 @@ async fn a_restarted_watcher_whose_relist_differs_from_its_store_triggers_a_rend
 }
 
 #[tokio::test]
+async fn a_listed_object_whose_read_field_has_the_wrong_type_is_left_out_and_named_in_debug_vars_errors()
+ {
+    // What `haptor run`'s watchers do with an object of the wrong shape (an API server
+    // refuses one, so the source here stands in for it): the same store check as the folder's.
+    let source = ListOnlySource::default();
+    source.objects.lock().expect("lock").extend([
+        service("web"),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "typed", "namespace": "default"},
+               "spec": {"ports": [{"port": "80"}]}}),
+    ]);
+    let pipeline = Arc::new(RenderOnlyPipeline::default());
+    let h = start(
+        Arc::new(source),
+        pipeline.clone(),
+        vec![("pod-a", recording("pod-a"))],
+        ControllerSettings::default(),
+        CONFIG,
+    )
+    .await;
+    eventually("the initial render", || pipeline.renders().len() == 1).await;
+    let render = pipeline.renders().remove(0);
+    assert!(render.contains("backend web"), "{render}");
+    assert!(!render.contains("backend typed"), "left out: {render}");
+    let (_, errors) = debug_json(&h, "/debug/vars/errors").await;
+    let record = errors
+        .as_array()
+        .and_then(|errors| errors.iter().find(|e| e["source"] == "watch:services"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no error of the services watch: {errors}"));
+    assert_eq!(
+        record["message"],
+        "Service default/typed: spec.ports[0].port: expected an integer, got the string \"80\" (write 80 without quotes); the object is left out"
+    );
+    h.controller.stop().await;
+}
+
+#[tokio::test]
 async fn reloads_are_paced_per_instance_and_a_shorter_interval_applies_to_a_waiting_instance_at_once()
  {
     let source = haptor::drivers::memory_source::MemorySource::new();

@@ -1165,6 +1165,57 @@ async fn a_restarted_controller_finds_the_pod_already_running_its_render_and_rel
     );
 }
 
+/// An earlier haptor recorded the render's checksum as one SHA-256 over all its files; the
+/// record still names what the pod runs after an upgrade to the checksum of per-file
+/// digests, so the upgraded controller neither reloads nor rewrites anything but the record.
+#[tokio::test]
+async fn a_record_written_before_the_checksum_changed_definition_still_names_the_running_render()
+{
+    let stub = Stub::start("v3.4.0").await;
+    let rendered = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![
+            hosts_map("a.example be\n"),
+            aux(AuxKind::Cert, "ssl/default_site.pem", PEM),
+        ],
+    );
+    stub.target()
+        .deploy(&request(&rendered, 1, 1))
+        .await
+        .expect("before the upgrade");
+    let reloads_before = stub.state().reload_counter;
+    let legacy = haptor::pure::checksum::legacy_checksum(&rendered);
+    assert_ne!(legacy, rendered.checksum());
+    {
+        let mut state = stub.state();
+        let record = state
+            .storage
+            .values_mut()
+            .find(|text| text.starts_with("render "))
+            .expect("the deployed-render record");
+        *record = record.replace(&rendered.checksum().to_string(), &legacy.to_string());
+    }
+
+    let upgraded = stub.target();
+    stub.clear_requests();
+    let outcome = upgraded
+        .deploy(&request(&rendered, 2, 1))
+        .await
+        .expect("after the upgrade");
+    assert!(outcome.unchanged && !outcome.reloaded, "{outcome:?}");
+    assert_eq!(stub.state().reload_counter, reloads_before, "no reload");
+    assert!(
+        !stub.requests().iter().any(|r| is_push(r) || is_aux_storage_write(r)),
+        "{:#?}",
+        stub.requests()
+    );
+    assert_eq!(
+        upgraded.deployed_checksum().await.expect("read"),
+        Some(rendered.checksum()),
+        "the record names the render by its checksum now"
+    );
+}
+
 /// A new leader's first render often differs from the one the pod runs (the endpoints of a
 /// rolling update moved meanwhile). The record lists the render's files, so the new process
 /// knows the pod's map and certificate without their contents on the pod and changes it live

@@ -656,6 +656,114 @@ fn the_running_quickstart_reports_metrics_events_and_debug_vars_after_a_change()
     assert!(log.contains("deployment to local finished"), "{log}");
 }
 
+/// `config` with its haproxy.cfg template opening a block it never closes: a config that
+/// does not compile, so it is rejected.
+fn with_unclosed_block(config: &str) -> String {
+    let broken = config.replacen(
+        "    template: |\n      global\n",
+        "    template: |\n      global\n      {{#if runtime_socket}}\n",
+        1,
+    );
+    assert_ne!(broken, config, "the test breaks the haproxy.cfg template");
+    broken
+}
+
+/// The unresolved errors of `source` in `/debug/vars/errors`.
+fn unresolved(local: &Local, source: &str) -> Vec<serde_json::Value> {
+    local
+        .debug_json("/debug/vars/errors")
+        .and_then(|(_, errors)| errors.as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["source"] == source && e["resolved"] != true)
+        .collect()
+}
+
+#[test]
+fn a_config_fixed_after_a_rejection_is_logged_accepted_with_its_errors_resolved_and_deleting_it_falls_back_to_the_embedded_library()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let local = start(a, b);
+    local.wait_ready(Duration::from_secs(60));
+    let good = local.read("config.yaml");
+
+    // Rejected, then put back as it was: the config in use is accepted again, and says so.
+    local.write("config.yaml", &with_unclosed_block(&good));
+    let rejected = eventually(
+        "the rejection in /debug/vars/errors",
+        Duration::from_secs(30),
+        || unresolved(&local, "config").pop(),
+    );
+    let logged = local.log_text().len();
+    local.write("config.yaml", &good);
+    eventually(
+        "'configuration accepted' in the log",
+        Duration::from_secs(30),
+        || {
+            local.log_text()[logged..]
+                .contains("configuration accepted after a rejection")
+                .then_some(())
+        },
+    );
+    let (_, errors) = local.debug_json("/debug/vars/errors").expect("errors");
+    let record = errors
+        .as_array()
+        .and_then(|errors| errors.iter().find(|e| e["message"] == rejected["message"]))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(record["resolved"], true, "{errors}");
+    assert_eq!(
+        record["resolution"], "a later configuration was accepted",
+        "{errors}"
+    );
+    assert!(
+        record["resolved_at_ms"].as_u64() >= rejected["at_ms"].as_u64(),
+        "{errors}"
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into())
+    );
+
+    // Rejected again, then deleted: the embedded Ingress library is the config now.
+    local.write("config.yaml", &with_unclosed_block(&good));
+    eventually("the second rejection", Duration::from_secs(30), || {
+        (!unresolved(&local, "config").is_empty()).then_some(())
+    });
+    let logged = local.log_text().len();
+    std::fs::remove_file(local.dir.join("config.yaml")).expect("delete config.yaml");
+    eventually(
+        "the embedded library in use",
+        Duration::from_secs(30),
+        || {
+            let (_, config) = local.debug_json("/debug/vars/config")?;
+            config.to_string().contains("127.0.0.1:18080").then_some(())
+        },
+    );
+    let log = local.log_text();
+    let since = &log[logged..];
+    assert!(
+        since.contains(
+            "the folder holds no HAProxyTemplateConfig any more; using the embedded Ingress library"
+        ),
+        "{since}"
+    );
+    eventually(
+        "'configuration accepted' in the log",
+        Duration::from_secs(30),
+        || {
+            local.log_text()[logged..]
+                .contains("configuration accepted after a rejection")
+                .then_some(())
+        },
+    );
+    assert!(
+        unresolved(&local, "config").is_empty(),
+        "{}",
+        local.debug_get("/debug/vars/errors")
+    );
+}
+
 #[test]
 fn a_folder_without_a_config_is_served_with_the_embedded_ingress_library() {
     let (a, b) = (port("app-a"), port("app-b"));

@@ -420,6 +420,58 @@ async fn endpoint_weight_and_route_changes_go_live_without_a_reload() {
 }
 
 #[tokio::test]
+async fn an_endpoint_change_rewrites_haproxy_cfg_alone_and_the_next_reload_carries_it() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::start().await;
+    fx.deploy_and_observe(&fx.base(), 1, 1).await;
+    let inode = |path: PathBuf| std::fs::metadata(path).expect("written").ino();
+    let map = fx.work_dir.root().join("maps/hosts.map");
+    let before = (
+        inode(fx.work_dir.config_file()),
+        inode(fx.work_dir.manifest_file()),
+        inode(map.clone()),
+    );
+
+    let moved = render(
+        fx.frontend,
+        &[
+            BackendSpec {
+                name: "be_a",
+                slots: vec![Some((fx.c.port, 10)), None],
+            },
+            BackendSpec {
+                name: "be_b",
+                slots: vec![Some((fx.b.port, 10)), None],
+            },
+        ],
+        &[("a.example", "be_a"), ("b.example", "be_b")],
+    );
+    let outcome = fx.deploy_and_observe(&moved, 1, 2).await;
+    assert!(!outcome.reloaded, "{outcome:?}");
+    assert_ne!(inode(fx.work_dir.config_file()), before.0, "haproxy.cfg is new");
+    assert_eq!(
+        (inode(fx.work_dir.manifest_file()), inode(map)),
+        (before.1, before.2),
+        "the manifest and the unchanged map are left as they were"
+    );
+    assert_eq!(fx.target.on_disk().expect("readable"), Some(moved.clone()));
+    let leftovers: Vec<_> = std::fs::read_dir(fx.work_dir.root())
+        .expect("listed")
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A reload (a new backend) starts from the files: be_a still answers from C.
+    let mut grown = moved.clone();
+    grown.haproxy_cfg.push_str("backend be_new\n    server SRV_1 127.0.0.1:1 disabled\n");
+    assert!(fx.deploy_and_observe(&grown, 1, 3).await.reloaded);
+    expect_answer(fx.frontend, "a.example", "backend-C").await;
+    fx.finish().await;
+}
+
+#[tokio::test]
 async fn adding_a_backend_and_a_route_reloads_exactly_once_and_the_route_answers() {
     let fx = Fixture::start().await;
     let base = fx.base();

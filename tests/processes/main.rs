@@ -27,6 +27,7 @@ mod gateway_conformance;
 mod gateway_library;
 mod haproxy_corpus;
 mod haproxy_versions;
+mod http_resources;
 mod ingress_library;
 mod keyword_tables;
 mod lint_one_mistake;

@@ -168,6 +168,12 @@ impl ControllerSetup {
             resources: self.resources,
             leadership: leader_rx,
             instances: instances_rx,
+            http: std::sync::Arc::new(
+                haptor::drivers::http_resource::HttpResourceFetcher::new(std::sync::Arc::new(
+                    haptor::drivers::http_resource::NoCredentials,
+                ))
+                .expect("the HTTP client builds"),
+            ),
         };
         let sink = Arc::new(InMemorySink::default());
         let controller = start_controller(

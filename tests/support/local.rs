@@ -384,6 +384,8 @@ pub struct Setup {
     pub files: Vec<(String, String)>,
     /// Arguments added to `haptor local DIR --metrics-addr .. --debug-addr ..`.
     pub args: Vec<String>,
+    /// Text replacements made in the library's config (each `from` must occur).
+    pub library_edits: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -397,6 +399,7 @@ impl Setup {
             env: Vec::new(),
             files: Vec::new(),
             args: Vec::new(),
+            library_edits: Vec::new(),
         }
     }
 
@@ -428,6 +431,10 @@ impl Setup {
             );
             let library =
                 std::fs::read_to_string(repo("deploy/library/ingress.yaml")).expect("library");
+            let library = self.library_edits.iter().fold(library, |text, (from, to)| {
+                assert!(text.contains(from.as_str()), "the library holds {from:?}");
+                text.replacen(from.as_str(), to, 1)
+            });
             let config = library
                 .replace("127.0.0.1:18080", &format!("127.0.0.1:{http}"))
                 .replace("127.0.0.1:18443", &format!("127.0.0.1:{https}"))

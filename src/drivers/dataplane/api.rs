@@ -9,6 +9,7 @@
 //! [`Url::query_pairs_mut`] and the few multipart uploads the storage endpoints require are
 //! assembled here.
 
+use crate::drivers::error_chain;
 use std::fmt;
 use std::time::Duration;
 
@@ -595,22 +596,6 @@ fn error_message(status: StatusCode, body: &str) -> String {
     } else {
         body.to_string()
     }
-}
-
-/// An error and its sources, `: `-separated (reqwest's own message alone rarely says
-/// "connection refused").
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A `multipart/form-data` body with one file in the `file_upload` field, and its content

@@ -101,6 +101,7 @@ use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::haproxy::HaproxyVersion;
+use crate::pure::checksum::legacy_checksum;
 use crate::pure::rendered::{AuxFile, Checksum, RenderedConfig};
 
 pub use crate::pure::deploy::dataplane::{DEPLOYED_CONFIG_FILE, DEPLOYED_FILE, EPOCH_FILE};
@@ -485,7 +486,10 @@ impl DataplaneTarget {
 
     /// The render `record` names, rebuilt: its `haproxy.cfg` from [`DEPLOYED_CONFIG_FILE`],
     /// its files from the record (see [`Self::recorded_files`]), and kept only when its
-    /// checksum is the recorded one. `None` when it cannot be: the pod is planned as unknown.
+    /// checksum is the recorded one — as haptor computes it now, or as an earlier haptor did
+    /// ([`legacy_checksum`]: a record written before an upgrade still names the render the
+    /// pod runs, so the upgrade reloads nothing). `None` when it cannot be: the pod is
+    /// planned as unknown.
     async fn recorded_render(
         &self,
         record: &DeployedMarker,
@@ -501,7 +505,8 @@ impl DataplaneTarget {
             aux_files: self.recorded_files(record, to).await?,
             ..Default::default()
         };
-        (deployed.checksum() == record.render).then_some(deployed)
+        (deployed.checksum() == record.render || legacy_checksum(&deployed) == record.render)
+            .then_some(deployed)
     }
 
     /// The auxiliary files the pod holds as `record` lists them: those `to` has unchanged,

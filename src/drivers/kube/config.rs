@@ -296,6 +296,9 @@ fn report_verdict(
     reporting.invalid.set(i64::from(!valid));
     if valid {
         tracing::info!(object = %object_name, generation = ?object.metadata.generation, "config valid");
+        reporting
+            .introspection
+            .resolve_errors_of("config", "a later version of the config is valid");
         let config = Arc::new(object.clone());
         out.configs.send_if_modified(|current| {
             if current.as_ref().is_some_and(|c| c.spec == config.spec) {

@@ -27,11 +27,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::drivers::kube::KubeApi;
-use crate::messages::events::{EventKind, ObservedEvent};
+use crate::messages::events::{EventKind, HttpFetchResult, ObservedEvent};
 use crate::pure::api_failure::{ApiFailure, ApiServer, Request};
 use crate::pure::kube_events::{
     KubeEventNote, REPORTING_INSTANCE_LIMIT, config_accepted, config_rejected, deployment_failed,
-    deployment_fenced, leadership_gained, leadership_lost, truncate_to,
+    deployment_fenced, http_resource_refused, leadership_gained, leadership_lost, truncate_to,
 };
 
 /// How long one Event may take to publish before it is dropped.
@@ -55,6 +55,19 @@ pub fn kube_event_of(kind: &EventKind) -> Option<KubeEventNote> {
         }
         EventKind::LeadershipGained { epoch } => Some(leadership_gained(*epoch)),
         EventKind::LeadershipLost => Some(leadership_lost()),
+        EventKind::HttpResourceFetched {
+            resource,
+            url,
+            result: result @ (HttpFetchResult::Error | HttpFetchResult::Rejected),
+            error,
+            ..
+        } => Some(http_resource_refused(
+            resource,
+            url,
+            *result == HttpFetchResult::Rejected,
+            error.as_deref().unwrap_or("unknown"),
+        )),
+        EventKind::HttpResourceFetched { .. } => None,
         EventKind::IterationStarted { .. }
         | EventKind::ResourceChanged { .. }
         | EventKind::IndexSynced { .. }

@@ -42,6 +42,7 @@ pub mod default_certificate;
 pub mod discovery;
 pub mod events;
 pub mod gateway_status;
+pub mod http_credentials;
 pub mod ingress_status;
 pub mod lease;
 pub mod publish;

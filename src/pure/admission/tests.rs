@@ -325,6 +325,51 @@ fn a_config_whose_validation_tests_fail_is_denied_naming_the_test() {
 }
 
 #[test]
+fn a_config_whose_validation_test_reads_an_unmocked_http_resource_is_denied_naming_the_url() {
+    let fixture = Fixture::new(true);
+    let mut tested = spec(true);
+    tested.http_resources = serde_json::from_value(json!({
+        "hosts": {"url": "http://lists.example/hosts.txt"}
+    }))
+    .expect("HTTP resources");
+    tested.haproxy_config.template =
+        TEMPLATE.replace("global\n", "global\n  # {{http_resource \"hosts\"}}\n");
+    assert_ne!(
+        tested.haproxy_config.template, TEMPLATE,
+        "the template reads it"
+    );
+    tested.validation_tests = serde_json::from_value(json!({
+        "reads-hosts": {
+            "assertions": [{"type": "contains", "target": "haproxy.cfg", "pattern": "global"}]
+        }
+    }))
+    .expect("validation tests");
+    let verdict = admit_config(
+        &config(tested.clone()),
+        Some(fixture.running()),
+        &fixture.validator,
+    )
+    .expect("decided");
+    assert!(!verdict.allowed);
+    let reason = verdict.reason.expect("a reason");
+    assert!(
+        reason.contains("http://lists.example/hosts.txt has no fixture"),
+        "{reason}"
+    );
+    // Mocked, the same test passes.
+    tested.validation_tests = serde_json::from_value(json!({
+        "reads-hosts": {
+            "httpResources": {"http://lists.example/hosts.txt": "a.example"},
+            "assertions": [{"type": "contains", "target": "haproxy.cfg", "pattern": "# a.example"}]
+        }
+    }))
+    .expect("validation tests");
+    let verdict = admit_config(&config(tested), Some(fixture.running()), &fixture.validator)
+        .expect("decided");
+    assert!(verdict.allowed, "{verdict:?}");
+}
+
+#[test]
 fn a_resource_with_a_namespace_selector_is_not_judged_by_the_webhook() {
     let mut selected = spec(true);
     if let Some(services) = selected.watched_resources.get_mut("services") {

@@ -448,6 +448,34 @@ pub fn generated_snippets(settings: &AnnotationSettings) -> BTreeMap<String, Str
     snippets
 }
 
+/// Where line `line` of the snippet [`generated_snippets`] makes of `definition` comes
+/// from: the definition's field (`template` or `whenInvalid`) and the line in it, `None` for
+/// a line the snippet adds around that field's lines (its block's open or close). `None`
+/// past the snippet's end.
+pub fn generated_line_origin(
+    definition: &AnnotationDefinition,
+    line: usize,
+) -> Option<(&'static str, Option<usize>)> {
+    let template = definition.template.as_deref()?.lines().count();
+    // `{{#each …}}`, the template's lines, `{{/each}}`.
+    match line {
+        0 => return None,
+        1 => return Some(("template", None)),
+        l if l <= template + 1 => return Some(("template", Some(l - 1))),
+        l if l == template + 2 => return Some(("template", None)),
+        _ => {}
+    }
+    // `{{#if …}}`, the whenInvalid lines, `{{/if}}`.
+    let when_invalid = definition.when_invalid.as_deref()?.lines().count();
+    let line = line - (template + 2);
+    match line {
+        1 => Some(("whenInvalid", None)),
+        l if l <= when_invalid + 1 => Some(("whenInvalid", Some(l - 1))),
+        l if l == when_invalid + 2 => Some(("whenInvalid", None)),
+        _ => None,
+    }
+}
+
 /// Every line of `template` indented by two spaces (blank lines stay blank), ending in a
 /// line break.
 fn indented(template: &str) -> String {

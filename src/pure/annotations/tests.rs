@@ -423,3 +423,44 @@ fn scopes_beyond_the_ingress_need_the_ingress_and_a_live_annotation() {
         "{messages:?}"
     );
 }
+
+#[test]
+fn each_line_of_a_generated_snippet_traces_back_to_its_definitions_field_and_line() {
+    let mut defined = definition("duration");
+    defined.section = Some("backend".into());
+    defined.template = Some("timeout server {{value}}\n\nhttp-request x\n".into());
+    defined.when_invalid = Some("http-request deny\n".into());
+    let settings = AnnotationSettings {
+        prefixes: vec!["haproxy.org/".into()],
+        definitions: [("haproxy.org/t".to_string(), defined.clone())].into(),
+    };
+    let snippet = generated_snippets(&settings)
+        .into_values()
+        .next()
+        .expect("a snippet");
+    let fields: [(&str, &str); 2] = [
+        ("template", defined.template.as_deref().unwrap_or_default()),
+        (
+            "whenInvalid",
+            defined.when_invalid.as_deref().unwrap_or_default(),
+        ),
+    ];
+    for (index, text) in snippet.lines().enumerate() {
+        match generated_line_origin(&defined, index + 1) {
+            Some((field, Some(line))) => {
+                let source = fields
+                    .iter()
+                    .find(|(name, _)| *name == field)
+                    .and_then(|(_, source)| source.lines().nth(line - 1))
+                    .expect("a line of the field");
+                assert_eq!(text.trim(), source.trim(), "line {}", index + 1);
+            }
+            Some((_, None)) => assert!(text.starts_with("{{"), "line {}: {text}", index + 1),
+            None => panic!("line {} has no origin", index + 1),
+        }
+    }
+    assert_eq!(
+        generated_line_origin(&defined, snippet.lines().count() + 1),
+        None
+    );
+}

@@ -34,6 +34,15 @@ fn arbitrary_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
+/// Schema for validation tests' HTTP fixtures: each a string or an object, which a
+/// structural schema can only leave open (an `anyOf` of types is refused by the API server).
+fn http_fixtures(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": { "x-kubernetes-preserve-unknown-fields": true }
+    })
+}
+
 /// Schema for a list of arbitrary Kubernetes objects (validation test fixtures).
 fn arbitrary_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
@@ -102,6 +111,12 @@ pub struct HAProxyTemplateConfigSpec {
     /// Certificate bundles (PEM), by file name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ssl_certificates: BTreeMap<String, GeneratedFile>,
+    /// Documents fetched over HTTP (block lists, host lists, bundles), by the name
+    /// templates read them with (`http_resource "name"`). New content is used only once a
+    /// render with it passed all three validation phases; until then, and after a failed
+    /// fetch, the last good content keeps serving.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub http_resources: BTreeMap<String, HttpResourceSettings>,
     /// The template of `haproxy.cfg` itself.
     pub haproxy_config: HaproxyConfigTemplate,
     /// Arbitrary values merged at the top level of every template's context.
@@ -112,6 +127,13 @@ pub struct HAProxyTemplateConfigSpec {
     /// on the rendered output. A test named `_global` provides fixtures to every test.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub validation_tests: BTreeMap<String, ValidationTest>,
+    /// Where the spec was read from, when it was read from a file (the offline commands,
+    /// `haptor local`): the line of each of its keys, so that a template error names the
+    /// file and line as well. Not part of the resource: never serialised, absent for a
+    /// config read from a cluster.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub source: Option<std::sync::Arc<crate::pure::yaml_lines::YamlLines>>,
 }
 
 /// A reference to a Secret, in the config's namespace unless `namespace` is set.
@@ -424,6 +446,81 @@ fn default_order() -> u16 {
     50
 }
 
+/// One document fetched over HTTP for the templates (`spec.httpResources.<name>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpResourceSettings {
+    /// The `http://` or `https://` URL fetched.
+    pub url: String,
+    /// How often the URL is fetched again (a Go-style duration; default `5m`). Requests
+    /// after the first are conditional (`If-None-Match`, `If-Modified-Since`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_interval: Option<String>,
+    /// How long one request may take (default `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// How many times a failed request is tried again, with a doubling backoff from 500 ms,
+    /// before the fetch counts as failed (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// The largest body accepted, in bytes (default 1 MiB); a larger one fails the fetch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size_bytes: Option<u64>,
+    /// A critical resource holds the first render until it is fetched (and `/readyz` names
+    /// it); a non-critical one reads as empty until then.
+    #[serde(default)]
+    pub critical: bool,
+    /// Credentials sent with each request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<HttpAuth>,
+}
+
+/// How an HTTP resource's requests authenticate, and where the secret comes from: a
+/// Secret in the cluster (`haptor run`) or a file (`haptor local`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpAuth {
+    /// `basic` (keys `username` and `password`), `bearer` (key `token`) or `header` (the
+    /// header `header`, key `value`).
+    #[serde(rename = "type")]
+    pub kind: HttpAuthKind,
+    /// The header sent, for `type: header`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The Secret holding the keys, in the config's namespace unless it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    /// A file holding the credential (`haptor local`; relative to the manifest folder): for
+    /// `basic`, `username:password`; otherwise the token or header value. Surrounding
+    /// whitespace is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// The kinds of HTTP authentication an HTTP resource can use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpAuthKind {
+    #[default]
+    Basic,
+    Bearer,
+    Header,
+}
+
+/// What a validation test's HTTP resource URL answers: a body (written as a plain string,
+/// or `body:`), or a failing `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HttpFixture {
+    Body(String),
+    Answer {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+    },
+}
+
 /// A generated auxiliary file: its template and optional post-processing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -470,6 +567,11 @@ pub struct ValidationTest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "arbitrary_json")]
     pub extra_context: Option<serde_json::Value>,
+    /// What each HTTP resource URL answers in this test (the `_global` test's apply to
+    /// every test). A URL a template reads that no fixture gives fails the test.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "http_fixtures")]
+    pub http_resources: BTreeMap<String, HttpFixture>,
     #[serde(default)]
     pub assertions: Vec<Assertion>,
 }
@@ -622,18 +724,30 @@ impl AuxiliaryFileSummary {
     /// the instance (under `base_dir`, the directory holding `haproxy.cfg`), the hex
     /// SHA-256 of its content and its size in bytes, ordered by path.
     pub fn of(rendered: &crate::pure::rendered::RenderedConfig, base_dir: &str) -> Self {
+        let digests = crate::pure::checksum::AuxDigests::after(rendered, None);
+        AuxiliaryFileSummary::with_digests(rendered, base_dir, &digests)
+    }
+
+    /// [`Self::of`] with the digests of the files' contents already known (taken over from
+    /// an earlier render where a file is the same, [`crate::pure::checksum::AuxDigests`]).
+    /// A file `digests` lacks is hashed here.
+    pub fn with_digests(
+        rendered: &crate::pure::rendered::RenderedConfig,
+        base_dir: &str,
+        digests: &crate::pure::checksum::AuxDigests,
+    ) -> Self {
+        use crate::pure::checksum::Checksum;
         use crate::pure::rendered::AuxKind;
-        use sha2::{Digest, Sha256};
         let mut summary = AuxiliaryFileSummary::default();
         let base = base_dir.trim_end_matches('/');
         for (path, file) in &rendered.aux_files {
+            let checksum = digests
+                .get(path)
+                .unwrap_or_else(|| Checksum::of(file.content.as_bytes()));
             let entry = AuxiliaryFileEntry {
                 name: file.name.clone(),
                 path: format!("{base}/{path}"),
-                checksum: format!(
-                    "sha256:{}",
-                    crate::pure::rendered::hex(&Sha256::digest(file.content.as_bytes()))
-                ),
+                checksum: checksum.prefixed(),
                 size: file.content.len() as u64,
             };
             match file.kind {
@@ -663,8 +777,28 @@ pub struct AuxiliaryFileEntry {
 pub struct HAProxyCfgStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
+    /// Each HTTP resource the config fetches: the content in use and the last failure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_resources: Vec<HttpResourceStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One HTTP resource's content in use, and why newer content is not (a failed fetch or a
+/// rejected download; cleared when new content is in use).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpResourceStatus {
+    pub name: String,
+    pub url: String,
+    /// When the content in use was put in use (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_use_since: Option<String>,
+    /// The size of the content in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// What one HAProxy instance runs and how its last deployment went.
@@ -709,7 +843,11 @@ pub fn config_from_yaml(
             source_name: source_name.to_string(),
             message: e.to_string(),
         })?;
-    config_from_value(source_name, value)
+    let mut config = config_from_value(source_name, value)?;
+    config.spec.source = Some(std::sync::Arc::new(
+        crate::pure::yaml_lines::YamlLines::scan(source_name, text, 1),
+    ));
+    Ok(config)
 }
 
 /// Reads a `HAProxyTemplateConfig` from a JSON value already parsed from a manifest.

@@ -374,8 +374,8 @@ mod tests {
             last_transition_time: Time(t0),
         };
         let status = HAProxyCfgStatus {
-            instances: Vec::new(),
             conditions: vec![other.clone()],
+            ..HAProxyCfgStatus::default()
         };
         let text = ContentStorage::Text { size: 7 };
         let first = with_content_condition(&status, &text, None, t0);

@@ -77,6 +77,10 @@ pub fn validated_timings(
         .map_err(|found| problems.0.extend(found))
         .ok();
 
+    if let Err(found) = crate::pure::http_resources::HttpResource::from_spec(spec) {
+        problems.0.extend(found);
+    }
+
     problems.require_name(
         "spec.leaderElection.leaseName",
         &spec.leader_election.lease_name,

@@ -916,20 +916,14 @@ impl KeywordTables {
 
     /// The keyword allowed in `section` that is closest to `keyword` by edit distance
     /// (ignoring case), for a "did you mean" hint. `None` when `keyword` is itself allowed,
-    /// when the section has no table, or when nothing is close: at most a third of the
-    /// longer word's characters may differ.
+    /// when the section has no table, or when nothing is close ([`crate::pure::suggest`]'s
+    /// rule: at most a third of the longer word's characters may differ).
     pub fn suggest(self, section: &str, keyword: &str) -> Option<&'static str> {
         let table = SectionTable::named(section)?;
         if keyword.is_empty() || self.allows(table, keyword) {
             return None;
         }
-        let wanted = keyword.to_ascii_lowercase();
-        self.table_keywords(table)
-            .into_iter()
-            .map(|candidate| (edit_distance(&wanted, candidate), candidate))
-            .filter(|(distance, candidate)| distance * 3 <= wanted.len().max(candidate.len()))
-            .min_by_key(|(distance, _)| *distance)
-            .map(|(_, candidate)| candidate)
+        crate::pure::suggest::closest(keyword, self.table_keywords(table))
     }
 
     /// How many values the `server`/`default-server` parameter `word` takes, or `None` if
@@ -959,22 +953,6 @@ impl KeywordTables {
         let params = self.words(BIND_PARAMS, ADDED_BIND_PARAMS, REMOVED_BIND_PARAMS);
         params.into_iter().map(|(param, _)| param).collect()
     }
-}
-
-/// Levenshtein distance between two words, counted in bytes (keywords are ASCII).
-fn edit_distance(left: &str, right: &str) -> usize {
-    let right = right.as_bytes();
-    let mut previous: Vec<usize> = (0..=right.len()).collect();
-    let mut current = vec![0; right.len() + 1];
-    for (i, left_byte) in left.bytes().enumerate() {
-        current[0] = i + 1;
-        for (j, right_byte) in right.iter().enumerate() {
-            let substitution = previous[j] + usize::from(left_byte != *right_byte);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        std::mem::swap(&mut previous, &mut current);
-    }
-    previous[right.len()]
 }
 
 /// Whether `word`, the first argument of `balance`, names a load-balancing algorithm

@@ -23,7 +23,7 @@
 //! [`crate::pure::haproxy::guard`]'s.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -34,11 +34,14 @@ use crate::pure::config::{
 use crate::pure::haproxy::{
     self, HaproxyVersion, TrustedLines, check_code_running, check_schema_for, parse_config,
 };
+use crate::pure::http_resources::{HttpResource, declared_object, store_name};
+use crate::pure::checksum::FileDigests;
 use crate::pure::rendered::{Checksum, PathResolver, RenderedConfig};
 use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
 use crate::pure::template::{
-    RenderContext, RenderLimits, TemplateError, TemplateSet, TemplateSetInput, literal_lines,
+    Instrument, RenderContext, RenderLimits, TemplateError, TemplateSet, TemplateSetInput,
+    literal_lines,
 };
 use crate::pure::validate::cache::ValidationCache;
 use crate::pure::validate::semantic::{CheckReport, SemanticCheck, SemanticCheckError};
@@ -195,6 +198,8 @@ pub struct CompiledConfig {
     /// The spec's durations, parsed once when it was validated: every actor reads its
     /// deployment timeout, pacing and drift intervals, debounce and render timeout here.
     pub timings: ConfigTimings,
+    /// The HTTP resources the templates read (`spec.httpResources`), parsed once.
+    pub http_resources: Vec<HttpResource>,
 }
 
 impl CompiledConfig {
@@ -202,6 +207,7 @@ impl CompiledConfig {
     /// template that does not compile.
     pub fn compile(spec: HAProxyTemplateConfigSpec) -> Result<CompiledConfig, ConfigError> {
         let timings = validated_timings(&spec).map_err(ConfigError::Structure)?;
+        let http_resources = HttpResource::from_spec(&spec).map_err(ConfigError::Structure)?;
         let templates = TemplateSet::compile(template_input(&spec))?
             .with_limits(render_limits(&spec, &timings));
         // Index paths compile here so a bad path is a config error, not a watcher failure.
@@ -270,12 +276,32 @@ impl CompiledConfig {
             post_processors,
             trusted_lines,
             timings,
+            http_resources,
         })
+    }
+
+    /// Compiles the templates again with trace and profile hooks
+    /// ([`TemplateSet::compile_instrumented`]), keeping the render limits: for `haptor
+    /// render --trace/--profile` and `haptor bench`, never the controller.
+    pub fn instrument(&mut self, what: Instrument) -> Result<(), TemplateError> {
+        let limits = self.templates.limits();
+        self.templates = TemplateSet::compile_instrumented(template_input(&self.spec), what)?
+            .with_limits(limits);
+        Ok(())
     }
 
     /// The lines this config's templates write literally (see the [module](self) docs).
     pub fn trusted_lines(&self) -> &TrustedLines {
         &self.trusted_lines
+    }
+
+    /// The store names of the critical HTTP resources: the first render waits for them as
+    /// for a watched resource's initial list.
+    pub fn critical_http_stores(&self) -> impl Iterator<Item = String> + '_ {
+        self.http_resources
+            .iter()
+            .filter(|r| r.critical && r.is_on())
+            .map(|r| store_name(&r.name))
     }
 
     /// Empty stores for every watched resource.
@@ -422,6 +448,19 @@ fn apply_post_processors(list: &[CompiledPostProcessor], text: &str) -> String {
 
 fn build_stores(spec: &HAProxyTemplateConfigSpec) -> Result<Stores, ConfigError> {
     let mut stores = Stores::new();
+    // Each HTTP resource is a store of one object (`pure::http_resources`): its URL, and
+    // its body once fetched.
+    for (name, settings) in &spec.http_resources {
+        let failed = |error| ConfigError::Store {
+            resource: store_name(name),
+            error,
+        };
+        let store = ResourceStore::new(store_name(name), Vec::new(), Vec::new()).map_err(failed)?;
+        store
+            .apply(declared_object(name, settings.url.trim()))
+            .map_err(failed)?;
+        stores.insert(store);
+    }
     for (name, watched) in &spec.watched_resources {
         let store = ResourceStore::new(
             name.clone(),
@@ -489,6 +528,7 @@ pub fn template_input(spec: &HAProxyTemplateConfigSpec) -> TemplateSetInput {
             .map(|(k, v)| (k.clone(), v.template.clone()))
             .collect(),
         annotations: spec.annotations.clone(),
+        source: spec.source.clone(),
     }
 }
 
@@ -557,6 +597,9 @@ pub struct ValidatedConfig {
 pub struct Validator {
     checker: Arc<dyn SemanticCheck>,
     cache: Arc<ValidationCache>,
+    /// The last render validated, with the digests of its files: the next render's files
+    /// that are the same are not hashed again for its checksum.
+    last_digests: Arc<Mutex<Option<(Arc<RenderedConfig>, FileDigests)>>>,
 }
 
 impl Validator {
@@ -567,7 +610,34 @@ impl Validator {
         Validator {
             checker,
             cache: Arc::new(ValidationCache::new(cache_entries)),
+            last_digests: Arc::default(),
         }
+    }
+
+    /// The checksum of `rendered` and the digests it is made of, from the digests of the
+    /// last render validated for each file the two have the same.
+    fn checksum_of(&self, rendered: &RenderedConfig) -> (Checksum, FileDigests) {
+        let last = self
+            .last_digests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let digests = FileDigests::after(
+            rendered,
+            last.as_ref().map(|(render, digests)| (&**render, digests)),
+        );
+        (digests.checksum(), digests)
+    }
+
+    /// `rendered`, validated, shared, and kept with its digests for the next checksum.
+    fn validated(&self, rendered: RenderedConfig, digests: FileDigests) -> Arc<RenderedConfig> {
+        let rendered = Arc::new(rendered);
+        *self
+            .last_digests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Some((Arc::clone(&rendered), digests));
+        rendered
     }
 
     pub fn cache(&self) -> &ValidationCache {
@@ -593,12 +663,12 @@ impl Validator {
             .checker
             .identity()
             .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
-        let checksum = rendered.checksum();
+        let (checksum, digests) = self.checksum_of(&rendered);
         let key = ValidationCache::key_of(&version, &checksum, &rendered);
         if let Some(report) = self.cache.get(&key) {
             return Ok(ValidatedConfig {
                 checksum,
-                rendered: Arc::new(rendered),
+                rendered: self.validated(rendered, digests),
                 warnings: report.warnings,
                 from_cache: true,
                 semantic_skipped: false,
@@ -616,7 +686,7 @@ impl Validator {
         self.cache.insert_success(key, &report);
         Ok(ValidatedConfig {
             checksum,
-            rendered: Arc::new(rendered),
+            rendered: self.validated(rendered, digests),
             warnings: report.warnings,
             from_cache: false,
             semantic_skipped: false,
@@ -657,9 +727,10 @@ impl Validator {
         if !runtime_only {
             return self.validate(rendered);
         }
+        let (checksum, digests) = self.checksum_of(&rendered);
         Ok(ValidatedConfig {
-            checksum: rendered.checksum(),
-            rendered: Arc::new(rendered),
+            checksum,
+            rendered: self.validated(rendered, digests),
             warnings: vec![],
             from_cache: false,
             semantic_skipped: true,

@@ -942,3 +942,49 @@ fn renders_that_reuse_fragments_equal_full_renders_of_the_ingress_library_throug
     assert_eq!(trial.aux_files, reference.aux_files);
     assert_eq!(trial.outcomes, reference.outcomes);
 }
+
+#[test]
+fn an_http_resource_body_reaches_haproxy_cfg_only_through_the_code_running_guard() {
+    // The body of a fetched document is as untrusted as an object's value: a code-running
+    // line it brings is refused in the schema phase, before haproxy -c.
+    let mut spec = spec_with(&format!(
+        "global\n{{{{{{http_resource \"extra\"}}}}}}\n{AFTER_GLOBAL}"
+    ));
+    spec.http_resources.insert(
+        "extra".into(),
+        crate::pure::config::HttpResourceSettings {
+            url: "http://lists.example/extra.txt".into(),
+            ..Default::default()
+        },
+    );
+    let config = CompiledConfig::compile(spec).expect("compiles");
+    let stores = config.new_stores().expect("stores");
+    stores
+        .get(&crate::pure::http_resources::store_name("extra"))
+        .expect("the resource's store")
+        .apply(crate::pure::http_resources::content_object(
+            "extra",
+            "http://lists.example/extra.txt",
+            "  lua-load /etc/haproxy/x.lua",
+        ))
+        .expect("stored");
+    let rendered = config
+        .render(
+            stores.snapshot(),
+            None,
+            crate::pure::haproxy::HaproxyVersion::DEFAULT,
+        )
+        .expect("renders");
+    assert!(
+        rendered
+            .haproxy_cfg
+            .contains("  lua-load /etc/haproxy/x.lua\n")
+    );
+    let (validator, checker) = counted_validator();
+    let Err(PipelineError::Invalid(err)) = validator.validate(rendered) else {
+        panic!("refused");
+    };
+    assert_eq!(err.phase, ValidationPhase::Schema);
+    assert!(err.to_string().contains("lua-load runs code"), "{err}");
+    assert_eq!(semantic_runs(&checker), 0, "haproxy -c never ran");
+}

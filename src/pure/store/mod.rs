@@ -34,6 +34,10 @@ pub enum StoreError {
     InvalidPath { path: String, reason: String },
     #[error("store '{store}': an object without metadata.name cannot be stored")]
     MissingName { store: String },
+    /// A field templates read has the wrong type (`pure::object_schema`): the object is not
+    /// stored, and a version stored before stays.
+    #[error("{0}; the object is left out")]
+    Schema(crate::pure::object_schema::SchemaError),
     #[error(
         "store '{store}' is indexed by {expected} field(s) ({fields}) but {given} keys were given"
     )]

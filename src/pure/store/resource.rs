@@ -382,7 +382,8 @@ impl ResourceStore {
         Arc::new(base.with_entries(entries))
     }
 
-    /// Strips ignored fields, normalises numbers and computes the key; runs outside locks.
+    /// Checks the types of the fields templates read (`pure::object_schema`), strips ignored
+    /// fields, normalises numbers and computes the key; runs outside locks.
     /// The object as stored, and its key. An object that needs no change (no ignored field,
     /// no whole number written as a float) is kept as it is, shared with whoever sent it, so a
     /// source and the store hold one copy. `parsed` is the object's tree when the caller
@@ -407,6 +408,8 @@ impl ResourceStore {
         } else {
             object
         };
+        // What is stored is checked: a field the config ignores is gone by now.
+        crate::pure::object_schema::check(&value).map_err(StoreError::Schema)?;
         let index = self
             .index_by
             .iter()

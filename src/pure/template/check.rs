@@ -13,7 +13,7 @@ use super::TemplateError;
 use super::helpers::glob_match;
 
 /// The partial name handlebars uses for a partial block's content.
-const PARTIAL_BLOCK: &str = "@partial-block";
+pub(super) const PARTIAL_BLOCK: &str = "@partial-block";
 
 pub(crate) struct Checker<'a> {
     pub snippets: &'a BTreeSet<String>,
@@ -187,7 +187,7 @@ impl Checker<'_> {
 }
 
 /// Strips the `[...]` or quotes handlebars allows around partial names.
-fn unquote(name: &str) -> &str {
+pub(super) fn unquote(name: &str) -> &str {
     for (open, close) in [('[', ']'), ('\'', '\''), ('"', '"')] {
         if let Some(inner) = name.strip_prefix(open).and_then(|n| n.strip_suffix(close)) {
             return inner;

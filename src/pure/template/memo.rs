@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::pool::PoolMember;
-use super::slots::SlotEntry;
+use super::slots::{SlotEntry, SlotTable};
 use crate::pure::gateway_status::StatusRecord;
 use crate::pure::rendered::{AuxFile, ObjectKey, Outcome, Outcomes};
 use crate::pure::store::{CompactObject, StoreSnapshot, StoresSnapshot};
@@ -86,13 +86,140 @@ pub(crate) struct IterationTrace {
 pub(crate) struct SlotSpan {
     pub(crate) offset: usize,
     pub(crate) len: usize,
+    /// What the call read, the same from one splice to the next (shared, so a splice copies
+    /// one pointer of it per call).
+    pub(crate) site: Arc<SpanSite>,
+    /// The lines' slot entry.
+    pub(crate) entry: Arc<SlotEntry>,
+}
+
+/// The EndpointSlices one `server_slots` call read, and the key of its slot assignment.
+#[derive(Debug)]
+pub(crate) struct SpanSite {
     /// The slot assignment's key (`namespace/service/port[#name]`).
     pub(crate) key: Arc<str>,
     pub(crate) store: Arc<str>,
     pub(crate) namespace: Arc<str>,
     pub(crate) service: Arc<str>,
-    /// The lines' slot entry.
+}
+
+/// How many calls share one chunk of a [`SpanTable`].
+const SPAN_CHUNK: usize = 128;
+
+/// Where a template's `server_slots` calls wrote their lines, arranged so that a splice
+/// costs what it changes: each call's offset (plain numbers, copied and shifted by a
+/// splice), its site and entry in chunks that splices share (one copies only the chunks of
+/// the calls it makes again), and the calls in the order of the Service they read (shared),
+/// to find the calls over a changed Service without going through the others.
+#[derive(Clone)]
+pub(crate) struct SpanTable {
+    /// Where each call's lines start in the output, in output order.
+    pub(crate) offsets: Arc<Vec<usize>>,
+    pub(crate) calls: Vec<Arc<Vec<SpanCall>>>,
+    /// Call positions in (store, namespace, service) order.
+    by_service: Arc<Vec<u32>>,
+}
+
+/// One call of a [`SpanTable`]: what it read, and its entry (whose lines it wrote).
+#[derive(Clone)]
+pub(crate) struct SpanCall {
+    pub(crate) site: Arc<SpanSite>,
     pub(crate) entry: Arc<SlotEntry>,
+}
+
+impl SpanTable {
+    /// The table of the calls of a render, as recorded in output order; `None` when two
+    /// overlap or one is out of order or does not span its lines (never spliced).
+    pub(crate) fn new(spans: Vec<SlotSpan>) -> Option<SpanTable> {
+        let mut end = 0;
+        for span in &spans {
+            if span.offset < end || span.len != span.entry.lines.len() {
+                return None;
+            }
+            end = span.offset.checked_add(span.len)?;
+        }
+        let offsets = spans.iter().map(|span| span.offset).collect();
+        let calls: Vec<SpanCall> = spans
+            .into_iter()
+            .map(|span| SpanCall {
+                site: span.site,
+                entry: span.entry,
+            })
+            .collect();
+        let mut by_service: Vec<u32> = (0..calls.len() as u32).collect();
+        by_service.sort_by(|a, b| {
+            let site = |at: &u32| {
+                let site = &calls[*at as usize].site;
+                (&*site.store, &*site.namespace, &*site.service)
+            };
+            site(a).cmp(&site(b))
+        });
+        Some(SpanTable {
+            offsets: Arc::new(offsets),
+            calls: calls
+                .chunks(SPAN_CHUNK)
+                .map(|chunk| Arc::new(chunk.to_vec()))
+                .collect(),
+            by_service: Arc::new(by_service),
+        })
+    }
+
+    /// The call at position `at`.
+    pub(crate) fn call(&self, at: usize) -> Option<&SpanCall> {
+        self.calls.get(at / SPAN_CHUNK)?.get(at % SPAN_CHUNK)
+    }
+
+    /// Replaces the entry of the call at position `at` (copying its chunk if it is shared).
+    pub(crate) fn set_entry(&mut self, at: usize, entry: Arc<SlotEntry>) {
+        if let Some(chunk) = self.calls.get_mut(at / SPAN_CHUNK)
+            && let Some(call) = Arc::make_mut(chunk).get_mut(at % SPAN_CHUNK)
+        {
+            call.entry = entry;
+        }
+    }
+
+    /// The positions of the calls whose (store, namespace, service) `site` orders equal to
+    /// `wanted`, in that order.
+    fn calls_where<'s>(
+        &'s self,
+        wanted: impl Fn(&SpanSite) -> std::cmp::Ordering,
+    ) -> &'s [u32] {
+        let order = |at: &u32| self.call(*at as usize).map(|call| wanted(&call.site));
+        let start = self
+            .by_service
+            .partition_point(|at| order(at) == Some(std::cmp::Ordering::Less));
+        let len = self.by_service[start..]
+            .partition_point(|at| order(at) == Some(std::cmp::Ordering::Equal));
+        &self.by_service[start..start + len]
+    }
+
+    /// The positions of the calls over the Service `namespace/service` of `store`.
+    pub(crate) fn calls_over(&self, store: &str, namespace: &str, service: &str) -> &[u32] {
+        self.calls_where(|site| {
+            (&*site.store, &*site.namespace, &*site.service).cmp(&(store, namespace, service))
+        })
+    }
+
+    /// The positions of every call over `store`.
+    pub(crate) fn calls_of(&self, store: &str) -> &[u32] {
+        self.calls_where(|site| (*site.store).cmp(store))
+    }
+
+    /// The stores the calls read, each once.
+    pub(crate) fn stores(&self) -> Vec<Arc<str>> {
+        let mut stores: Vec<Arc<str>> = Vec::new();
+        let mut at = 0;
+        while let Some(call) = self
+            .by_service
+            .get(at)
+            .and_then(|first| self.call(*first as usize))
+        {
+            let store = Arc::clone(&call.site.store);
+            at += self.calls_of(&store).len().max(1);
+            stores.push(store);
+        }
+        stores
+    }
 }
 
 /// One template's last successful render: what it read and everything it produced.
@@ -101,11 +228,14 @@ pub(crate) struct TemplateMemo {
     pub(crate) reads: BTreeMap<String, Arc<StoreSnapshot>>,
     pub(crate) output: String,
     pub(crate) registered: Vec<AuxFile>,
-    pub(crate) slots: Vec<(Arc<str>, Arc<SlotEntry>)>,
+    /// The slot assignments made, shared with the slot memory of the render that took
+    /// them over.
+    pub(crate) slots: Arc<SlotTable>,
     pub(crate) outcomes: Arc<Outcomes>,
     pub(crate) statuses: Vec<StatusRecord>,
-    /// Where the `server_slots` calls wrote, when every one wrote into the output itself.
-    pub(crate) spans: Option<Vec<SlotSpan>>,
+    /// Where the `server_slots` calls wrote, when every one wrote into the output itself,
+    /// in order.
+    pub(crate) spans: Option<SpanTable>,
     /// Stores only `server_slots` read.
     pub(crate) slot_only: BTreeSet<String>,
     /// Backend pool members taken.
@@ -275,3 +405,82 @@ impl TemplateMemo {
 
 /// The memos of a template set's last successful render, by registry name.
 pub(crate) type TemplateMemos = HashMap<String, Arc<TemplateMemo>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pure::template::slots::SlotSettings;
+
+    fn span(offset: usize, store: &str, namespace: &str, service: &str) -> SlotSpan {
+        let lines = format!("  server SRV_1 {service}:80\n");
+        SlotSpan {
+            offset,
+            len: lines.len(),
+            site: Arc::new(SpanSite {
+                key: format!("{namespace}/{service}/http").into(),
+                store: store.into(),
+                namespace: namespace.into(),
+                service: service.into(),
+            }),
+            entry: Arc::new(SlotEntry {
+                slots: Vec::new(),
+                slices: Vec::new(),
+                settings: SlotSettings {
+                    port_name: "http".into(),
+                    name: "SRV".into(),
+                    min_slots: 1,
+                    params: String::new(),
+                    indent: "  ".into(),
+                },
+                lines: lines.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn the_calls_over_a_service_are_found_by_store_namespace_and_service() {
+        let mut spans = Vec::new();
+        let mut offset = 0;
+        for n in 0..300 {
+            let (store, service) = if n % 3 == 0 {
+                ("slices-b", format!("svc{}", n % 7))
+            } else {
+                ("slices-a", format!("svc{}", n % 7))
+            };
+            let next = span(offset, store, &format!("ns{}", n % 2), &service);
+            offset += next.len + 10;
+            spans.push(next);
+        }
+        let expected = |store: &str, namespace: &str, service: &str| -> Vec<u32> {
+            (0..300u32)
+                .filter(|n| {
+                    let site = &spans[*n as usize].site;
+                    (&*site.store, &*site.namespace, &*site.service) == (store, namespace, service)
+                })
+                .collect()
+        };
+        let wanted = expected("slices-a", "ns1", "svc3");
+        let of_b = (0..300u32).filter(|n| n % 3 == 0).count();
+        let table = SpanTable::new(spans.clone()).expect("in order");
+        assert!(!wanted.is_empty());
+        assert_eq!(table.calls_over("slices-a", "ns1", "svc3"), wanted);
+        assert!(table.calls_over("slices-a", "ns9", "svc3").is_empty());
+        assert_eq!(table.calls_of("slices-b").len(), of_b);
+        let stores: Vec<String> = table.stores().iter().map(|s| s.to_string()).collect();
+        assert_eq!(stores, ["slices-a", "slices-b"]);
+        assert_eq!(table.call(299).map(|c| &*c.site.service), Some("svc5"));
+        assert!(table.call(300).is_none());
+    }
+
+    #[test]
+    fn overlapping_or_unordered_calls_make_no_table() {
+        let first = span(100, "s", "ns", "a");
+        let overlapping = span(100 + first.len - 1, "s", "ns", "b");
+        assert!(SpanTable::new(vec![first.clone(), overlapping]).is_none());
+        assert!(SpanTable::new(vec![first.clone(), span(0, "s", "ns", "b")]).is_none());
+        let mut wrong_length = span(500, "s", "ns", "c");
+        wrong_length.len += 1;
+        assert!(SpanTable::new(vec![first.clone(), wrong_length]).is_none());
+        assert!(SpanTable::new(vec![first, span(500, "s", "ns", "c")]).is_some());
+    }
+}

@@ -43,12 +43,15 @@
 //! Compile-time checks (`check.rs`) reject unknown helpers, partials naming no snippet,
 //! computed partial names, `{{#*inline}}` decorators and include cycles between snippets.
 
+mod blocks;
 mod check;
 mod helpers;
 mod literal;
+mod located;
 mod memo;
 pub mod pool;
 mod render;
+pub mod report;
 pub mod slots;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -63,8 +66,11 @@ use crate::pure::annotations::{self, AnnotationTable};
 use crate::pure::config::AnnotationSettings;
 use crate::pure::rendered::{AuxFile, AuxKind, PathResolver, RenderedConfig};
 use crate::pure::store::StoresSnapshot;
+use crate::pure::yaml_lines::YamlLines;
 pub use literal::literal_lines;
+use render::trace::Instrumentation;
 use render::{GuardedOutput, RenderState};
+pub use report::{Instrument, RenderReport};
 
 /// The registry name of the main template.
 pub const HAPROXY_CFG: &str = "haproxy.cfg";
@@ -73,6 +79,15 @@ pub const HAPROXY_CFG: &str = "haproxy.cfg";
 const MAP_PREFIX: &str = "maps/";
 const FILE_PREFIX: &str = "files/";
 const CERT_PREFIX: &str = "sslCertificates/";
+
+/// Whether a registry name is a snippet's: not `haproxy.cfg` nor a map, file or
+/// certificate template.
+pub(crate) fn is_snippet_name(name: &str) -> bool {
+    name != HAPROXY_CFG
+        && ![MAP_PREFIX, FILE_PREFIX, CERT_PREFIX]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
 
 /// Every template source of one configuration. Map keys are the names templates and
 /// errors use.
@@ -87,6 +102,9 @@ pub struct TemplateSetInput {
     /// The annotations the `annotation` and `annotated` helpers judge; the templates of
     /// those that act join the snippets as `annotations/<section>/<order>/<name>`.
     pub annotations: AnnotationSettings,
+    /// Where the config holding these templates was read from, when it was read from a
+    /// file: errors then name the file and line too ([`TemplateError::InConfig`]).
+    pub source: Option<Arc<YamlLines>>,
 }
 
 /// Resource limits for one render.
@@ -180,6 +198,14 @@ pub enum TemplateError {
     /// The render context itself is unusable (bad `extraContext`).
     #[error("render context: {message}")]
     Context { message: String },
+    /// Any of the others, in a template of a config read from a file: `line` is the line
+    /// of `file` the template's line is at (see `located.rs`).
+    #[error("{file}:{line}: {error}")]
+    InConfig {
+        file: String,
+        line: usize,
+        error: Box<TemplateError>,
+    },
 }
 
 fn at(template: &str, line: &Option<usize>, column: &Option<usize>) -> String {
@@ -204,6 +230,15 @@ impl TemplateError {
             | TemplateError::TimeLimit { template, .. }
             | TemplateError::OutputLimit { template, .. } => Some(template),
             TemplateError::Context { .. } => None,
+            TemplateError::InConfig { error, .. } => error.template(),
+        }
+    }
+
+    /// The config file and its line the error is at, when the config was read from a file.
+    pub fn file_line(&self) -> Option<(&str, usize)> {
+        match self {
+            TemplateError::InConfig { file, line, .. } => Some((file, *line)),
+            _ => None,
         }
     }
 
@@ -213,6 +248,7 @@ impl TemplateError {
             | TemplateError::Render { line, .. }
             | TemplateError::Failed { line, .. }
             | TemplateError::TimeLimit { line, .. } => *line,
+            TemplateError::InConfig { error, .. } => error.line(),
             _ => None,
         }
     }
@@ -223,6 +259,7 @@ impl TemplateError {
             | TemplateError::Render { column, .. }
             | TemplateError::Failed { column, .. }
             | TemplateError::TimeLimit { column, .. } => *column,
+            TemplateError::InConfig { error, .. } => error.column(),
             _ => None,
         }
     }
@@ -240,6 +277,7 @@ impl TemplateError {
             TemplateError::OutputLimit { limit_bytes, .. } => {
                 format!("the rendered output exceeds the limit of {limit_bytes} bytes")
             }
+            TemplateError::InConfig { error, .. } => error.message(),
         }
     }
 }
@@ -272,6 +310,12 @@ pub struct TemplateSet {
     reads_index: bool,
     /// Iterations the last render wrote from their fragments.
     fragments_reused: std::sync::atomic::AtomicUsize,
+    /// The trace and profile hooks of a set compiled with [`Self::compile_instrumented`].
+    instrumentation: Option<Arc<Instrumentation>>,
+    /// What the last successful render of an instrumented set collected.
+    report: std::sync::Mutex<Option<RenderReport>>,
+    /// Where the templates are in the config file, for errors (`located.rs`).
+    origins: located::Origins,
 }
 
 impl std::fmt::Debug for TemplateSet {
@@ -288,6 +332,38 @@ impl TemplateSet {
     /// Compiles every template with default [`RenderLimits`]. The first error is returned
     /// (order: `haproxy.cfg`, snippets, maps, files, certificates, each by name).
     pub fn compile(input: TemplateSetInput) -> Result<TemplateSet, TemplateError> {
+        TemplateSet::compile_located(input, Instrument::default())
+    }
+
+    /// Compiles like [`Self::compile`], with the hooks that trace which template line
+    /// wrote each output line and profile each template and snippet (`render/trace.rs`).
+    /// Each render of such a set is a full one (no memo or fragment of an earlier render
+    /// is reused) and leaves its [`RenderReport`] for [`Self::take_report`]. For `haptor
+    /// render --trace/--profile` and `haptor bench`; the controller never instruments.
+    pub fn compile_instrumented(
+        input: TemplateSetInput,
+        what: Instrument,
+    ) -> Result<TemplateSet, TemplateError> {
+        TemplateSet::compile_located(input, what)
+    }
+
+    /// Compiles, a failure naming the config file and line too when the config was read
+    /// from a file; the set keeps where its templates are for its render errors.
+    fn compile_located(
+        input: TemplateSetInput,
+        what: Instrument,
+    ) -> Result<TemplateSet, TemplateError> {
+        let origins = located::Origins::of(&input);
+        match TemplateSet::compile_with(input, what) {
+            Ok(set) => Ok(TemplateSet { origins, ..set }),
+            Err(error) => Err(origins.locate(error)),
+        }
+    }
+
+    fn compile_with(
+        input: TemplateSetInput,
+        what: Instrument,
+    ) -> Result<TemplateSet, TemplateError> {
         let mut registry = Handlebars::new();
         registry.set_strict_mode(true);
         registry.register_escape_fn(handlebars::no_escape);
@@ -339,7 +415,7 @@ impl TemplateSet {
         for (name, source) in &sources {
             registry
                 .register_template_string(name, source)
-                .map_err(|err| compile_error(name, &err))?;
+                .map_err(|err| compile_error(name, source, &err))?;
         }
 
         let snippet_names: BTreeSet<String> = snippets.iter().cloned().collect();
@@ -360,6 +436,18 @@ impl TemplateSet {
         });
         checker.check(templates)?;
         let reads_index = sources.iter().any(|(_, source)| source.contains("@index"));
+        let instrumentation = if what.any() {
+            let names: Vec<String> = sources.into_iter().map(|(name, _)| name).collect();
+            let config_file = input.source.as_ref().map(|lines| lines.file().to_string());
+            Some(Arc::new(Instrumentation::instrument(
+                &mut registry,
+                &names,
+                what,
+                config_file,
+            )?))
+        } else {
+            None
+        };
 
         Ok(TemplateSet {
             registry,
@@ -376,7 +464,31 @@ impl TemplateSet {
             spliced: std::sync::Mutex::default(),
             reads_index,
             fragments_reused: std::sync::atomic::AtomicUsize::new(0),
+            instrumentation,
+            report: std::sync::Mutex::default(),
+            origins: located::Origins::default(),
         })
+    }
+
+    /// What the last successful render collected, when the set is instrumented
+    /// ([`Self::compile_instrumented`]); taken, so a second call returns `None`.
+    pub fn take_report(&self) -> Option<RenderReport> {
+        self.report.lock().ok()?.take()
+    }
+
+    /// Forgets what the last renders left for the next (memos, fragments, server slot and
+    /// backend pool assignments), so the next render is a first, full one: `haptor
+    /// bench` times the same render every time.
+    pub fn forget_last_render(&self) {
+        if let Ok(mut memos) = self.memos.lock() {
+            *memos = Arc::default();
+        }
+        if let Ok(mut slots) = self.slot_memory.lock() {
+            *slots = Arc::default();
+        }
+        if let Ok(mut pool) = self.pool_memory.lock() {
+            *pool = Arc::default();
+        }
     }
 
     /// A set that renders every template every time (for tests comparing the two).
@@ -429,6 +541,7 @@ impl TemplateSet {
     /// render reuses its memos and keeps its server slot assignments.
     pub fn render(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
         self.render_and(input, true)
+            .map_err(|error| self.origins.locate(error))
     }
 
     /// Renders like [`Self::render`] but remembers nothing: what-if renders (an admission
@@ -436,6 +549,7 @@ impl TemplateSet {
     /// moving the slots or memos the next real render starts from.
     pub fn render_trial(&self, input: &RenderContext) -> Result<RenderedConfig, TemplateError> {
         self.render_and(input, false)
+            .map_err(|error| self.origins.locate(error))
     }
 
     fn render_and(
@@ -455,9 +569,12 @@ impl TemplateSet {
             .lock()
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
+        // An instrumented render renders every line: nothing is reused.
         let previous_memos = self
             .memos
             .lock()
+            .ok()
+            .filter(|_| self.instrumentation.is_none())
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
         let previous_pool = self
@@ -466,6 +583,11 @@ impl TemplateSet {
             .map(|m| Arc::clone(&m))
             .unwrap_or_default();
         let mut memos = memo::TemplateMemos::new();
+        if self.instrumentation.is_some()
+            && let Ok(mut report) = self.report.lock()
+        {
+            *report = None;
+        }
         if remember && let Ok(mut reused) = self.reused.lock() {
             reused.clear();
         }
@@ -480,7 +602,8 @@ impl TemplateSet {
             &previous_slots,
             &previous_pool,
             self.reads_index,
-        );
+        )
+        .traced(self.instrumentation.as_ref());
         let mut remaining = self.limits.max_output_bytes;
 
         let mut render = |name: &str, remaining: &mut usize| {
@@ -526,6 +649,22 @@ impl TemplateSet {
         let fragments_reused = state
             .fragments_reused
             .load(std::sync::atomic::Ordering::Relaxed);
+        let report = state
+            .take_report(|name| {
+                self.aux
+                    .iter()
+                    .find(|(_, _, registry_name)| registry_name == name)
+                    .map_or_else(
+                        || name.to_string(),
+                        |(kind, aux_name, _)| input.path_resolver.path(*kind, aux_name),
+                    )
+            })
+            .map(|mut report| {
+                if let Some(trace) = &mut report.trace {
+                    trace.locate(|template, line| self.origins.file_line(template, Some(line)));
+                }
+                report
+            });
         for (path, file) in state.into_registered() {
             match aux_files.get(&path) {
                 Some(existing) if existing.content == file.content => {}
@@ -544,6 +683,9 @@ impl TemplateSet {
                     aux_files.insert(path, file);
                 }
             }
+        }
+        if let (Some(report), Ok(mut kept)) = (report, self.report.lock()) {
+            *kept = Some(report);
         }
         // Only a successful render's assignments and memos are remembered.
         if remember {
@@ -650,7 +792,9 @@ impl TemplateSet {
         state.install(&mut rc);
         let mut output = GuardedOutput::new(state, *remaining, capacity);
         state.set_top_output(&output);
+        state.trace_begin(name);
         let result = template.render(&self.registry, context, &mut rc, &mut output);
+        state.trace_end(&output.text);
         if let Err(err) = result {
             return Err(render::convert_render_error(
                 err,
@@ -686,13 +830,35 @@ fn check_snippet_name(name: &str) -> Result<(), TemplateError> {
     Ok(())
 }
 
-fn compile_error(name: &str, err: &handlebars::TemplateError) -> TemplateError {
+/// A template that does not parse, located where handlebars stopped; a block that is left
+/// open or closed by the wrong tag is named instead, with where it opened (`blocks.rs`).
+fn compile_error(name: &str, source: &str, err: &handlebars::TemplateError) -> TemplateError {
+    use handlebars::TemplateErrorReason as Reason;
+    let template = err.name().cloned().unwrap_or_else(|| name.to_string());
+    let about_blocks = matches!(
+        err.reason(),
+        Reason::InvalidSyntax(_)
+            | Reason::MismatchingClosedHelper(..)
+            | Reason::MismatchingClosedDecorator(..)
+    );
+    if let Some(problem) = about_blocks
+        .then(|| blocks::explain(source, err.pos()))
+        .flatten()
+    {
+        let (line, column) = problem.position();
+        return TemplateError::Compile {
+            template,
+            line: Some(line),
+            column: Some(column),
+            message: problem.message(),
+        };
+    }
     let (line, column) = match err.pos() {
         Some((line, column)) => (Some(line), Some(column)),
         None => (None, None),
     };
     TemplateError::Compile {
-        template: err.name().cloned().unwrap_or_else(|| name.to_string()),
+        template,
         line,
         column,
         message: err.reason().to_string(),

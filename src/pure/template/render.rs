@@ -32,6 +32,8 @@
 //! counts bytes across all templates of one render and stops at the first write past it.
 
 mod fragment;
+mod http;
+pub(super) mod trace;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -49,10 +51,11 @@ use serde_json::{Map, Value, json};
 
 use super::helpers::{Args, HelperFailure, glob_match, misuse};
 use super::memo::{
-    Fragments, PoolCall, SlotSpan, TemplateMemo, TemplateTrace, next_context_generation,
+    Fragments, PoolCall, SlotSpan, SpanSite, SpanTable, TemplateMemo, TemplateTrace,
+    next_context_generation,
 };
 use super::pool::{PoolMember, PoolMemory, PoolRender};
-use super::slots::{SlotEntry, SlotMemory};
+use super::slots::{SlotEntry, SlotMemory, SlotTable};
 use super::{RenderContext, TemplateError};
 use crate::pure::annotations::{AnnotationTable, Judged};
 use crate::pure::gateway_status::{ParentRef, RecordedCondition, Scope, StatusRecord};
@@ -74,6 +77,8 @@ pub(crate) const STATEFUL_HELPERS: &[&str] = &[
     "resources",
     "fetch",
     "get_single",
+    "http_resource",
+    "http_resource_on",
     "path_for",
     "register_file",
     "render",
@@ -228,6 +233,9 @@ pub(crate) struct RenderState<'a> {
     last_fragment_reads: Mutex<Option<super::memo::FragmentReads>>,
     /// The buffer an iteration's text is recorded in, kept between iterations.
     recording: Mutex<String>,
+    /// What an instrumented set's render traces and profiles (`render/trace.rs`); `None`
+    /// in every other render.
+    tracer: Option<Mutex<trace::Tracer>>,
 }
 
 impl<'a> RenderState<'a> {
@@ -251,7 +259,7 @@ impl<'a> RenderState<'a> {
             depth: AtomicUsize::new(0),
             registered: Mutex::new(BTreeMap::new()),
             previous_slots,
-            slots: Mutex::new(SlotMemory::new()),
+            slots: Mutex::new(SlotMemory::default()),
             previous_pool,
             pool: Mutex::new(PoolRender::default()),
             outcomes: Mutex::new(Vec::new()),
@@ -266,6 +274,7 @@ impl<'a> RenderState<'a> {
             changes_since: Mutex::default(),
             last_fragment_reads: Mutex::default(),
             recording: Mutex::default(),
+            tracer: None,
         }
     }
 
@@ -371,11 +380,15 @@ impl<'a> RenderState<'a> {
         };
         let slots = {
             let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            trace
-                .slot_keys
-                .iter()
-                .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
-                .collect()
+            SlotTable::new(
+                trace
+                    .slot_keys
+                    .iter()
+                    .filter_map(|key| {
+                        slots.get(key).map(|entry| (key.clone(), Arc::clone(entry)))
+                    })
+                    .collect(),
+            )
         };
         let slot_only = trace
             .slot_stores
@@ -387,7 +400,7 @@ impl<'a> RenderState<'a> {
             reads: trace.reads,
             output: output.to_string(),
             registered,
-            slots,
+            slots: Arc::new(slots),
             outcomes: {
                 let outcomes = Arc::new(trace.outcomes);
                 self.outcomes
@@ -397,7 +410,9 @@ impl<'a> RenderState<'a> {
                 outcomes
             },
             statuses: trace.statuses,
-            spans: (!trace.unspliceable).then_some(trace.spans),
+            spans: (!trace.unspliceable)
+                .then(|| SpanTable::new(trace.spans))
+                .flatten(),
             slot_only,
             pool_taken: trace.pool_taken,
             fragments: Arc::new(
@@ -420,7 +435,8 @@ impl<'a> RenderState<'a> {
     /// [`Self::replay`] does. An endpoint change then costs one pass over the calls instead
     /// of a whole render. `None` (and nothing changed) when anything else it read changed,
     /// a call wrote elsewhere than into the template's own output, or the recorded
-    /// positions do not hold the lines they should.
+    /// positions are out of order or, where lines are made again, do not hold the lines
+    /// they should.
     pub(crate) fn splice(
         &self,
         memo: &TemplateMemo,
@@ -438,75 +454,95 @@ impl<'a> RenderState<'a> {
             }
             reads.insert(name.clone(), Arc::clone(current));
         }
-        // What changed in each store only `server_slots` read, since the memo's snapshot:
-        // only the calls over those EndpointSlices are made again.
-        let mut changes: HashMap<&str, Vec<&EntryKey>> = HashMap::new();
-        for name in &memo.slot_only {
-            if let (Some(current), Some(read)) = (self.stores.get(name), memo.reads.get(name)) {
-                changes.insert(name.as_str(), current.changed_since(read));
+        // The calls to make again: those over a Service with an EndpointSlice changed since
+        // the memo's snapshot, in a store only `server_slots` read; every call over another
+        // store (unchanged, as read by other helpers too).
+        let mut touched: Vec<u32> = Vec::new();
+        for store in spans.stores() {
+            let changed = memo
+                .slot_only
+                .contains(&*store)
+                .then(|| Some((self.stores.get(&*store)?, memo.reads.get(&*store)?)))
+                .flatten();
+            match changed {
+                Some((current, read)) => {
+                    for key in current.changed_since(read) {
+                        if let [namespace, service, ..] = key.index.as_slice() {
+                            touched.extend(spans.calls_over(&store, namespace, service));
+                        }
+                    }
+                }
+                None => touched.extend(spans.calls_of(&store)),
             }
         }
-        let mut made: HashMap<&str, Arc<SlotEntry>> = HashMap::new();
+        touched.sort_unstable();
+        touched.dedup();
+        // The calls whose lines are made again, by key.
+        let mut made: BTreeMap<&str, Arc<SlotEntry>> = BTreeMap::new();
+        let mut new_spans = spans.clone();
         let mut output = String::with_capacity(memo.output.len() + memo.output.len() / 64);
-        let mut new_spans = Vec::with_capacity(spans.len());
+        // `output` holds the new text of `memo.output[..cursor]`; how much longer (or
+        // shorter) the lines made again so far are, by the call they end after.
         let mut cursor = 0;
-        for span in spans {
-            let old = &span.entry;
-            let end = span.offset.checked_add(span.len)?;
-            if span.offset < cursor || memo.output.get(span.offset..end)? != &*old.lines {
+        let mut shifts: Vec<(usize, isize)> = Vec::new();
+        for &at in &touched {
+            let at = at as usize;
+            let (call, &offset) = (spans.call(at)?, spans.offsets.get(at)?);
+            let old = &call.entry;
+            let end = offset.checked_add(old.lines.len())?;
+            // The lines replaced must be the ones the call wrote there.
+            if offset < cursor || memo.output.get(offset..end)? != &*old.lines {
                 return None;
             }
-            let prefix = [&*span.namespace, &*span.service];
-            let touched = changes
-                .get(&*span.store)
-                .is_none_or(|keys| keys.iter().any(|k| k.cmp_prefix(&prefix).is_eq()));
-            let entry = if !touched {
-                Arc::clone(old)
-            } else if let Some(entry) = made.get(&*span.key) {
+            let site = &call.site;
+            let entry = if let Some(entry) = made.get(&*site.key) {
                 Arc::clone(entry)
             } else {
-                let snapshot = self.stores.get(&span.store)?;
-                let range = snapshot.fetch_range(&prefix).ok()?;
+                let snapshot = self.stores.get(&*site.store)?;
+                let range = snapshot
+                    .fetch_range(&[&*site.namespace, &*site.service])
+                    .ok()?;
                 let entry = slot_entry(
-                    self.previous_slots.get(&*span.key),
+                    self.previous_slots.get(&site.key),
                     &snapshot.entries()[range],
                     &old.settings,
                 );
-                made.insert(&*span.key, Arc::clone(&entry));
+                made.insert(&*site.key, Arc::clone(&entry));
                 entry
             };
-            output.push_str(&memo.output[cursor..span.offset]);
-            new_spans.push(SlotSpan {
-                offset: output.len(),
-                len: entry.lines.len(),
-                entry: Arc::clone(&entry),
-                ..span.clone()
-            });
+            output.push_str(memo.output.get(cursor..offset)?);
             output.push_str(&entry.lines);
             cursor = end;
+            let grown = entry.lines.len() as isize - old.lines.len() as isize;
+            if grown != 0 {
+                shifts.push((at, grown));
+            }
+            new_spans.set_entry(at, entry);
         }
-        output.push_str(&memo.output[cursor..]);
-        if !self.replay(memo) {
-            return None;
+        output.push_str(memo.output.get(cursor..)?);
+        // Every call after one whose lines grew or shrank moves by as much.
+        if !shifts.is_empty() {
+            let mut offsets = Vec::with_capacity(spans.offsets.len());
+            let (mut shift, mut next) = (0isize, shifts.iter().peekable());
+            for (at, &offset) in spans.offsets.iter().enumerate() {
+                offsets.push(offset.checked_add_signed(shift)?);
+                if let Some((_, grown)) = next.next_if(|(call, _)| *call == at) {
+                    shift += grown;
+                }
+            }
+            new_spans.offsets = Arc::new(offsets);
         }
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        for (key, entry) in &made {
-            slots.insert(Arc::from(*key), Arc::clone(entry));
-        }
-        drop(slots);
+        let slots = if made.is_empty() {
+            Arc::clone(&memo.slots)
+        } else {
+            Arc::new(memo.slots.with_entries(&made))
+        };
         let memo = TemplateMemo {
             context_generation,
             reads,
             output: output.clone(),
             registered: memo.registered.clone(),
-            slots: memo
-                .slots
-                .iter()
-                .map(|(key, entry)| {
-                    let entry = made.get(&**key).unwrap_or(entry);
-                    (key.clone(), Arc::clone(entry))
-                })
-                .collect(),
+            slots,
             outcomes: Arc::clone(&memo.outcomes),
             statuses: memo.statuses.clone(),
             spans: Some(new_spans),
@@ -514,6 +550,15 @@ impl<'a> RenderState<'a> {
             pool_taken: memo.pool_taken.clone(),
             fragments: Arc::clone(&memo.fragments),
         };
+        // Taken over with the entries made again in place of the old ones.
+        if !self.replay(&memo) {
+            return None;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, entry) in &made {
+            slots.insert(Arc::from(*key), Arc::clone(entry));
+        }
+        drop(slots);
         Some((output, memo))
     }
 
@@ -534,11 +579,10 @@ impl<'a> RenderState<'a> {
                 .entry(file.path.clone())
                 .or_insert_with(|| file.clone());
         }
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        for (key, entry) in &memo.slots {
-            slots.insert(key.clone(), Arc::clone(entry));
-        }
-        drop(slots);
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert_table(&memo.slots);
         let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
         for (key, member) in &memo.pool_taken {
             pool.taken.insert(key.clone(), member.clone());
@@ -660,6 +704,14 @@ impl<'a> RenderState<'a> {
                 op: StoreOp::GetSingle,
             }),
         );
+        rc.register_local_helper(
+            "http_resource",
+            Box::new(http::HttpResourceHelper { state: self }),
+        );
+        rc.register_local_helper(
+            "http_resource_on",
+            Box::new(http::HttpResourceOn { state: self }),
+        );
         rc.register_local_helper("path_for", Box::new(PathFor { state: self }));
         rc.register_local_helper("server_slots", Box::new(ServerSlots { state: self }));
         for op in [PoolOp::Take, PoolOp::Lookup, PoolOp::Members] {
@@ -722,6 +774,7 @@ impl<'a> RenderState<'a> {
                 glob: true,
             }),
         );
+        self.install_trace(rc);
     }
 
     fn store_names(&self) -> String {
@@ -1032,10 +1085,12 @@ impl ServerSlots<'_> {
             offset: 0,
             len: entry.lines.len(),
             entry: Arc::clone(&entry),
-            key,
-            store: store.into(),
-            namespace: namespace.into(),
-            service: service.into(),
+            site: Arc::new(SpanSite {
+                key,
+                store: store.into(),
+                namespace: namespace.into(),
+                service: service.into(),
+            }),
         };
         Ok((span, entry))
     }
@@ -1282,6 +1337,7 @@ impl HelperDef for RegisterFile<'_> {
         let path = self.state.paths.path(kind, &name);
         self.state
             .with_trace(|trace| trace.registered.push(path.clone()));
+        self.state.trace_registered(&path, &content);
         let mut registered = self
             .state
             .registered
@@ -1739,7 +1795,11 @@ impl RenderSnippets<'_> {
             let template = registry.get_template(snippet).ok_or_else(|| {
                 RenderError::from(RenderErrorReason::PartialNotFound(snippet.to_string()))
             })?;
+            let traced = self.state.trace_enter(snippet);
             let result = template.render(registry, ctx, rc, out);
+            if traced {
+                self.state.trace_leave();
+            }
             rc.set_current_template_name(current);
             result?;
         }
@@ -1802,7 +1862,11 @@ impl HelperDef for WithRendered<'_> {
                 let block = block_with_hash(helper, rc, None)?;
                 rc.push_block(block);
             }
+            let traced = self.state.trace_enter(&wanted);
             let result = template.render(registry, ctx, rc, &mut buffer);
+            if traced {
+                self.state.trace_leave();
+            }
             if given {
                 rc.pop_block();
             }
@@ -1867,6 +1931,8 @@ pub(crate) struct GuardedOutput<'s> {
     pub(crate) tripped: Option<Trip>,
     writes: u32,
     state: &'s RenderState<'s>,
+    /// Set only in a traced render (`render/trace.rs`).
+    tracer: Option<&'s Mutex<trace::Tracer>>,
 }
 
 /// Check the clock once per this many writes (a clock read costs about as much as a write).
@@ -1886,6 +1952,7 @@ impl<'s> GuardedOutput<'s> {
             tripped: None,
             writes: 0,
             state,
+            tracer: state.line_tracer(),
         }
     }
 }
@@ -1897,6 +1964,9 @@ impl Output for GuardedOutput<'_> {
             return Err(io::Error::other("output size limit exceeded"));
         }
         self.remaining -= segment.len();
+        if let Some(tracer) = self.tracer {
+            trace::note_write(tracer, segment);
+        }
         self.text.push_str(segment);
         self.state.written.store(self.text.len(), Ordering::Relaxed);
         self.writes = self.writes.wrapping_add(1);

@@ -8,7 +8,7 @@
 //! its connections are not disturbed. Written in Rust rather than as template code because
 //! it runs once per backend and dominates large renders.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -60,8 +60,142 @@ impl SlotEntry {
     }
 }
 
-/// Slot assignments of the last successful render, by `namespace/service/port`.
-pub type SlotMemory = HashMap<Arc<str>, Arc<SlotEntry>>;
+/// Slot assignments of one render, by `namespace/service/port`: the tables of the templates
+/// that were taken over whole (shared with their memos, nothing copied) and the entries made
+/// or taken over one at a time, in the order the render took them. A later entry for a key
+/// wins, as it would by inserting each into one map, so an endpoint change that takes over
+/// a template's 10 000 assignments costs one pointer here, not 10 000 insertions.
+#[derive(Debug, Default)]
+pub struct SlotMemory {
+    parts: Vec<SlotPart>,
+}
+
+#[derive(Debug)]
+enum SlotPart {
+    Table(Arc<SlotTable>),
+    Loose(HashMap<Arc<str>, Arc<SlotEntry>>),
+}
+
+impl SlotMemory {
+    /// The assignment last taken for `key`.
+    pub fn get(&self, key: &str) -> Option<&Arc<SlotEntry>> {
+        self.parts.iter().rev().find_map(|part| match part {
+            SlotPart::Table(table) => table.get(key),
+            SlotPart::Loose(entries) => entries.get(key),
+        })
+    }
+
+    /// Takes one assignment.
+    pub fn insert(&mut self, key: Arc<str>, entry: Arc<SlotEntry>) {
+        if let Some(SlotPart::Loose(entries)) = self.parts.last_mut() {
+            entries.insert(key, entry);
+        } else {
+            self.parts
+                .push(SlotPart::Loose(HashMap::from([(key, entry)])));
+        }
+    }
+
+    /// Takes every assignment of a template's table, as inserting each in order would.
+    pub fn insert_table(&mut self, table: &Arc<SlotTable>) {
+        if !table.is_empty() {
+            self.parts.push(SlotPart::Table(Arc::clone(table)));
+        }
+    }
+}
+
+/// How many assignments share one chunk of a [`SlotTable`]: a table made from another with a
+/// few entries replaced copies the chunks those are in and shares the rest.
+const TABLE_CHUNK: usize = 128;
+
+/// The slot assignments one template's render made, in the order made (a key may come
+/// twice), with an index by key shared by every table made from this one.
+#[derive(Debug, Default)]
+pub struct SlotTable {
+    chunks: Vec<Arc<Vec<(Arc<str>, Arc<SlotEntry>)>>>,
+    /// The position of each key's last assignment.
+    index: Arc<HashMap<Arc<str>, u32>>,
+    len: usize,
+}
+
+impl SlotTable {
+    /// The table of these assignments, in this order.
+    pub fn new(entries: Vec<(Arc<str>, Arc<SlotEntry>)>) -> SlotTable {
+        let len = entries.len();
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(at, (key, _))| (Arc::clone(key), at as u32))
+            .collect();
+        let chunks = entries
+            .chunks(TABLE_CHUNK)
+            .map(|chunk| Arc::new(chunk.to_vec()))
+            .collect();
+        SlotTable {
+            chunks,
+            index: Arc::new(index),
+            len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The last assignment made for `key`.
+    pub fn get(&self, key: &str) -> Option<&Arc<SlotEntry>> {
+        let at = *self.index.get(key)? as usize;
+        self.chunks
+            .get(at / TABLE_CHUNK)?
+            .get(at % TABLE_CHUNK)
+            .map(|(_, entry)| entry)
+    }
+
+    /// Every assignment, in the order made.
+    pub fn iter(&self) -> impl Iterator<Item = &(Arc<str>, Arc<SlotEntry>)> {
+        self.chunks.iter().flat_map(|chunk| chunk.iter())
+    }
+
+    /// This table with every assignment of a key in `made` replaced by the one there;
+    /// the chunks without such a key are shared with this table.
+    pub fn with_entries(&self, made: &BTreeMap<&str, Arc<SlotEntry>>) -> SlotTable {
+        let mut chunks = self.chunks.clone();
+        let mut replace = |at: usize, entry: &Arc<SlotEntry>| {
+            if let Some(chunk) = chunks.get_mut(at / TABLE_CHUNK)
+                && let Some(slot) = Arc::make_mut(chunk).get_mut(at % TABLE_CHUNK)
+            {
+                slot.1 = Arc::clone(entry);
+            }
+        };
+        if self.index.len() == self.len {
+            // Each key once: the index says where.
+            for (key, entry) in made {
+                if let Some(&at) = self.index.get(*key) {
+                    replace(at as usize, entry);
+                }
+            }
+        } else {
+            // A key made more than once (one Service port in two backends, say): every
+            // assignment of it is replaced, found by going through the table.
+            let positions: Vec<(usize, &Arc<SlotEntry>)> = self
+                .iter()
+                .enumerate()
+                .filter_map(|(at, (key, _))| made.get(&**key).map(|entry| (at, entry)))
+                .collect();
+            for (at, entry) in positions {
+                replace(at, entry);
+            }
+        }
+        SlotTable {
+            chunks,
+            index: Arc::clone(&self.index),
+            len: self.len,
+        }
+    }
+}
 
 /// Assigns `wanted` endpoints (`address:port`) to slots: at least `min_slots` slots, growing
 /// in steps of `min_slots`; endpoints keep the slot they had in `previous`; new ones fill the
@@ -348,5 +482,70 @@ mod tests {
             lines,
             "  server DEF_1 127.0.0.1:1 disabled backup\n  server DEF_2 10.0.0.1:80 backup\n"
         );
+    }
+
+    fn entry(lines: &str) -> Arc<SlotEntry> {
+        Arc::new(SlotEntry {
+            slots: Vec::new(),
+            slices: Vec::new(),
+            settings: settings("SRV", ""),
+            lines: lines.into(),
+        })
+    }
+
+    fn lines(memory: &SlotMemory, key: &str) -> Option<String> {
+        memory.get(key).map(|entry| entry.lines.to_string())
+    }
+
+    #[test]
+    fn the_assignment_taken_last_for_a_key_wins_whether_taken_alone_or_with_a_table() {
+        let table = Arc::new(SlotTable::new(vec![
+            ("a".into(), entry("a1")),
+            ("b".into(), entry("b1")),
+            ("a".into(), entry("a2")),
+        ]));
+        let mut memory = SlotMemory::default();
+        memory.insert("b".into(), entry("b0"));
+        memory.insert("c".into(), entry("c0"));
+        memory.insert_table(&table);
+        assert_eq!(lines(&memory, "a").as_deref(), Some("a2"), "the last within a table");
+        assert_eq!(lines(&memory, "b").as_deref(), Some("b1"), "the table after the loose one");
+        assert_eq!(lines(&memory, "c").as_deref(), Some("c0"));
+        memory.insert("b".into(), entry("b3"));
+        assert_eq!(lines(&memory, "b").as_deref(), Some("b3"), "a loose one after the table");
+        assert_eq!(lines(&memory, "z"), None);
+        memory.insert_table(&Arc::new(SlotTable::default()));
+        assert_eq!(lines(&memory, "b").as_deref(), Some("b3"), "an empty table takes nothing");
+    }
+
+    #[test]
+    fn a_table_with_entries_replaced_shares_the_chunks_it_did_not_change() {
+        let many: Vec<(Arc<str>, Arc<SlotEntry>)> = (0..1000)
+            .map(|n| (format!("k{n}").into(), entry(&format!("old {n}"))))
+            .collect();
+        let table = SlotTable::new(many);
+        let made = BTreeMap::from([("k500", entry("new 500")), ("absent", entry("x"))]);
+        let next = table.with_entries(&made);
+        assert_eq!(next.len(), 1000);
+        assert_eq!(next.get("k500").map(|e| &*e.lines), Some("new 500"));
+        assert_eq!(next.get("k499").map(|e| &*e.lines), Some("old 499"));
+        assert_eq!(table.get("k500").map(|e| &*e.lines), Some("old 500"), "the old one stays");
+        let shared = table
+            .chunks
+            .iter()
+            .zip(&next.chunks)
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        assert_eq!(shared, table.chunks.len() - 1);
+
+        // A key assigned twice is replaced in both places.
+        let twice = SlotTable::new(vec![
+            ("a".into(), entry("a1")),
+            ("b".into(), entry("b1")),
+            ("a".into(), entry("a2")),
+        ]);
+        let next = twice.with_entries(&BTreeMap::from([("a", entry("a3"))]));
+        let all: Vec<String> = next.iter().map(|(k, e)| format!("{k}={}", e.lines)).collect();
+        assert_eq!(all, ["a=a3", "b=b1", "a=a3"]);
     }
 }

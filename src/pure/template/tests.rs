@@ -215,6 +215,142 @@ fn a_syntax_error_names_template_line_and_column() {
 }
 
 #[test]
+fn an_unclosed_block_is_reported_where_it_opened_rather_than_at_the_templates_end() {
+    let err =
+        TemplateSet::compile(input("global\n  {{#each x as |y|}}\n  {{y}}\nend\n")).unwrap_err();
+    assert_eq!((err.line(), err.column()), (Some(2), Some(3)), "{err}");
+    assert_eq!(
+        err.message(),
+        "`{{#each x as |y|}}` opened at line 2, column 3 is never closed: add `{{/each}}` where its block ends"
+    );
+}
+
+#[test]
+fn a_close_of_the_wrong_block_names_what_was_opened_where() {
+    let err = TemplateSet::compile(input("{{#if a}}\n{{#with b}}\nx\n{{/if}}\n")).unwrap_err();
+    assert_eq!(err.line(), Some(4), "{err}");
+    assert_eq!(
+        err.message(),
+        "`{{/if}}` at line 4, column 1 closes an outer block while `{{#with b}}` opened at line 2, column 1 is still open: add `{{/with}}` before it"
+    );
+}
+
+#[test]
+fn a_syntax_error_that_is_no_block_problem_keeps_the_handlebars_message() {
+    let err = TemplateSet::compile(input("{{#if a}}\n{{x y=}}\n{{/if}}\n")).unwrap_err();
+    assert!(err.message().contains("invalid handlebars syntax"), "{err}");
+    assert_eq!(err.line(), Some(2), "{err}");
+}
+
+/// A config file whose templates sit at known lines: haproxy.cfg's first line is line 9,
+/// the `tail` snippet's line 14, the hosts.map's line 18 and the annotation's line 25.
+const LOCATED: &str = "\
+apiVersion: haptor.dev/v1alpha1
+kind: HAProxyTemplateConfig
+metadata:
+  name: c
+spec:
+  # the main template
+  haproxyConfig:
+    template: |-
+      global
+        {{> tail}}
+  templateSnippets:
+    tail:
+      template: |
+
+        {{fail \"snippet line 2\"}}
+  maps:
+    hosts.map:
+      template: \"{{#each x}}\"
+  annotations:
+    prefixes: [haproxy.org/]
+    definitions:
+      haproxy.org/x:
+        section: backend
+        template: |
+          a
+          b {{nosuchhelper value}}
+";
+
+fn located(edit: impl Fn(&mut TemplateSetInput)) -> TemplateError {
+    let config =
+        crate::pure::config::config_from_yaml("c.yaml", LOCATED).expect("the config parses");
+    let mut input = crate::pure::pipeline::template_input(&config.spec);
+    edit(&mut input);
+    match TemplateSet::compile(input) {
+        Err(err) => err,
+        Ok(set) => set
+            .render(&RenderContext::new(services(), PathResolver::default()))
+            .expect_err("the render fails"),
+    }
+}
+
+#[test]
+fn a_template_error_names_the_config_file_and_the_line_its_template_line_is_at() {
+    let fine = |input: &mut TemplateSetInput| {
+        input.maps.clear();
+        input.annotations.definitions.clear();
+    };
+    let err = located(fine);
+    assert_eq!(err.file_line(), Some(("c.yaml", 15)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "c.yaml:15: template 'tail' line 2, column 1: snippet line 2"
+    );
+    assert_eq!((err.template(), err.line()), (Some("tail"), Some(2)));
+
+    let err = located(|input| input.annotations.definitions.clear());
+    assert_eq!(
+        err.file_line(),
+        Some(("c.yaml", 18)),
+        "a one-line template: {err}"
+    );
+    assert!(err.message().contains("`{{#each x}}` opened at"), "{err}");
+
+    let err = located(|input| input.maps.clear());
+    assert_eq!(
+        err.file_line(),
+        Some(("c.yaml", 26)),
+        "an annotation's template line, not its generated snippet's: {err}"
+    );
+
+    let err = located(|input| {
+        fine(input);
+        input.haproxy_config.push_str("\n{{nosuchhelper 1}}");
+    });
+    assert_eq!(
+        err.file_line(),
+        Some(("c.yaml", 10)),
+        "past the block's end: its last line"
+    );
+}
+
+#[test]
+fn a_template_error_without_a_line_is_placed_at_its_templates_key() {
+    let err = located(|input| {
+        input.maps.clear();
+        input.annotations.definitions.clear();
+        input.snippets.insert("@bad".into(), String::new());
+    });
+    assert!(err.message().contains("cannot name a snippet"), "{err}");
+    assert_eq!(
+        err.file_line(),
+        Some(("c.yaml", 11)),
+        "a snippet the file does not hold: the line of the snippets"
+    );
+    let err = located(|input| {
+        input.maps.clear();
+        input.annotations.definitions.clear();
+        input
+            .snippets
+            .insert("tail".into(), "{{fail \"x\"}}".into());
+        input.haproxy_config = "{{> tail}}".into();
+    });
+    assert_eq!(err.file_line(), Some(("c.yaml", 14)), "{err}");
+}
+
+#[test]
 fn an_unknown_helper_fails_at_compile_time() {
     let err = TemplateSet::compile(input("a\n{{uppper name}}")).unwrap_err();
     assert_eq!(err.line(), Some(2), "{err}");
@@ -1452,6 +1588,54 @@ fn an_endpoint_change_replaces_only_the_server_lines_and_equals_a_full_render() 
             .ends_with("backend zzz\n  balance roundrobin\n\n"),
         "{}",
         a.haproxy_cfg
+    );
+}
+
+#[test]
+fn endpoint_changes_across_hundreds_of_backends_splice_to_what_a_full_render_writes() {
+    // Each Service's slots twice (a backend and its copy: one key in two calls), in more
+    // backends than one chunk of the splice's tables holds.
+    let template = "{{#resources \"svc\" as |s|}}backend {{s.metadata.name}}\nSLOTS\nbackend copy-{{s.metadata.name}}\nSLOTS\n{{/resources}}";
+    let spliced = spliced_test_set(template);
+    let full = spliced_test_set(template).without_memos();
+    let (slices, services) = slice_and_service_stores();
+    let name = |n: usize| format!("app{n:03}");
+    for n in 0..300 {
+        services.apply(named_service(&name(n), 80)).unwrap();
+        let address = format!("10.1.{}.{}", n / 250, n % 250 + 1);
+        slices
+            .apply(slice_of(&name(n), &format!("{}-1", name(n)), &[&address]))
+            .unwrap();
+    }
+    let steps: Vec<Vec<(usize, Vec<&str>)>> = vec![
+        vec![],
+        vec![(5, vec!["10.9.0.1", "10.9.0.2"])],
+        vec![(150, vec![]), (299, vec!["10.9.0.3"])],
+        vec![(0, vec!["10.9.0.4"]), (5, vec!["10.9.0.2"]), (200, vec!["10.9.0.5", "10.9.0.6", "10.9.0.7"])],
+        vec![(150, vec!["10.9.0.8"])],
+    ];
+    for (index, changes) in steps.iter().enumerate() {
+        for (n, addresses) in changes {
+            slices
+                .apply(slice_of(&name(*n), &format!("{}-1", name(*n)), addresses))
+                .unwrap();
+        }
+        let a = render_stores(&spliced, &[&slices, &services], json!({}));
+        let b = render_stores(&full, &[&slices, &services], json!({}));
+        assert_eq!(a.haproxy_cfg, b.haproxy_cfg, "step {index}");
+        if index > 0 {
+            assert_eq!(spliced.spliced_in_last_render(), [HAPROXY_CFG], "step {index}");
+        }
+    }
+    // The slots kept their endpoints through the splices: one more endpoint for app005
+    // goes after the one it had, in a full render too.
+    slices
+        .apply(slice_of(&name(5), "app005-1", &["10.9.0.2", "10.9.0.9"]))
+        .unwrap();
+    let a = render_stores(&spliced, &[&slices, &services], json!({}));
+    assert_eq!(
+        a.haproxy_cfg,
+        render_stores(&full, &[&slices, &services], json!({})).haproxy_cfg
     );
 }
 

@@ -220,7 +220,9 @@ granted cluster-wide by the ClusterRole, or in watchNamespace by a Role there.
 # watchedResources.tlsSecrets (fieldSelector type=kubernetes.io/tls) and .authSecrets
 # (labelSelector haptor.dev/basic-auth=true) (resources.rs); also the Data Plane API
 # credentials Secret of spec.credentialsSecretRef (src/drivers/kube/credentials.rs: one
-# Secret, listed and watched with a metadata.name field selector).
+# Secret, listed and watched with a metadata.name field selector) and the Secret an HTTP
+# resource's auth.secretRef names (src/drivers/kube/http_credentials.rs: listed with a
+# metadata.name field selector at each fetch).
 #
 # Kubernetes RBAC cannot restrict a list or watch of Secrets by type, label or field
 # selector: it grants list/watch of Secrets or it does not. So this rule lets haptor list

@@ -328,13 +328,6 @@ fn a_suggestion_only_names_keywords_allowed_in_that_section() {
 }
 
 #[test]
-fn edit_distance_counts_insertions_deletions_and_substitutions() {
-    assert_eq!(edit_distance("kitten", "sitting"), 3);
-    assert_eq!(edit_distance("", "abc"), 3);
-    assert_eq!(edit_distance("abc", "abc"), 0);
-}
-
-#[test]
 fn server_parameters_report_whether_they_take_a_value() {
     assert_eq!(TABLES_2_6.server_param("check"), Some(ParamArity::Flag));
     assert_eq!(TABLES_2_6.server_param("inter"), Some(ParamArity::Value));

@@ -311,3 +311,29 @@ fn changed_since_names_the_entries_added_removed_and_replaced_between_two_snapsh
         .collect();
     assert_eq!(names, ["a", "b", "d"]);
 }
+
+#[test]
+fn an_object_whose_read_field_has_the_wrong_type_is_not_stored_and_the_stored_version_stays() {
+    let store = slices_store();
+    let typed = |port: Value| {
+        let mut object = slice("default", "web-1", "web");
+        object["apiVersion"] = json!("discovery.k8s.io/v1");
+        object["kind"] = json!("EndpointSlice");
+        object["ports"] = json!([{ "port": port }]);
+        object
+    };
+    store
+        .apply(typed(json!(8080)))
+        .expect("an integer port is stored");
+    let error = store
+        .apply(typed(json!("8081")))
+        .expect_err("a string port is refused");
+    assert!(matches!(error, StoreError::Schema(_)), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "EndpointSlice default/web-1: ports[0].port: expected an integer, got the string \"8081\" (write 8081 without quotes); the object is left out"
+    );
+    assert_eq!(store.list()[0].to_value()["ports"][0]["port"], json!(8080));
+    let rejected = store.replace_all([typed(json!("8081"))]);
+    assert_eq!(rejected.len(), 1, "a relist reports it too");
+}

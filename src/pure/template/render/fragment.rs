@@ -350,9 +350,9 @@ impl RenderState<'_> {
         effects
             .spans
             .iter()
-            .filter(|span| &*span.store == older.name())
+            .filter(|span| &*span.site.store == older.name())
             .all(|span| {
-                let prefix = [&*span.namespace, &*span.service];
+                let prefix = [&*span.site.namespace, &*span.site.service];
                 !changed
                     .iter()
                     .any(|key: &EntryKey| key.cmp_prefix(&prefix).is_eq())
