@@ -101,6 +101,13 @@ impl HttpResources {
         }
     }
 
+    /// The server confirmed the content in use: a failure shown in the status is over.
+    fn confirmed(&self, tracked: &mut Tracked) {
+        if tracked.status.last_error.take().is_some() {
+            self.report_status(tracked);
+        }
+    }
+
     fn record_error(&self, tracked: &Tracked, message: String) {
         self.iteration
             .services
@@ -241,6 +248,7 @@ impl HttpResources {
                 self.publish(tracked, HttpFetchResult::Error, None, Some(why));
             }
             Fetched::NotModified => {
+                self.confirmed(tracked);
                 self.publish(tracked, HttpFetchResult::NotModified, tracked.bytes, None);
             }
             Fetched::Content { body, validators } => {
@@ -254,6 +262,7 @@ impl HttpResources {
                                 .lock()
                                 .unwrap_or_else(PoisonError::into_inner) = validators.clone();
                             tracked.state.validators = validators;
+                            self.confirmed(tracked);
                         }
                         self.publish(tracked, HttpFetchResult::Unchanged, tracked.bytes, None);
                     }
