@@ -1169,8 +1169,7 @@ async fn a_restarted_controller_finds_the_pod_already_running_its_render_and_rel
 /// record still names what the pod runs after an upgrade to the checksum of per-file
 /// digests, so the upgraded controller neither reloads nor rewrites anything but the record.
 #[tokio::test]
-async fn a_record_written_before_the_checksum_changed_definition_still_names_the_running_render()
-{
+async fn a_record_written_before_the_checksum_changed_definition_still_names_the_running_render() {
     let stub = Stub::start("v3.4.0").await;
     let rendered = render(
         config("    server s1 10.0.0.1:80\n", ""),
@@ -1205,7 +1204,10 @@ async fn a_record_written_before_the_checksum_changed_definition_still_names_the
     assert!(outcome.unchanged && !outcome.reloaded, "{outcome:?}");
     assert_eq!(stub.state().reload_counter, reloads_before, "no reload");
     assert!(
-        !stub.requests().iter().any(|r| is_push(r) || is_aux_storage_write(r)),
+        !stub
+            .requests()
+            .iter()
+            .any(|r| is_push(r) || is_aux_storage_write(r)),
         "{:#?}",
         stub.requests()
     );

@@ -448,7 +448,11 @@ async fn an_endpoint_change_rewrites_haproxy_cfg_alone_and_the_next_reload_carri
     );
     let outcome = fx.deploy_and_observe(&moved, 1, 2).await;
     assert!(!outcome.reloaded, "{outcome:?}");
-    assert_ne!(inode(fx.work_dir.config_file()), before.0, "haproxy.cfg is new");
+    assert_ne!(
+        inode(fx.work_dir.config_file()),
+        before.0,
+        "haproxy.cfg is new"
+    );
     assert_eq!(
         (inode(fx.work_dir.manifest_file()), inode(map)),
         (before.1, before.2),
@@ -465,7 +469,9 @@ async fn an_endpoint_change_rewrites_haproxy_cfg_alone_and_the_next_reload_carri
 
     // A reload (a new backend) starts from the files: be_a still answers from C.
     let mut grown = moved.clone();
-    grown.haproxy_cfg.push_str("backend be_new\n    server SRV_1 127.0.0.1:1 disabled\n");
+    grown
+        .haproxy_cfg
+        .push_str("backend be_new\n    server SRV_1 127.0.0.1:1 disabled\n");
     assert!(fx.deploy_and_observe(&grown, 1, 3).await.reloaded);
     expect_answer(fx.frontend, "a.example", "backend-C").await;
     fx.finish().await;

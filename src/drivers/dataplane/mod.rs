@@ -92,6 +92,7 @@ use reqwest::Url;
 use serde_json::Value;
 
 use self::api::{Answer, Api, ApiError};
+use crate::pure::checksum::legacy_checksum;
 use crate::pure::deploy::dataplane::{
     ApiVersion, CertificateCall, DeployedMarker, LiveChanges, Placement, ReportedApiVersion,
     StorageKind, is_content_refusal, is_runtime_action_failure, is_runtime_refusal, live_changes,
@@ -101,7 +102,6 @@ use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{DeploymentPlan, Operation, plan};
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::haproxy::HaproxyVersion;
-use crate::pure::checksum::legacy_checksum;
 use crate::pure::rendered::{AuxFile, Checksum, RenderedConfig};
 
 pub use crate::pure::deploy::dataplane::{DEPLOYED_CONFIG_FILE, DEPLOYED_FILE, EPOCH_FILE};

@@ -11,6 +11,7 @@
 //! [`strip_local_settings`] gives back the rendered text exactly: plans and checksums always
 //! compare rendered text, never the text on disk.
 
+use std::borrow::Cow;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
@@ -210,54 +211,102 @@ fn indentation(line: &str) -> &str {
 /// `default-path origin <work dir>` line added right after the first `global` line (a
 /// `global` section is prepended when there is none), and the render's own `default-path`
 /// and `daemon` lines in `global` commented out. [`strip_local_settings`] undoes it exactly.
+///
+/// Only `global` sections change, so only they are gone through line by line; the text
+/// between them is copied whole (a megabyte at 10 000 backends, written on every endpoint
+/// change).
 pub fn inject_local_settings(rendered: &str, work_dir: &WorkDir) -> String {
+    with_local_settings(rendered, work_dir).concat()
+}
+
+/// [`inject_local_settings`]' text in the parts it is made of: the rendered text between
+/// `global` sections as it is, each `global` section as it becomes. Written one after the
+/// other, they are the file, with no copy of the megabyte in between.
+pub(crate) fn with_local_settings<'a>(rendered: &'a str, work_dir: &WorkDir) -> Vec<Cow<'a, str>> {
     let settings = local_setting_lines(work_dir);
-    let mut out = String::with_capacity(rendered.len() + 256);
-    let mut in_global = false;
+    let mut parts = Vec::new();
     let mut injected = false;
-    for line in rendered.split_inclusive('\n') {
-        let word = first_word(line);
-        if SectionKind::from_keyword(word).is_some() {
-            in_global = word == "global";
-        }
-        if in_global && OVERRIDDEN_GLOBAL_KEYWORDS.contains(&word) {
-            let indent = indentation(line);
-            out.push_str(indent);
-            out.push_str(DISABLED_PREFIX);
-            out.push_str(&line[indent.len()..]);
-        } else {
-            out.push_str(line);
-        }
-        if in_global && !injected && word == "global" {
-            injected = true;
-            if line.ends_with('\n') {
-                let ending = if line.ends_with("\r\n") { "\r\n" } else { "\n" };
-                for setting in &settings {
-                    out.push_str("    ");
-                    out.push_str(setting);
-                    out.push_str(ending);
-                }
+    let mut copied = 0;
+    for section in global_sections(rendered) {
+        parts.push(Cow::Borrowed(&rendered[copied..section.start]));
+        copied = section.end;
+        let mut out = String::with_capacity(section.len() + 256);
+        for line in rendered[section].split_inclusive('\n') {
+            let word = first_word(line);
+            if OVERRIDDEN_GLOBAL_KEYWORDS.contains(&word) {
+                let indent = indentation(line);
+                out.push_str(indent);
+                out.push_str(DISABLED_PREFIX);
+                out.push_str(&line[indent.len()..]);
             } else {
-                // The text ends on its `global` line: the added lines go after a line break
-                // and the last one has none, so stripping can tell the break was added.
-                for setting in &settings {
-                    out.push_str("\n    ");
-                    out.push_str(setting);
+                out.push_str(line);
+            }
+            if !injected && word == "global" {
+                injected = true;
+                if line.ends_with('\n') {
+                    let ending = if line.ends_with("\r\n") { "\r\n" } else { "\n" };
+                    for setting in &settings {
+                        out.push_str("    ");
+                        out.push_str(setting);
+                        out.push_str(ending);
+                    }
+                } else {
+                    // The text ends on its `global` line: the added lines go after a line break
+                    // and the last one has none, so stripping can tell the break was added.
+                    for setting in &settings {
+                        out.push_str("\n    ");
+                        out.push_str(setting);
+                    }
                 }
             }
         }
+        parts.push(Cow::Owned(out));
     }
-    if injected {
-        return out;
+    parts.push(Cow::Borrowed(&rendered[copied..]));
+    if !injected {
+        let mut prepended = format!("global {LOCAL_MARKER}\n");
+        for setting in &settings {
+            prepended.push_str("    ");
+            prepended.push_str(setting);
+            prepended.push('\n');
+        }
+        parts.insert(0, Cow::Owned(prepended));
     }
-    let mut prepended = format!("global {LOCAL_MARKER}\n");
-    for setting in &settings {
-        prepended.push_str("    ");
-        prepended.push_str(setting);
-        prepended.push('\n');
+    parts
+}
+
+/// The byte ranges of the `global` sections of a text, in order: each from a line whose first
+/// word is `global` to the next line whose first word is a section keyword (or the end).
+/// Lines whose first word is `global` are found by searching the text for the word, not by
+/// splitting it into lines.
+fn global_sections(text: &str) -> Vec<std::ops::Range<usize>> {
+    let mut sections: Vec<std::ops::Range<usize>> = Vec::new();
+    for at in memchr::memmem::find_iter(text.as_bytes(), b"global") {
+        // `global` is ASCII, so `at` and the end of the word are char boundaries.
+        let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+        let is_first_word = text[line_start..at].chars().all(char::is_whitespace)
+            && text[at + "global".len()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace);
+        if !is_first_word || sections.last().is_some_and(|last| line_start < last.end) {
+            continue;
+        }
+        let mut end = text[at..]
+            .find('\n')
+            .map_or(text.len(), |newline| at + newline + 1);
+        while end < text.len() {
+            let line_end = text[end..]
+                .find('\n')
+                .map_or(text.len(), |newline| end + newline + 1);
+            if SectionKind::from_keyword(first_word(&text[end..line_end])).is_some() {
+                break;
+            }
+            end = line_end;
+        }
+        sections.push(line_start..end);
     }
-    prepended.push_str(&out);
-    prepended
+    sections
 }
 
 /// The rendered text a written `haproxy.cfg` came from: lines ending in [`LOCAL_MARKER`]
@@ -355,6 +404,72 @@ mod tests {
             let written = inject_local_settings(rendered, &wd);
             assert_ne!(written, rendered);
             assert_eq!(strip_local_settings(&written), rendered, "{rendered:?}");
+        }
+    }
+
+    /// The settings added by going through every line, as `inject_local_settings` did
+    /// before it looked for `global` sections first: the reference it must equal.
+    fn injected_line_by_line(rendered: &str, work_dir: &WorkDir) -> String {
+        let settings = local_setting_lines(work_dir);
+        let mut out = String::new();
+        let (mut in_global, mut injected) = (false, false);
+        for line in rendered.split_inclusive('\n') {
+            let word = first_word(line);
+            if SectionKind::from_keyword(word).is_some() {
+                in_global = word == "global";
+            }
+            if in_global && OVERRIDDEN_GLOBAL_KEYWORDS.contains(&word) {
+                let indent = indentation(line);
+                out.push_str(&format!(
+                    "{indent}{DISABLED_PREFIX}{}",
+                    &line[indent.len()..]
+                ));
+            } else {
+                out.push_str(line);
+            }
+            if in_global && !injected && word == "global" {
+                injected = true;
+                for setting in &settings {
+                    out.push_str(&match line.strip_suffix('\n') {
+                        Some(body) if body.ends_with('\r') => format!("    {setting}\r\n"),
+                        Some(_) => format!("    {setting}\n"),
+                        None => format!("\n    {setting}"),
+                    });
+                }
+            }
+        }
+        if injected {
+            return out;
+        }
+        let added: String = settings.iter().map(|s| format!("    {s}\n")).collect();
+        format!("global {LOCAL_MARKER}\n{added}{out}")
+    }
+
+    #[test]
+    fn only_global_sections_change_exactly_as_going_through_every_line_would_change_them() {
+        let (_dir, wd) = work_dir();
+        for rendered in [
+            "",
+            "global",
+            "global\n",
+            "  global\n  daemon\n",
+            "\u{a0}global\n  daemon\n",
+            "global\u{a0}\n  daemon\n",
+            "global#x\n  daemon\n",
+            "globals\n  daemon\nbackend b\n  daemon\n",
+            "backend global\n  daemon\nglobal\n daemon\n",
+            "defaults\n  option global-x\n  daemon\nglobal\n\tdaemon\r\n  default-path config\r\n",
+            "global\r\n  daemon\r\ndefaults\r\n  daemon\r\nglobal\r\n  default-path x\r\n",
+            "global\n  nbthread 2\n  global\n  daemon\n    frontend f\n  daemon\n",
+            "frontend f\n  bind :80\nglobal\n  daemon",
+            "# global\nbackend b\n  server s 127.0.0.1:1 # global\n",
+            "global global\n  daemon\nglobal\n  daemon\n",
+        ] {
+            assert_eq!(
+                inject_local_settings(rendered, &wd),
+                injected_line_by_line(rendered, &wd),
+                "{rendered:?}"
+            );
         }
     }
 

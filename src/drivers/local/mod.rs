@@ -33,7 +33,8 @@ use futures::future::BoxFuture;
 
 use crate::pure::deploy::fence::Fence;
 use crate::pure::deploy::plan::{
-    DeploymentPlan, Operation, ServerState, checks_agent, checks_health, plan, starts_disabled,
+    DeploymentPlan, Operation, ServerState, checks_agent, checks_health, plan, plan_between,
+    starts_disabled,
 };
 use crate::pure::deploy::{DeployError, DeployOutcome, DeployRequest, DeployTarget, ReloadReason};
 use crate::pure::rendered::{AuxKind, Checksum, RenderedConfig};
@@ -169,6 +170,8 @@ struct TargetState {
     fence: Fence,
     /// The last configuration HAProxy took (`None`: nothing haptor deployed, or unknown).
     last_deployed: Option<Arc<RenderedConfig>>,
+    /// Its checksum, when a request brought it (not when it was read back from disk).
+    last_checksum: Option<Checksum>,
     /// The stamps of `last_deployed`'s files right after this target wrote them. While they
     /// hold, the files are `last_deployed` and need not be read back (a megabyte per
     /// deployment at 1 000 backends); `None` after a failure, or before the first write.
@@ -176,6 +179,16 @@ struct TargetState {
     /// Which socket carries runtime commands, and whether the runtime socket's trouble
     /// was told.
     route: RouteState,
+}
+
+/// The deployment the work directory's files hold, as [`LocalTarget::deployed_files`]
+/// found it.
+struct FilesFound {
+    render: Option<Arc<RenderedConfig>>,
+    /// Its checksum, when known without computing it.
+    checksum: Option<Checksum>,
+    /// The files are exactly as this target wrote them (their stamps held).
+    as_written: bool,
 }
 
 /// Why the runtime part of a deployment stopped.
@@ -206,6 +219,7 @@ impl LocalTarget {
             state: tokio::sync::Mutex::new(TargetState {
                 fence: Fence::with_epoch(accepted_epoch),
                 last_deployed,
+                last_checksum: None,
                 written: None,
                 route: RouteState::default(),
             }),
@@ -317,13 +331,33 @@ impl LocalTarget {
         for path in to.aux_files.keys() {
             self.work_dir.aux_file(path)?;
         }
-        let from = self.deployed_files(&mut state)?;
-        let plan = plan(from.as_deref(), to).map_err(|e| DeployError::Rejected(e.to_string()))?;
+        let FilesFound {
+            render: from,
+            checksum: from_checksum,
+            as_written: files_hold,
+        } = self.deployed_files(&mut state)?;
+        // Planned once for the validator, the scheduler and this target when the checksums
+        // of both renders are known.
+        let plan = match (&from, from_checksum) {
+            (Some(from), Some(checksum)) => {
+                plan_between(Some((from, checksum)), (to, request.checksum))
+            }
+            (None, _) => plan_between(None, (to, request.checksum)),
+            (Some(from), None) => plan(Some(from), to).map(Arc::new),
+        }
+        .map_err(|e| DeployError::Rejected(e.to_string()))?;
+        // The manifest names the auxiliary files: while the files are the last deployment's,
+        // it already names those of a render with the same ones.
+        let manifest_holds = files_hold
+            && from
+                .as_deref()
+                .is_some_and(|from| files::same_manifest(from, to));
         if plan.is_empty() {
             // Nothing to change, but HAProxy must be there to be running it.
             self.show_proc().await?;
             state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
             state.last_deployed = Some(to.clone());
+            state.last_checksum = Some(request.checksum);
             return Ok(DeployOutcome {
                 unchanged: true,
                 ..DeployOutcome::default()
@@ -343,9 +377,10 @@ impl LocalTarget {
             };
             match applied {
                 Ok(applied) => {
-                    self.write_files(&plan, to)?;
+                    self.write_files(&plan, to, manifest_holds)?;
                     state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                     state.last_deployed = Some(to.clone());
+                    state.last_checksum = Some(request.checksum);
                     tracing::info!(
                         target_name = %self.name,
                         generation = request.generation,
@@ -394,7 +429,7 @@ impl LocalTarget {
 
         let before = self.show_proc().await?;
         let snapshot = Snapshot::capture(self.touched_paths(&plan)?)?;
-        if let Err(error) = self.write_files(&plan, to) {
+        if let Err(error) = self.write_files(&plan, to, manifest_holds) {
             if let Err(restore) = snapshot.restore() {
                 tracing::error!(error = %restore, "the previous files could not all be put back");
             }
@@ -404,6 +439,7 @@ impl LocalTarget {
             Ok(()) => {
                 state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                 state.last_deployed = Some(to.clone());
+                state.last_checksum = Some(request.checksum);
                 tracing::info!(
                     target_name = %self.name,
                     generation = request.generation,
@@ -426,25 +462,28 @@ impl LocalTarget {
                     tracing::error!(error = %restore, "the previous files could not all be put back");
                 }
                 state.last_deployed = from;
+                state.last_checksum = from_checksum;
                 tracing::warn!(target_name = %self.name, error = %error, "deployment failed");
                 Err(error)
             }
         }
     }
 
-    /// The deployment the files hold, to plan from: the last deployment while the files
+    /// The deployment the files hold, to plan from, its checksum when known, and whether
+    /// the files are exactly as this target wrote them: the last deployment while the files
     /// still carry the stamps of its writing, else read back from disk (an edit behind
     /// haptor's back is planned from, and so undone). Clears the stamps: only a deployment
     /// that ends well sets them again.
-    fn deployed_files(
-        &self,
-        state: &mut TargetState,
-    ) -> Result<Option<Arc<RenderedConfig>>, LocalTargetError> {
+    fn deployed_files(&self, state: &mut TargetState) -> Result<FilesFound, LocalTargetError> {
         if let Some(stamps) = state.written.take()
             && stamps.still_hold()?
             && state.last_deployed.is_some()
         {
-            return Ok(state.last_deployed.clone());
+            return Ok(FilesFound {
+                render: state.last_deployed.clone(),
+                checksum: state.last_checksum,
+                as_written: true,
+            });
         }
         let from = files::read_back(&self.work_dir)?.map(Arc::new);
         if state.last_deployed.is_some() && from != state.last_deployed {
@@ -453,8 +492,18 @@ impl LocalTarget {
                 work_dir = %self.work_dir.root().display(),
                 "the files on disk differ from the last deployment (edited behind haptor's back); planning from the disk"
             );
+            return Ok(FilesFound {
+                render: from,
+                checksum: None,
+                as_written: false,
+            });
         }
-        Ok(from)
+        // The same bytes as the last deployment: the same checksum.
+        Ok(FilesFound {
+            checksum: state.last_checksum.filter(|_| from.is_some()),
+            render: from,
+            as_written: false,
+        })
     }
 
     /// Every file a plan writes or deletes, and the manifest.
@@ -468,18 +517,17 @@ impl LocalTarget {
         Ok(paths)
     }
 
-    /// Executes the plan's file operations, then writes the manifest.
+    /// Executes the plan's file operations, then writes the manifest unless it `holds`
+    /// already (it names `to`'s files as they are).
     fn write_files(
         &self,
         plan: &DeploymentPlan,
         to: &RenderedConfig,
+        manifest_holds: bool,
     ) -> Result<(), LocalTargetError> {
         for op in &plan.operations {
             match op {
-                Operation::WriteConfig => files::write_atomic(
-                    &self.work_dir.config_file(),
-                    files::config_text(to, &self.work_dir).as_bytes(),
-                )?,
+                Operation::WriteConfig => files::write_config(to, &self.work_dir)?,
                 Operation::WriteFile { path } => {
                     let target = self.work_dir.aux_file(path)?;
                     match to.aux_files.get(path) {
@@ -493,6 +541,9 @@ impl LocalTarget {
                 Operation::DeleteFile { path } => files::remove(&self.work_dir.aux_file(path)?)?,
                 _ => {}
             }
+        }
+        if manifest_holds {
+            return Ok(());
         }
         files::write_atomic(
             &self.work_dir.manifest_file(),

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pacing::Pacer;
-use super::plan::plan;
+use super::plan::plan_between;
 use super::{DeployError, DeployOutcome, DeployTarget, DeployableRender};
 use crate::pure::rendered::Checksum;
 
@@ -198,7 +198,11 @@ impl<R: DeployableRender> Schedule<R> {
                     continue;
                 }
                 Some(previous) => *reload_from.entry(previous.checksum()).or_insert_with(|| {
-                    plan(Some(previous.rendered()), render.rendered()).map_or(true, |p| p.reload)
+                    plan_between(
+                        Some((previous.rendered(), previous.checksum())),
+                        (render.rendered(), render.checksum()),
+                    )
+                    .map_or(true, |p| p.reload)
                 }),
                 // Nothing sent yet: a first deployment goes at once, its outcome says
                 // whether it reloaded.

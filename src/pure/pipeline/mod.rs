@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::pure::checksum::FileDigests;
 use crate::pure::config::{
     ConfigTimings, HAProxyTemplateConfigSpec, PostProcessor, SpecProblem, validated_timings,
 };
@@ -35,7 +36,6 @@ use crate::pure::haproxy::{
     self, HaproxyVersion, TrustedLines, check_code_running, check_schema_for, parse_config,
 };
 use crate::pure::http_resources::{HttpResource, declared_object, store_name};
-use crate::pure::checksum::FileDigests;
 use crate::pure::rendered::{Checksum, PathResolver, RenderedConfig};
 use crate::pure::selector::{LabelSelector, NamespaceLabels, SelectorError};
 use crate::pure::store::{FieldPath, ResourceStore, StoreError, Stores, StoresSnapshot};
@@ -599,8 +599,11 @@ pub struct Validator {
     cache: Arc<ValidationCache>,
     /// The last render validated, with the digests of its files: the next render's files
     /// that are the same are not hashed again for its checksum.
-    last_digests: Arc<Mutex<Option<(Arc<RenderedConfig>, FileDigests)>>>,
+    last_digests: Arc<Mutex<LastDigests>>,
 }
+
+/// The last render a [`Validator`] validated, with the digests of its files.
+type LastDigests = Option<(Arc<RenderedConfig>, FileDigests)>;
 
 impl Validator {
     /// A validator whose semantic phase is `checker` (in production
@@ -627,6 +630,17 @@ impl Validator {
             last.as_ref().map(|(render, digests)| (&**render, digests)),
         );
         (digests.checksum(), digests)
+    }
+
+    /// The checksum of `rendered` when it is the last render validated (the pipeline's
+    /// baseline).
+    fn known_checksum(&self, rendered: &RenderedConfig) -> Option<Checksum> {
+        let last = self
+            .last_digests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (render, digests) = last.as_ref()?;
+        std::ptr::eq(&**render, rendered).then(|| digests.checksum())
     }
 
     /// `rendered`, validated, shared, and kept with its digests for the next checksum.
@@ -664,6 +678,17 @@ impl Validator {
             .identity()
             .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
         let (checksum, digests) = self.checksum_of(&rendered);
+        self.validate_summed(rendered, (checksum, digests), version, started)
+    }
+
+    /// [`Self::validate`] of a render whose checksum is computed.
+    fn validate_summed(
+        &self,
+        rendered: RenderedConfig,
+        (checksum, digests): (Checksum, FileDigests),
+        version: String,
+        started: Instant,
+    ) -> Result<ValidatedConfig, PipelineError> {
         let key = ValidationCache::key_of(&version, &checksum, &rendered);
         if let Some(report) = self.cache.get(&key) {
             return Ok(ValidatedConfig {
@@ -714,20 +739,31 @@ impl Validator {
             return self.validate(rendered);
         };
         let started = Instant::now();
+        let (checksum, digests) = self.checksum_of(&rendered);
+        // The plan the scheduler and the target take up again (planned once per pair).
+        let planned = match self.known_checksum(baseline) {
+            Some(from) => crate::pure::deploy::plan::plan_between(
+                Some((baseline, from)),
+                (&rendered, checksum),
+            ),
+            None => crate::pure::deploy::plan::plan(Some(baseline), &rendered).map(Arc::new),
+        };
         // An added server whose parameters no validated server of its backend had is a
         // line `haproxy -c` has not judged in that form.
         // Certificates are judged by `haproxy -c` alone (a key that does not match its
         // certificate, say): a change of them validates in full, then deploys live.
-        let runtime_only =
-            crate::pure::deploy::plan::plan(Some(baseline), &rendered).is_ok_and(|p| {
-                !p.reload
-                    && p.novel_servers == 0
-                    && !p.operations.iter().any(|op| op.touches_certificates())
-            });
+        let runtime_only = planned.is_ok_and(|p| {
+            !p.reload
+                && p.novel_servers == 0
+                && !p.operations.iter().any(|op| op.touches_certificates())
+        });
         if !runtime_only {
-            return self.validate(rendered);
+            let version = self
+                .checker
+                .identity()
+                .map_err(|e| PipelineError::CheckUnavailable(e.to_string()))?;
+            return self.validate_summed(rendered, (checksum, digests), version, started);
         }
-        let (checksum, digests) = self.checksum_of(&rendered);
         Ok(ValidatedConfig {
             checksum,
             rendered: self.validated(rendered, digests),

@@ -180,10 +180,7 @@ impl SpanTable {
 
     /// The positions of the calls whose (store, namespace, service) `site` orders equal to
     /// `wanted`, in that order.
-    fn calls_where<'s>(
-        &'s self,
-        wanted: impl Fn(&SpanSite) -> std::cmp::Ordering,
-    ) -> &'s [u32] {
+    fn calls_where(&self, wanted: impl Fn(&SpanSite) -> std::cmp::Ordering) -> &[u32] {
         let order = |at: &u32| self.call(*at as usize).map(|call| wanted(&call.site));
         let start = self
             .by_service

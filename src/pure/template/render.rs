@@ -384,9 +384,7 @@ impl<'a> RenderState<'a> {
                 trace
                     .slot_keys
                     .iter()
-                    .filter_map(|key| {
-                        slots.get(key).map(|entry| (key.clone(), Arc::clone(entry)))
-                    })
+                    .filter_map(|key| slots.get(key).map(|entry| (key.clone(), Arc::clone(entry))))
                     .collect(),
             )
         };
@@ -462,7 +460,7 @@ impl<'a> RenderState<'a> {
             let changed = memo
                 .slot_only
                 .contains(&*store)
-                .then(|| Some((self.stores.get(&*store)?, memo.reads.get(&*store)?)))
+                .then(|| Some((self.stores.get(&store)?, memo.reads.get(&*store)?)))
                 .flatten();
             match changed {
                 Some((current, read)) => {
@@ -498,7 +496,7 @@ impl<'a> RenderState<'a> {
             let entry = if let Some(entry) = made.get(&*site.key) {
                 Arc::clone(entry)
             } else {
-                let snapshot = self.stores.get(&*site.store)?;
+                let snapshot = self.stores.get(&site.store)?;
                 let range = snapshot
                     .fetch_range(&[&*site.namespace, &*site.service])
                     .ok()?;

@@ -103,6 +103,9 @@ impl SlotMemory {
     }
 }
 
+/// One slot assignment: its key and its entry.
+pub type Assignment = (Arc<str>, Arc<SlotEntry>);
+
 /// How many assignments share one chunk of a [`SlotTable`]: a table made from another with a
 /// few entries replaced copies the chunks those are in and shares the rest.
 const TABLE_CHUNK: usize = 128;
@@ -111,7 +114,7 @@ const TABLE_CHUNK: usize = 128;
 /// twice), with an index by key shared by every table made from this one.
 #[derive(Debug, Default)]
 pub struct SlotTable {
-    chunks: Vec<Arc<Vec<(Arc<str>, Arc<SlotEntry>)>>>,
+    chunks: Vec<Arc<Vec<Assignment>>>,
     /// The position of each key's last assignment.
     index: Arc<HashMap<Arc<str>, u32>>,
     len: usize,
@@ -119,7 +122,7 @@ pub struct SlotTable {
 
 impl SlotTable {
     /// The table of these assignments, in this order.
-    pub fn new(entries: Vec<(Arc<str>, Arc<SlotEntry>)>) -> SlotTable {
+    pub fn new(entries: Vec<Assignment>) -> SlotTable {
         let len = entries.len();
         let index = entries
             .iter()
@@ -155,7 +158,7 @@ impl SlotTable {
     }
 
     /// Every assignment, in the order made.
-    pub fn iter(&self) -> impl Iterator<Item = &(Arc<str>, Arc<SlotEntry>)> {
+    pub fn iter(&self) -> impl Iterator<Item = &Assignment> {
         self.chunks.iter().flat_map(|chunk| chunk.iter())
     }
 
@@ -508,14 +511,30 @@ mod tests {
         memory.insert("b".into(), entry("b0"));
         memory.insert("c".into(), entry("c0"));
         memory.insert_table(&table);
-        assert_eq!(lines(&memory, "a").as_deref(), Some("a2"), "the last within a table");
-        assert_eq!(lines(&memory, "b").as_deref(), Some("b1"), "the table after the loose one");
+        assert_eq!(
+            lines(&memory, "a").as_deref(),
+            Some("a2"),
+            "the last within a table"
+        );
+        assert_eq!(
+            lines(&memory, "b").as_deref(),
+            Some("b1"),
+            "the table after the loose one"
+        );
         assert_eq!(lines(&memory, "c").as_deref(), Some("c0"));
         memory.insert("b".into(), entry("b3"));
-        assert_eq!(lines(&memory, "b").as_deref(), Some("b3"), "a loose one after the table");
+        assert_eq!(
+            lines(&memory, "b").as_deref(),
+            Some("b3"),
+            "a loose one after the table"
+        );
         assert_eq!(lines(&memory, "z"), None);
         memory.insert_table(&Arc::new(SlotTable::default()));
-        assert_eq!(lines(&memory, "b").as_deref(), Some("b3"), "an empty table takes nothing");
+        assert_eq!(
+            lines(&memory, "b").as_deref(),
+            Some("b3"),
+            "an empty table takes nothing"
+        );
     }
 
     #[test]
@@ -529,7 +548,11 @@ mod tests {
         assert_eq!(next.len(), 1000);
         assert_eq!(next.get("k500").map(|e| &*e.lines), Some("new 500"));
         assert_eq!(next.get("k499").map(|e| &*e.lines), Some("old 499"));
-        assert_eq!(table.get("k500").map(|e| &*e.lines), Some("old 500"), "the old one stays");
+        assert_eq!(
+            table.get("k500").map(|e| &*e.lines),
+            Some("old 500"),
+            "the old one stays"
+        );
         let shared = table
             .chunks
             .iter()
@@ -545,7 +568,10 @@ mod tests {
             ("a".into(), entry("a2")),
         ]);
         let next = twice.with_entries(&BTreeMap::from([("a", entry("a3"))]));
-        let all: Vec<String> = next.iter().map(|(k, e)| format!("{k}={}", e.lines)).collect();
+        let all: Vec<String> = next
+            .iter()
+            .map(|(k, e)| format!("{k}={}", e.lines))
+            .collect();
         assert_eq!(all, ["a=a3", "b=b1", "a=a3"]);
     }
 }

@@ -1611,7 +1611,11 @@ fn endpoint_changes_across_hundreds_of_backends_splice_to_what_a_full_render_wri
         vec![],
         vec![(5, vec!["10.9.0.1", "10.9.0.2"])],
         vec![(150, vec![]), (299, vec!["10.9.0.3"])],
-        vec![(0, vec!["10.9.0.4"]), (5, vec!["10.9.0.2"]), (200, vec!["10.9.0.5", "10.9.0.6", "10.9.0.7"])],
+        vec![
+            (0, vec!["10.9.0.4"]),
+            (5, vec!["10.9.0.2"]),
+            (200, vec!["10.9.0.5", "10.9.0.6", "10.9.0.7"]),
+        ],
         vec![(150, vec!["10.9.0.8"])],
     ];
     for (index, changes) in steps.iter().enumerate() {
@@ -1624,7 +1628,11 @@ fn endpoint_changes_across_hundreds_of_backends_splice_to_what_a_full_render_wri
         let b = render_stores(&full, &[&slices, &services], json!({}));
         assert_eq!(a.haproxy_cfg, b.haproxy_cfg, "step {index}");
         if index > 0 {
-            assert_eq!(spliced.spliced_in_last_render(), [HAPROXY_CFG], "step {index}");
+            assert_eq!(
+                spliced.spliced_in_last_render(),
+                [HAPROXY_CFG],
+                "step {index}"
+            );
         }
     }
     // The slots kept their endpoints through the splices: one more endpoint for app005

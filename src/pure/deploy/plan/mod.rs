@@ -6,12 +6,14 @@
 //! reload keeps what the runtime API changed. `haptor plan` prints exactly this plan, and the
 //! deploy targets execute it, so what the command says is what a deployment does.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
 use crate::pure::haproxy::parse_config;
-use crate::pure::rendered::{AuxKind, RenderedConfig};
+use crate::pure::rendered::{AuxKind, Checksum, RenderedConfig};
 
 /// A server's administrative state as the runtime API sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -444,6 +446,47 @@ pub fn plan(
     }
     plan.operations.extend(files);
     Ok(plan)
+}
+
+/// How many plans [`plan_between`] keeps.
+const PLANS_KEPT: usize = 4;
+
+/// The plans [`plan_between`] computed last, by the checksums of their two renders.
+type KeptPlan = (
+    Option<Checksum>,
+    Checksum,
+    Result<Arc<DeploymentPlan>, PlanError>,
+);
+static PLANS: Mutex<VecDeque<KeptPlan>> = Mutex::new(VecDeque::new());
+
+/// [`plan`] for renders whose checksums are known, computed once for each pair: the
+/// validator (is the change runtime-only?), the scheduler (is it paced?) and the target
+/// (what to do) each plan the same change from the same render, and at 10 000 backends
+/// each plan compares megabytes. Equal checksums are equal bytes, and a plan depends on
+/// nothing else, so a plan kept for a pair is the plan of any renders with those checksums.
+pub fn plan_between(
+    from: Option<(&RenderedConfig, Checksum)>,
+    to: (&RenderedConfig, Checksum),
+) -> Result<Arc<DeploymentPlan>, PlanError> {
+    let key = (from.map(|(_, checksum)| checksum), to.1);
+    let kept = |plans: &VecDeque<KeptPlan>| {
+        plans
+            .iter()
+            .find(|(from, to, _)| (*from, *to) == key)
+            .map(|(_, _, plan)| plan.clone())
+    };
+    if let Some(plan) = kept(&PLANS.lock().unwrap_or_else(PoisonError::into_inner)) {
+        return plan;
+    }
+    let planned = plan(from.map(|(rendered, _)| rendered), to.0).map(Arc::new);
+    let mut plans = PLANS.lock().unwrap_or_else(PoisonError::into_inner);
+    if kept(&plans).is_none() {
+        if plans.len() == PLANS_KEPT {
+            plans.pop_front();
+        }
+        plans.push_back((key.0, key.1, planned.clone()));
+    }
+    planned
 }
 
 /// Whether `to` differs from `from` only in server lines' runtime values and map contents,
