@@ -342,8 +342,8 @@ fn validation_tests_read_http_resources_from_their_fixtures_and_an_unmocked_url_
 #[test]
 fn render_reads_an_http_resource_from_the_file_it_is_given_and_warns_of_one_it_is_not() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let library = std::fs::read_to_string(local::repo("deploy/library/ingress.yaml"))
-        .expect("the library");
+    let library =
+        std::fs::read_to_string(local::repo("deploy/library/ingress.yaml")).expect("the library");
     let on = library.replacen(
         "    client-deny-list:\n      url: \"\"\n",
         "    client-deny-list:\n      url: \"https://lists.example/deny.txt\"\n",
