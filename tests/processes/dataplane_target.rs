@@ -1464,3 +1464,67 @@ async fn a_rotated_certificate_is_replaced_at_runtime_and_a_new_one_is_loaded_by
         "a new certificate is loaded by a reload: {outcome:?}"
     );
 }
+
+#[tokio::test]
+async fn a_removed_backend_is_pushed_without_a_reload_and_its_servers_deleted_once_the_map_no_longer_routes_to_it()
+ {
+    let stub = Stub::start("v3.4.0").await;
+    let target = stub.target();
+    let api_backend = "\nbackend api\n    server a1 10.0.1.1:80\n    server a2 10.0.1.2:80\n";
+    let before = render(
+        config("    server s1 10.0.0.1:80\n", "") + api_backend,
+        vec![hosts_map("a.example be\napi.example api\n")],
+    );
+    let after = render(
+        config("    server s1 10.0.0.1:80\n", ""),
+        vec![hosts_map("a.example be\n")],
+    );
+    target.deploy(&request(&before, 1, 1)).await.expect("first");
+    stub.clear_requests();
+
+    let outcome = target.deploy(&request(&after, 1, 2)).await.expect("second");
+
+    let planned = plan(Some(&before), &after).expect("plans");
+    assert!(!planned.reload, "{:?}", planned.reload_reasons);
+    assert!(!outcome.reloaded, "{outcome:?}");
+    assert_eq!(
+        outcome.runtime_changes,
+        planned
+            .operations
+            .iter()
+            .filter(|op| op.is_runtime())
+            .count()
+    );
+    let requests = stub.requests();
+    assert!(!requests.iter().any(is_reload_poll), "{requests:#?}");
+    let push = position(&requests, is_push).expect("haproxy.cfg pushed");
+    assert!(requests[push].query_is("skip_reload", "true"));
+    let unmapped = position(&requests, |r| {
+        r.is(
+            Method::DELETE,
+            &format!("{API}/runtime/maps/hosts/entries/api.example"),
+        )
+    })
+    .expect("the map entry deleted at runtime");
+    for server in ["a1", "a2"] {
+        let deleted = position(&requests, |r| {
+            r.is(
+                Method::DELETE,
+                &format!("{API}/runtime/backends/api/servers/{server}"),
+            )
+        })
+        .unwrap_or_else(|| panic!("api/{server} deleted at runtime: {requests:#?}"));
+        assert!(
+            push < unmapped && unmapped < deleted,
+            "the new haproxy.cfg, then the map entry, then the server: {requests:#?}"
+        );
+    }
+    let state = stub.state();
+    assert_eq!(
+        state.config, after.haproxy_cfg,
+        "the pod's haproxy.cfg no longer has the backend"
+    );
+    assert_eq!(state.unexpected_reloads, 0);
+    assert!(!state.runtime_server_exists("api", "a1") && !state.runtime_server_exists("api", "a2"));
+    assert!(state.runtime_server_exists("be", "s1"));
+}

@@ -1280,3 +1280,149 @@ fn a_new_service_and_its_ingress_take_a_pool_backend_and_are_served_without_a_re
         local.log_text()
     );
 }
+
+/// The sum of `haptor_reloads_total` over its labels (none counted yet is 0), and of
+/// `haptor_deployments_total`, from `/metrics`; `None` while it does not answer.
+fn reloads_and_deployments(local: &Local) -> Option<(f64, f64)> {
+    let text = local.metrics_text();
+    let sum = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    text.contains("haptor_")
+        .then(|| (sum("haptor_reloads_total"), sum("haptor_deployments_total")))
+}
+
+#[test]
+fn a_deleted_service_and_its_ingress_leave_without_a_reload_and_the_next_reload_drops_their_empty_backend()
+ {
+    let (a, b) = (port("app-a"), port("app-b"));
+    let gone = backend("gone");
+    let mut setup = Setup::quickstart(a, b);
+    // There from the start: the Service gets its own backend, not a pool member.
+    setup.files.push((
+        "gone.yaml".into(),
+        new_service_with_ingress("gone", "gone.localhost", gone.port),
+    ));
+    let local = setup.start();
+    local.wait_ready(Duration::from_secs(60));
+    let body = eventually("gone.localhost served", Duration::from_secs(30), || {
+        get(local.http, "gone.localhost", "/").filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(body.1, "hello from gone\n");
+    let config = || std::fs::read_to_string(local.work().join("haproxy.cfg")).expect("cfg");
+    assert!(
+        config().contains("backend svc_default_gone_80\n"),
+        "the Service has a backend of its own\n{}",
+        config()
+    );
+    let backends = || local::master_cli(&local.work(), "@1 show backend");
+    let gone_servers =
+        || local::master_cli(&local.work(), "@1 show servers state svc_default_gone_80");
+    assert!(gone_servers().contains("SRV_1"), "{}", gone_servers());
+    let before = worker_and_reloads(&local.work());
+    let (reloads, deployments) = eventually("/metrics answers", Duration::from_secs(30), || {
+        reloads_and_deployments(&local)
+    });
+
+    // The Ingress, its Service and its EndpointSlice leave: the map stops routing to the
+    // backend and its server is deleted, with no reload.
+    std::fs::remove_file(local.dir.join("gone.yaml")).expect("remove");
+    eventually(
+        "the backend gone from haproxy.cfg",
+        Duration::from_secs(30),
+        || (!config().contains("svc_default_gone_80")).then_some(()),
+    );
+    eventually("gone.localhost unknown", Duration::from_secs(30), || {
+        get(local.http, "gone.localhost", "/").filter(|(status, _)| *status == 404)
+    });
+    eventually("the deployment counted", Duration::from_secs(30), || {
+        reloads_and_deployments(&local).filter(|(_, d)| *d > deployments)
+    });
+    assert_eq!(
+        reloads_and_deployments(&local).map(|(r, _)| r),
+        Some(reloads),
+        "a deleted Service with its Ingress must not reload haproxy\n{}",
+        local.log_text()
+    );
+    assert_eq!(
+        worker_and_reloads(&local.work()),
+        before,
+        "haproxy's own count agrees\n{}",
+        local.log_text()
+    );
+    assert!(
+        backends().contains("svc_default_gone_80"),
+        "the running haproxy keeps the empty backend until the next reload\n{}",
+        backends()
+    );
+    assert!(
+        !gone_servers().contains("SRV_"),
+        "its server was deleted\n{}",
+        gone_servers()
+    );
+    let served = gone.requests.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..5 {
+        assert_eq!(
+            get(local.http, "a.localhost", "/").map(|r| r.1),
+            Some("hello from app-a\n".into())
+        );
+        assert_eq!(
+            get(local.http, "b.localhost", "/").map(|r| r.1),
+            Some("hello from app-b\n".into())
+        );
+        assert_eq!(
+            get(local.http, "gone.localhost", "/").map(|r| r.0),
+            Some(404)
+        );
+    }
+    assert_eq!(
+        gone.requests.load(std::sync::atomic::Ordering::SeqCst),
+        served,
+        "nothing reaches the deleted backend"
+    );
+    assert!(
+        local
+            .log_text()
+            .contains("backend svc_default_gone_80 removed"),
+        "the deployment says the backend was removed live\n{}",
+        local.log_text()
+    );
+
+    // A structural change reloads, and the reloaded haproxy has no such backend.
+    local.write(
+        "reloading.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: own\n  namespace: default\n  annotations: {haproxy.org/timeout-server: 7s}\nspec:\n  ingressClassName: haptor\n  rules:\n    - host: own.localhost\n      http:\n        paths:\n          - {path: /, pathType: Prefix, backend: {service: {name: app-b, port: {number: 80}}}}\n",
+    );
+    eventually("the reload happened", Duration::from_secs(30), || {
+        (worker_and_reloads(&local.work()).0 != before.0).then_some(())
+    });
+    let body = eventually("own.localhost served", Duration::from_secs(30), || {
+        get(local.http, "own.localhost", "/").filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(body.1, "hello from app-b\n");
+    assert!(
+        !backends().contains("svc_default_gone_80"),
+        "the reload dropped the empty backend\n{}",
+        backends()
+    );
+    assert!(
+        backends().contains("svc_default_app-a_80"),
+        "{}",
+        backends()
+    );
+    assert_eq!(
+        get(local.http, "a.localhost", "/").map(|r| r.1),
+        Some("hello from app-a\n".into())
+    );
+    assert_eq!(
+        get(local.http, "gone.localhost", "/").map(|r| r.0),
+        Some(404)
+    );
+    assert!(
+        reloads_and_deployments(&local).is_some_and(|(r, _)| r > reloads),
+        "the structural change counted as a reload"
+    );
+}

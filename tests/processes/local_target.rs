@@ -712,7 +712,9 @@ async fn a_config_edited_behind_the_targets_back_is_drift_and_a_deploy_restores_
     let base = fx.base();
     fx.deploy_and_observe(&base, 1, 1).await;
     let mut edited = std::fs::read_to_string(fx.work_dir.config_file()).expect("cfg");
-    edited.push_str("backend be_rogue\n    server x 127.0.0.1:1 disabled\n");
+    // A proxy with a listener of its own: dropping it takes a reload (a backend alone would
+    // go live, its servers deleted).
+    edited.push_str("listen be_rogue\n    bind 127.0.0.1:1\n    server x 127.0.0.1:1 disabled\n");
     std::fs::write(fx.work_dir.config_file(), &edited).expect("edit");
 
     let on_disk = fx.target.deployed_checksum().await.expect("reachable");

@@ -681,6 +681,9 @@ impl DataplaneTarget {
                     .await?
                 {
                     Live::Applied => {
+                        for removed in &plan.removed_backends {
+                            tracing::info!(target_name = %self.name, generation = request.generation, "{removed}");
+                        }
                         live_outcome = Some(DeployOutcome {
                             runtime_changes: changes.count,
                             ..DeployOutcome::default()
@@ -1189,6 +1192,14 @@ impl DataplaneTarget {
                 if let Some(reason) = self.refusal(&format!("map {}", change.path), result)? {
                     return Ok(Live::NeedsReload(reason));
                 }
+            }
+        }
+        // A removed backend's servers, now that no map entry routes to it: the running
+        // HAProxy keeps the backend empty until the next reload.
+        for (backend, server) in &changes.emptied_servers {
+            let result = self.api.runtime_delete_server(backend, server).await;
+            if let Some(reason) = self.refusal(&format!("server {backend}/{server}"), result)? {
+                return Ok(Live::NeedsReload(reason));
             }
         }
         Ok(Live::Applied)

@@ -381,6 +381,9 @@ impl LocalTarget {
                     state.written = Some(files::WrittenStamps::take(&self.work_dir, to)?);
                     state.last_deployed = Some(to.clone());
                     state.last_checksum = Some(request.checksum);
+                    for removed in &plan.removed_backends {
+                        tracing::info!(target_name = %self.name, generation = request.generation, "{removed}");
+                    }
                     tracing::info!(
                         target_name = %self.name,
                         generation = request.generation,
@@ -560,23 +563,9 @@ impl LocalTarget {
         routes: &mut RouteState,
         note: &mut Option<String>,
     ) -> Result<usize, RuntimeStop> {
-        let mut operations: Vec<&Operation> = plan
-            .operations
-            .iter()
-            .filter(|op| op.is_runtime())
-            .collect();
-        // Servers leaving go to maintenance (or away) first, so no request reaches a server
-        // slot while its address is being replaced (a stable sort keeps the plan's order
-        // otherwise).
-        operations.sort_by_key(|op| {
-            !matches!(
-                op,
-                Operation::SetServerState {
-                    state: ServerState::Maint,
-                    ..
-                } | Operation::DelServer { .. }
-            )
-        });
+        // Servers leaving a backend that stays first; a removed backend's servers after the
+        // map changes that stop routing to it.
+        let operations = plan.runtime_operations();
         if operations.is_empty() {
             return Ok(0);
         }

@@ -370,6 +370,12 @@ pub struct LiveChanges {
     /// `DELETE /runtime/backends/{b}/servers/{s}` (the API puts the server in maintenance
     /// first), by backend and server, before any other server call.
     pub deleted_servers: Vec<(String, String)>,
+    /// The same for the servers of backends the configuration no longer has
+    /// ([`super::plan::RemovedBackend`]), after every other call, the map entries that stop
+    /// routing to them included. The API's runtime endpoints address the running HAProxy,
+    /// which keeps such a backend until the next reload, so the pushed `haproxy.cfg` lacking
+    /// it does not stop them.
+    pub emptied_servers: Vec<(String, String)>,
     /// `POST /runtime/backends/{b}/servers` bodies, after every other server call.
     pub added_servers: Vec<AddedServer>,
     /// Certificate and crt-list calls, in the plan's order.
@@ -669,9 +675,13 @@ pub fn live_changes(
                 });
             }
             Operation::DelServer { backend, server } => {
-                changes
-                    .deleted_servers
-                    .push((backend.clone(), server.clone()));
+                let removed = plan.removed_backends.iter().any(|r| r.name == *backend);
+                let list = if removed {
+                    &mut changes.emptied_servers
+                } else {
+                    &mut changes.deleted_servers
+                };
+                list.push((backend.clone(), server.clone()));
             }
             Operation::SetCertificate {
                 path,
@@ -987,6 +997,38 @@ mod tests {
         assert_eq!(s1["address"], "10.0.0.2");
         assert_eq!(s1["port"], 8080);
         assert_eq!(s1["weight"], 5);
+    }
+
+    #[test]
+    fn a_removed_backends_servers_are_deleted_after_the_map_changes_and_a_kept_ones_before() {
+        let del = |backend: &str, server: &str| Operation::DelServer {
+            backend: backend.into(),
+            server: server.into(),
+        };
+        let plan = DeploymentPlan {
+            operations: vec![del("be", "s1"), del("api", "a1"), Operation::WriteConfig],
+            removed_backends: vec![crate::pure::deploy::plan::RemovedBackend {
+                name: "api".into(),
+                servers: 1,
+            }],
+            ..DeploymentPlan::default()
+        };
+        let changes = live_changes(
+            &plan,
+            &RenderedConfig::default(),
+            &BTreeMap::new(),
+            ApiVersion::new(3, 4, 0),
+        )
+        .expect("expressible");
+        assert_eq!(
+            changes.deleted_servers,
+            vec![("be".to_string(), "s1".to_string())]
+        );
+        assert_eq!(
+            changes.emptied_servers,
+            vec![("api".to_string(), "a1".to_string())]
+        );
+        assert_eq!(changes.count, 2);
     }
 
     #[test]

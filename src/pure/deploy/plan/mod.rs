@@ -1,6 +1,7 @@
 //! The deployment plan: what it takes to bring an instance from one rendered configuration to
 //! another. Server address, port, weight and state changes, servers that come and go in a
-//! backend with a dynamic algorithm, map content changes, certificate content and crt-list
+//! backend with a dynamic algorithm, backends removed (their servers deleted, after the map
+//! changes that stop routing to them), map content changes, certificate content and crt-list
 //! lines go through the runtime API with no reload; anything else in `haproxy.cfg`, and any other
 //! auxiliary file change, needs one reload. Files are always rewritten too, so a later
 //! reload keeps what the runtime API changed. `haptor plan` prints exactly this plan, and the
@@ -241,6 +242,31 @@ impl fmt::Display for Operation {
     }
 }
 
+/// A backend the new configuration no longer has, removed without a reload: the map changes
+/// that stop routing to it come first, then each of its servers is deleted; the running
+/// HAProxy keeps it, empty and routed to by nothing, until the next reload drops it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemovedBackend {
+    pub name: String,
+    /// How many servers it had, each deleted at runtime.
+    pub servers: usize,
+}
+
+impl fmt::Display for RemovedBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = &self.name;
+        match self.servers {
+            0 => write!(f, "backend {name} removed: it had no servers"),
+            1 => write!(f, "backend {name} removed: its 1 server deleted at runtime"),
+            n => write!(
+                f,
+                "backend {name} removed: its {n} servers deleted at runtime"
+            ),
+        }?;
+        write!(f, "; the next reload drops the empty backend")
+    }
+}
+
 /// Everything a deployment from one render to another does.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DeploymentPlan {
@@ -249,6 +275,10 @@ pub struct DeploymentPlan {
     pub reload: bool,
     /// Why a reload is needed (empty when none is).
     pub reload_reasons: Vec<String>,
+    /// Backends removed without a reload, whose servers' deletions come after every other
+    /// runtime operation (empty when the plan reloads).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_backends: Vec<RemovedBackend>,
     /// Added servers whose parameters match those of no server the old configuration had
     /// in the same backend: their lines were never judged by `haproxy -c` in that form, so
     /// a validation that skips it for a runtime-only change must not skip it for them.
@@ -262,12 +292,42 @@ impl DeploymentPlan {
         self.operations.is_empty() && !self.reload
     }
 
-    /// The plan as `haptor plan` prints it: one operation per line, then `reload: yes|no`.
+    /// The runtime operations in the order targets apply them: servers leaving a backend that
+    /// stays (to maintenance, or deleted) first, so no request reaches a server slot while its
+    /// address is being replaced; then the others in the plan's order, which puts the map
+    /// changes that stop routing to a removed backend before its servers' deletions, so no
+    /// request is sent to it while it empties.
+    pub fn runtime_operations(&self) -> Vec<&Operation> {
+        let mut operations: Vec<&Operation> = self
+            .operations
+            .iter()
+            .filter(|op| op.is_runtime())
+            .collect();
+        let leaving = |op: &Operation| match op {
+            Operation::SetServerState {
+                state: ServerState::Maint,
+                ..
+            } => true,
+            Operation::DelServer { backend, .. } => {
+                !self.removed_backends.iter().any(|r| r.name == *backend)
+            }
+            _ => false,
+        };
+        // A stable sort keeps the plan's order otherwise.
+        operations.sort_by_key(|op| !leaving(op));
+        operations
+    }
+
+    /// The plan as `haptor plan` prints it: one operation per line, a `live:` line for each
+    /// backend removed without a reload, then `reload: yes|no`.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for op in &self.operations {
             out.push_str(&op.to_string());
             out.push('\n');
+        }
+        for removed in &self.removed_backends {
+            out.push_str(&format!("live: {removed}\n"));
         }
         out.push_str(if self.reload {
             "reload: yes\n"
@@ -319,6 +379,8 @@ pub fn plan(
     let mut plan = DeploymentPlan::default();
     let mut runtime = Vec::new();
     let mut files = Vec::new();
+    // Backends removed, with their servers' deletions: the last runtime operations.
+    let mut removed_backends = Vec::new();
     // Most changes touch a few server lines of an otherwise identical text: compare lines
     // first and parse only what differs (at 1 000 backends this is ~50x cheaper than two
     // full parses).
@@ -380,6 +442,24 @@ pub fn plan(
                 Ok(changes) => {
                     plan.novel_servers = changes.novel_servers;
                     runtime.extend(changes.operations);
+                    removed_backends = changes.removed_backends;
+                }
+            }
+            // The sections compared are all a removed backend's name was checked against;
+            // the text around them is the same in both configurations, and it may name it too.
+            if let Some(part) = &part {
+                let below = &to.haproxy_cfg[part.above.len() + part.new.len()..];
+                let named = removed_backends.iter().find_map(|(name, _)| {
+                    [part.above, below]
+                        .into_iter()
+                        .find_map(|text| mentioning_line(text, name))
+                        .map(|line| (name, line))
+                });
+                if let Some((name, line)) = named {
+                    plan.reload = true;
+                    plan.reload_reasons.push(format!(
+                        "section 'backend {name}' was removed, but '{line}' still names it"
+                    ));
                 }
             }
         }
@@ -442,6 +522,14 @@ pub fn plan(
     }
     // When HAProxy reloads, the runtime changes come with the new files anyway.
     if !plan.reload {
+        // A removed backend's servers go once the map changes above stopped routing to it.
+        for (name, deletions) in removed_backends {
+            plan.removed_backends.push(RemovedBackend {
+                name,
+                servers: deletions.len(),
+            });
+            runtime.extend(deletions);
+        }
         plan.operations.extend(runtime);
     }
     plan.operations.extend(files);

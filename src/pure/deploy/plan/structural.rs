@@ -2,7 +2,9 @@
 //! server lines reduced to their shape (address, weight and state removed), so any other
 //! difference means a reload, and the server operations the runtime API can apply read
 //! from the parsed servers' facts: servers that stay change in place, servers that come
-//! and go are added and deleted where the backend allows it (`dynamic.rs`).
+//! and go are added and deleted where the backend allows it (`dynamic.rs`). A `backend`
+//! section the new configuration no longer has, and that nothing left names, has its servers
+//! deleted: the running HAProxy keeps it empty, routed to by nothing, until the next reload.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -44,6 +46,11 @@ pub(super) struct RuntimeChanges {
     /// Added servers whose parameters match no server the old configuration had in their
     /// backend (see [`super::DeploymentPlan::novel_servers`]).
     pub(super) novel_servers: usize,
+    /// The backends the new configuration no longer has, by name, each with the deletions of
+    /// its servers: applied after the map changes that stop routing to it
+    /// ([`super::RemovedBackend`]). The caller still checks that no text outside the
+    /// compared sections names them.
+    pub(super) removed_backends: Vec<(String, Vec<Operation>)>,
 }
 
 /// One proxy section's servers in order: name and words.
@@ -93,21 +100,22 @@ pub(super) fn runtime_changes(
     };
     let old_names: Vec<String> = old.sections.iter().map(header).collect();
     let new_names: Vec<String> = new.sections.iter().map(header).collect();
-    if old_names != new_names {
-        let added = new_names.iter().find(|n| !old_names.contains(n));
-        let removed = old_names.iter().find(|n| !new_names.contains(n));
-        return Err(match (added, removed) {
-            (Some(a), _) => format!("section '{}' was added", a.trim()),
-            (None, Some(r)) => format!("section '{}' was removed", r.trim()),
-            (None, None) => "sections were reordered".into(),
-        });
-    }
+    let Pairing { pairs, removed } = pair_sections(old, &old_names, &new_names)?;
     let defaults = applicable_defaults(&new.sections, outer_defaults);
     let old_facts = server_facts(old);
     let new_facts = server_facts(new);
     let mut changes = RuntimeChanges::default();
+    for index in removed {
+        let section = &old.sections[index];
+        let name = section.name.clone().unwrap_or_default();
+        changes.removed_backends.push((
+            name.clone(),
+            removed_backend_deletions(section, &name, new)?,
+        ));
+    }
     let (mut deletions, mut additions) = (Vec::new(), Vec::new());
-    for (index, (before, after)) in old.sections.iter().zip(&new.sections).enumerate() {
+    for (old_index, index) in pairs {
+        let (before, after) = (&old.sections[old_index], &new.sections[index]);
         let changed = || format!("section '{}' changed", header(after).trim());
         if before.args != after.args {
             return Err(changed());
@@ -233,6 +241,151 @@ pub(super) fn runtime_changes(
     deletions.append(&mut additions);
     changes.operations = deletions;
     Ok(changes)
+}
+
+/// How the sections of two configurations correspond: each section of the new one paired
+/// in order with one of the old one (by index, old first), and the `backend` sections of the
+/// old one that the new one has nowhere (by index): removed, which the runtime API follows
+/// by emptying them.
+struct Pairing {
+    pairs: Vec<(usize, usize)>,
+    removed: Vec<usize>,
+}
+
+/// The [`Pairing`] of `old`'s sections with `new`'s, by their headers. Any other difference
+/// of the two section lists (a section added, another kind removed, sections reordered) is
+/// the reason to reload.
+fn pair_sections(
+    old: &Config,
+    old_names: &[String],
+    new_names: &[String],
+) -> Result<Pairing, String> {
+    if old_names == new_names {
+        return Ok(Pairing {
+            pairs: (0..old_names.len()).map(|i| (i, i)).collect(),
+            removed: Vec::new(),
+        });
+    }
+    let mut pairing = Pairing {
+        pairs: Vec::with_capacity(new_names.len()),
+        removed: Vec::new(),
+    };
+    let mut next = 0;
+    for (index, name) in old_names.iter().enumerate() {
+        if new_names.get(next) == Some(name) {
+            pairing.pairs.push((index, next));
+            next += 1;
+        } else if old.sections[index].kind == SectionKind::Backend && !new_names.contains(name) {
+            pairing.removed.push(index);
+        } else {
+            break;
+        }
+    }
+    if pairing.pairs.len() + pairing.removed.len() == old_names.len() && next == new_names.len() {
+        return Ok(pairing);
+    }
+    let added = new_names.iter().find(|n| !old_names.contains(n));
+    // A removed section the runtime API cannot follow is the one to name.
+    let mut gone = old_names
+        .iter()
+        .zip(&old.sections)
+        .filter(|(name, _)| !new_names.contains(name));
+    let removed = gone
+        .clone()
+        .find(|(_, section)| section.kind != SectionKind::Backend)
+        .or_else(|| gone.next())
+        .map(|(name, _)| name);
+    Err(match (added, removed) {
+        (Some(a), _) => format!("section '{}' was added", a.trim()),
+        (None, Some(r)) => format!("section '{}' was removed", r.trim()),
+        (None, None) => "sections were reordered".into(),
+    })
+}
+
+/// The deletions of the servers of `section`, the backend `name` that `new` no longer has;
+/// or why its removal needs a reload: something `new` still has names it (which `haproxy -c`
+/// would refuse), or its servers are not all plain `server` lines outside conditional blocks.
+fn removed_backend_deletions(
+    section: &Section,
+    name: &str,
+    new: &Config,
+) -> Result<Vec<Operation>, String> {
+    let removed = format!("section 'backend {name}' was removed");
+    if section
+        .directives
+        .iter()
+        .any(|d| d.keyword().starts_with('.'))
+    {
+        return Err(format!(
+            "{removed}, and its servers sat inside conditional blocks"
+        ));
+    }
+    if section
+        .directives
+        .iter()
+        .any(|d| d.keyword() == "server-template")
+    {
+        return Err(format!(
+            "{removed}, and it had servers from a server-template"
+        ));
+    }
+    let naming = |words: &[String]| words.iter().any(|word| names(word, name));
+    let still_named = new
+        .preamble
+        .iter()
+        .chain(new.sections.iter().flat_map(|s| &s.directives))
+        .find(|d| naming(&d.words))
+        .map(|d| d.words.join(" "))
+        .or_else(|| {
+            new.sections
+                .iter()
+                .find(|s| naming(&s.args))
+                .map(|s| format!("{} {}", s.keyword(), s.args.join(" ")))
+        });
+    if let Some(line) = still_named {
+        return Err(format!("{removed}, but '{line}' still names it"));
+    }
+    Ok(servers_of(section)
+        .into_iter()
+        .map(|(server, _)| Operation::DelServer {
+            backend: name.to_string(),
+            server: server.to_string(),
+        })
+        .collect())
+}
+
+/// Whether `text` holds `name` at byte `at` as a whole word: not inside a longer name, so
+/// none of the characters HAProxy allows in a proxy name (letters, digits, `-`, `_`, `.`,
+/// `:`) on either side.
+fn whole_word_at(text: &str, at: usize, name: &str) -> bool {
+    let in_name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    !text[..at].chars().next_back().is_some_and(in_name)
+        && !text[at + name.len()..].chars().next().is_some_and(in_name)
+}
+
+/// Whether `text` names `name` as a whole word.
+fn names(text: &str, name: &str) -> bool {
+    !name.is_empty()
+        && text
+            .match_indices(name)
+            .any(|(at, _)| whole_word_at(text, at, name))
+}
+
+/// The first line of `text` that names `name` as a whole word, trimmed; comment lines do
+/// not count.
+pub(super) fn mentioning_line<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    if name.is_empty() {
+        return None;
+    }
+    text.match_indices(name).find_map(|(at, _)| {
+        if !whole_word_at(text, at, name) {
+            return None;
+        }
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        let line = text[start..end].trim();
+        (!line.starts_with('#')).then_some(line)
+    })
 }
 
 pub(super) fn server_facts(config: &Config) -> BTreeMap<(String, String), ServerFacts> {

@@ -297,7 +297,13 @@ fn comparing_only_the_differing_sections_decides_as_comparing_the_whole_texts() 
         let outer = last_defaults_section(above);
         Some(match runtime_changes(&old, &new, outer.as_ref()) {
             Err(_) => (true, Vec::new()),
-            Ok(changes) => (false, changes.operations),
+            Ok(changes) => {
+                let mut operations = changes.operations;
+                for (_, deletions) in changes.removed_backends {
+                    operations.extend(deletions);
+                }
+                (false, operations)
+            }
         })
     };
     let mut compared = 0;
@@ -420,4 +426,260 @@ fn a_map_change_says_how_many_entries_were_added_removed_and_changed() {
         plan.to_text(),
         "runtime: replace map maps/hosts.map (3 entries: 1 added, 1 removed, 1 changed)\nfile: write maps/hosts.map\nreload: no\n"
     );
+}
+
+/// A frontend that routes by `maps/hosts.map` alone (no backend named in its lines), a
+/// fallback backend, then `backends`, with the map holding `map`.
+fn routed(backends: &str, map: &str) -> RenderedConfig {
+    with_map(
+        RenderedConfig {
+            haproxy_cfg: format!(
+                "global\n  maxconn 100\n\ndefaults\n  mode http\n\nfrontend fe\n  bind :8080\n  use_backend %[req.hdr(host),lower,map(maps/hosts.map)] if {{ req.hdr(host),lower,map(maps/hosts.map) -m found }}\n  default_backend be_not_found\n\nbackend be_not_found\n  http-request return status 404\n\n{backends}"
+            ),
+            ..Default::default()
+        },
+        map,
+    )
+}
+
+const WEB: &str = "backend web\n  server w1 10.0.0.1:80\n  server w2 10.0.0.2:80\n\n";
+const API: &str = "backend api\n  server a1 10.0.1.1:80 check\n  server a2 10.0.1.2:80 check\n\n";
+const TAIL: &str = "backend tail\n  server t1 10.0.2.1:80\n";
+
+#[test]
+fn a_removed_backend_has_its_servers_deleted_at_runtime_after_the_map_stops_routing_to_it() {
+    let from = routed(
+        &format!("{WEB}{API}{TAIL}"),
+        "web.example web\napi.example api\n",
+    );
+    let to = routed(&format!("{WEB}{TAIL}"), "web.example web\n");
+    let plan = plan(Some(&from), &to).expect("plans");
+    assert!(!plan.reload, "{:?}", plan.reload_reasons);
+    assert!(plan.reload_reasons.is_empty());
+    assert_eq!(plan.novel_servers, 0);
+    assert_eq!(
+        plan.to_text(),
+        "runtime: replace map maps/hosts.map (1 entries: 0 added, 1 removed, 0 changed)\n\
+         runtime: del server api/a1\n\
+         runtime: del server api/a2\n\
+         file: write haproxy.cfg\n\
+         file: write maps/hosts.map\n\
+         live: backend api removed: its 2 servers deleted at runtime; the next reload drops the empty backend\n\
+         reload: no\n"
+    );
+
+    // The last section, and two at once.
+    let last = routed(&format!("{WEB}{API}"), "web.example web\n");
+    let plan = super::plan(Some(&last), &routed(WEB, "web.example web\n")).expect("plans");
+    assert!(!plan.reload, "{:?}", plan.reload_reasons);
+    assert_eq!(
+        plan.operations
+            .iter()
+            .filter(|o| o.is_runtime())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        vec!["runtime: del server api/a1", "runtime: del server api/a2"]
+    );
+    let all = routed(&format!("{WEB}{API}{TAIL}"), "web.example web\n");
+    let both = super::plan(Some(&all), &routed(TAIL, "web.example web\n")).expect("plans");
+    assert!(!both.reload, "{:?}", both.reload_reasons);
+    assert_eq!(
+        both.operations.iter().filter(|o| o.is_runtime()).count(),
+        4,
+        "{}",
+        both.to_text()
+    );
+}
+
+#[test]
+fn map_changes_come_before_the_deletions_of_a_removed_backends_servers_and_after_those_of_a_kept_one()
+ {
+    // web loses w2 (its servers leaving go first, as ever), api goes whole (its servers go
+    // once the map no longer routes to it), tail moves.
+    let from = routed(
+        &format!("{WEB}{API}{TAIL}"),
+        "web.example web\napi.example api\n",
+    );
+    let to = routed(
+        "backend web\n  server w1 10.0.0.1:80\n\nbackend tail\n  server t1 10.0.2.9:80\n",
+        "web.example web\nnew.example tail\n",
+    );
+    let plan = plan(Some(&from), &to).expect("plans");
+    assert!(!plan.reload, "{:?}", plan.reload_reasons);
+    let runtime: Vec<String> = plan
+        .operations
+        .iter()
+        .filter(|o| o.is_runtime())
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        runtime,
+        vec![
+            "runtime: del server web/w2",
+            "runtime: set server tail/t1 addr 10.0.2.9 port 80",
+            "runtime: replace map maps/hosts.map (2 entries: 1 added, 1 removed, 0 changed)",
+            "runtime: del server api/a1",
+            "runtime: del server api/a2",
+        ]
+    );
+    // The order the local target applies them in keeps it.
+    let applied: Vec<String> = plan
+        .runtime_operations()
+        .into_iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(applied, runtime);
+}
+
+#[test]
+fn a_removed_backend_a_remaining_section_still_names_needs_a_reload() {
+    let map = "web.example web\n";
+    let to = routed(&format!("{WEB}{TAIL}"), map);
+    for (line, section) in [
+        ("  use_backend api if { path_beg /api }\n", "fe"),
+        ("  acl api_up nbsrv(api) gt 0\n", "fe"),
+        ("  http-request track-sc0 src table api\n", "fe"),
+    ] {
+        let from = routed(&format!("{WEB}{API}{TAIL}"), map);
+        let mut from = from;
+        let mut to = to.clone();
+        for config in [&mut from, &mut to] {
+            config.haproxy_cfg =
+                config
+                    .haproxy_cfg
+                    .replacen("  bind :8080\n", &format!("  bind :8080\n{line}"), 1);
+        }
+        let plan = plan(Some(&from), &to).expect("plans");
+        assert!(plan.reload, "{line} in {section}: {}", plan.to_text());
+        assert!(
+            plan.reload_reasons[0].contains("section 'backend api' was removed"),
+            "{:?}",
+            plan.reload_reasons
+        );
+        assert!(plan.operations.iter().all(|o| !o.is_runtime()));
+    }
+    // A server of a kept backend tracking one of the removed backend's.
+    let from = routed(
+        &format!("{API}backend web\n  server w1 10.0.0.1:80 track api/a1\n"),
+        map,
+    );
+    let to = routed("backend web\n  server w1 10.0.0.1:80 track api/a1\n", map);
+    let tracked = plan(Some(&from), &to).expect("plans");
+    assert!(tracked.reload, "{}", tracked.to_text());
+
+    // A longer name that starts with the removed one is not a mention of it.
+    let from = routed(
+        &format!("{API}backend api-v2\n  server x 10.0.3.1:80\n"),
+        map,
+    );
+    let to = routed("backend api-v2\n  server x 10.0.3.1:80\n", map);
+    let mut named = (from.clone(), to.clone());
+    for config in [&mut named.0, &mut named.1] {
+        config.haproxy_cfg = config.haproxy_cfg.replacen(
+            "  bind :8080\n",
+            "  bind :8080\n  use_backend api-v2 if { path_beg /v2 }\n",
+            1,
+        );
+    }
+    let longer = plan(Some(&named.0), &named.1).expect("plans");
+    assert!(!longer.reload, "{:?}", longer.reload_reasons);
+}
+
+#[test]
+fn a_removed_listen_frontend_or_defaults_section_needs_a_reload() {
+    let map = "web.example web\n";
+    let base = routed(WEB, map);
+    for (section, header) in [
+        (
+            "listen stats\n  bind :8404\n  stats enable\n",
+            "listen stats",
+        ),
+        (
+            "frontend other\n  bind :8081\n  default_backend web\n",
+            "frontend other",
+        ),
+        ("defaults extra\n  mode http\n", "defaults extra"),
+    ] {
+        let mut from = base.clone();
+        from.haproxy_cfg.push_str(&format!("\n{section}"));
+        let plan = plan(Some(&from), &base).expect("plans");
+        assert!(plan.reload, "{header}: {}", plan.to_text());
+        assert_eq!(
+            plan.reload_reasons,
+            vec![format!("section '{header}' was removed")]
+        );
+    }
+    // A backend whose servers sit in conditional blocks or come from a template.
+    for backend in [
+        "backend api\n  .if defined(X)\n  server a1 10.0.1.1:80\n  .endif\n",
+        "backend api\n  server-template a 3 10.0.1.1:80\n",
+    ] {
+        let from = routed(&format!("{WEB}{backend}"), map);
+        let plan = plan(Some(&from), &base).expect("plans");
+        assert!(plan.reload, "{backend}: {}", plan.to_text());
+    }
+}
+
+#[test]
+fn a_backend_removed_deep_in_a_large_config_is_checked_against_the_lines_outside_the_compared_part()
+{
+    let backends = |skip: Option<usize>| -> String {
+        (0..2_000)
+            .filter(|n| Some(*n) != skip)
+            .map(|n| {
+                format!(
+                    "backend b{n}\n  server s1 10.0.{}.{}:80 check\n",
+                    n / 250,
+                    n % 250
+                )
+            })
+            .collect()
+    };
+    let frontend = |extra: &str| {
+        format!(
+            "frontend fe\n  bind :8080\n{extra}  use_backend %[req.hdr(host),lower,map(maps/hosts.map)]\n  default_backend b0\n\n"
+        )
+    };
+    let pair = |extra: &str, removed: usize| {
+        (
+            RenderedConfig {
+                haproxy_cfg: frontend(extra) + &backends(None),
+                ..Default::default()
+            },
+            RenderedConfig {
+                haproxy_cfg: frontend(extra) + &backends(Some(removed)),
+                ..Default::default()
+            },
+        )
+    };
+    let (from, to) = pair("", 1500);
+    let plan = plan(Some(&from), &to).expect("plans");
+    assert!(!plan.reload, "{:?}", plan.reload_reasons);
+    assert_eq!(
+        plan.operations,
+        vec![
+            Operation::DelServer {
+                backend: "b1500".into(),
+                server: "s1".into(),
+            },
+            Operation::WriteConfig
+        ]
+    );
+    // Named far above the sections compared: a reload.
+    let (from, to) = pair("  use_backend b1500 if { path_beg /b }\n", 1500);
+    let named = super::plan(Some(&from), &to).expect("plans");
+    assert!(named.reload, "{}", named.to_text());
+    assert!(
+        named.reload_reasons[0].contains("use_backend b1500"),
+        "{:?}",
+        named.reload_reasons
+    );
+    // A comment naming it is no mention, and b150 is not b1500.
+    let (from, to) = pair(
+        "  # b1500 was here\n  use_backend b1500 if { path_beg /b }\n",
+        150,
+    );
+    assert!(!super::plan(Some(&from), &to).expect("plans").reload);
+    let (from, to) = pair("  # b1500 is on its way out\n", 1500);
+    assert!(!super::plan(Some(&from), &to).expect("plans").reload);
 }
