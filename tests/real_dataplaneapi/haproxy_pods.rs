@@ -272,6 +272,61 @@ async fn servers_that_come_and_go_are_added_and_deleted_at_runtime_by_the_real_a
     assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
 }
 
+/// A backend the render no longer has, whose host left the map: the real API takes the
+/// config without the backend and the map change without a reload, then deletes the
+/// backend's servers at runtime; the host it served goes to the map's default backend.
+#[tokio::test]
+async fn a_removed_backend_leaves_without_a_reload_through_the_real_api() {
+    let network = PodNetwork::shared();
+    let backends = network.pod("removed-backends");
+    let _a = backends.http_backend(8183, "backend-a");
+    let _b = backends.http_backend(8184, "backend-b");
+    let pod = HaproxyPod::start(network, "haproxy-removed");
+    let target = target(&pod);
+    let config = |gone: bool| {
+        let mut rendered = render(
+            &format!("    server SRV_1 {}\n", backends.addr(8183)),
+            if gone {
+                "a.example be\n"
+            } else {
+                "a.example be\nb.example gone\n"
+            },
+        );
+        if !gone {
+            rendered.haproxy_cfg.push_str(&format!(
+                "\nbackend gone\n    balance roundrobin\n    server SRV_1 {}\n",
+                backends.addr(8184)
+            ));
+        }
+        rendered
+    };
+    let (with, without) = (config(false), config(true));
+    let outcome = target
+        .deploy(&request(&with, 1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(outcome.reloaded);
+    assert_eq!(get(pod.ip(), "b.example").await.1, "backend-b");
+    let reloads = pod.reloads();
+
+    let outcome = target
+        .deploy(&request(&without, 2))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", pod.logs()));
+    assert!(!outcome.reloaded, "{outcome:?}\n{}", pod.logs());
+    for _ in 0..4 {
+        assert_eq!(get(pod.ip(), "a.example").await.1, "backend-a");
+        // The map's default (`be`) answers a host the map no longer has.
+        assert_eq!(
+            get(pod.ip(), "b.example").await.1,
+            "backend-a",
+            "the removed backend still serves"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(pod.reloads(), reloads, "the pod never reloaded");
+}
+
 /// A self-signed certificate and key for `host` (PEM, one text).
 fn certificate_pem(host: &str) -> String {
     let (cert, key) = crate::support::self_signed_pem(host);
