@@ -362,7 +362,7 @@ fn tag_end(rest: &str, open: usize, closer: &str) -> Option<usize> {
                 }
                 at += 1;
             }
-            _ if rest[at..].starts_with(closer) => return Some(at + closer.len()),
+            _ if bytes[at..].starts_with(closer.as_bytes()) => return Some(at + closer.len()),
             _ => at += 1,
         }
     }
@@ -416,6 +416,16 @@ mod tests {
                 "`{{#if a}}` opened at line 2, column 3 is never closed: add `{{/if}}` where its block ends".into()
             ))
         );
+    }
+
+    /// Found by the `template_compile` fuzz target: a multi-byte character inside a tag
+    /// made the scan slice a string inside that character and panic.
+    #[test]
+    fn a_tag_holding_a_multi_byte_character_is_scanned_without_a_panic() {
+        let source = "{{#with \u{61d}nnotation \"x\" as |y|}}é{{y}}{{else}}{{/with}}{{#if ü}}";
+        let (line, column, text) = message(source).expect("a problem");
+        assert_eq!((line, column), (1, 55));
+        assert!(text.contains("`{{#if ü}}`"), "{text}");
     }
 
     #[test]
